@@ -1,0 +1,89 @@
+// swift-tools-version:6.1
+//
+// FieldHAL: one Swift API over Linux field-kit hardware.
+//
+// Every real backend sits behind a package trait, so a board without (say) libnfc builds
+// with `--disable-default-traits --traits GPS,V4L2`. With no trait at all the fake kit
+// still builds and runs: only libsodium (the vault) is always required.
+import PackageDescription
+
+/// The real backends, each a trait that pulls in its C library.
+let backendTraits: [(trait: String, cModule: String)] = [
+    ("NFC", "CNFC"),
+    ("GPS", "CGPS"),
+    ("V4L2", "CV4L2"),
+    ("ALSA", "CALSA"),
+    ("Evdev", "CEvdev"),
+    ("Fprintd", ""),  // fprintd is reached over D-Bus by its CLI tools: no C library
+]
+
+let strictSwift: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "FieldHAL",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "fieldhal", targets: ["fieldhal"]),
+        .library(name: "FieldHAL", targets: ["FieldHAL"]),
+    ],
+    traits: [
+        .trait(name: "NFC", description: "NFC reader and tag emulation through libnfc (libnfc-dev)"),
+        .trait(name: "GPS", description: "Location through gpsd's libgps (libgps-dev)"),
+        .trait(name: "V4L2", description: "Cameras through V4L2 and libv4l2 (libv4l-dev)"),
+        .trait(name: "ALSA", description: "Microphones and alert sounds through ALSA (libasound2-dev)"),
+        .trait(name: "Fprintd", description: "Fingerprint sensors through fprintd on the system D-Bus"),
+        .trait(name: "Evdev", description: "Haptics through evdev force feedback (kernel headers only)"),
+        .default(enabledTraits: ["NFC", "GPS", "V4L2", "ALSA", "Fprintd", "Evdev"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        // The core: protocols, values, errors, configuration, registry, NDEF, state files.
+        .target(
+            name: "FieldHAL",
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
+            swiftSettings: strictSwift
+        ),
+        // Secrets at rest, over libsodium (a hard dependency: no trait).
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "CSodium"], swiftSettings: strictSwift),
+
+        // C libraries of the real backends, each built only when its trait is on.
+        .systemLibrary(name: "CNFC", pkgConfig: "libnfc", providers: [.apt(["libnfc-dev"])]),
+        .systemLibrary(name: "CGPS", pkgConfig: "libgps", providers: [.apt(["libgps-dev"])]),
+        .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
+        .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+        .systemLibrary(name: "CEvdev"),
+
+        // Plugins: one folder each. A plugin imports the core and its own C module only.
+        .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
+
+        // The list of compiled-in plugins: the only place that names them all.
+        .target(
+            name: "FieldHALPlugins",
+            dependencies: ["FieldHAL", "FakePlugin"] + backendTraits.compactMap { entry in
+                entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
+            },
+            swiftSettings: strictSwift
+        ),
+
+        .executableTarget(
+            name: "fieldhal",
+            dependencies: [
+                "FieldHAL", "FieldHALVault", "FieldHALPlugins",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSwift
+        ),
+
+        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault"], swiftSettings: strictSwift),
+        .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal"], swiftSettings: strictSwift),
+    ]
+)

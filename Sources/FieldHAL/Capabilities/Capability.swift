@@ -1,0 +1,62 @@
+/// The kinds of hardware FieldHAL abstracts. The raw value is the configuration
+/// section that chooses the capability's plugin (`[gps]`, `[nfc_emulator]`, …).
+public enum Capability: String, Sendable, Codable, CaseIterable, Comparable, CustomStringConvertible {
+    case nfcReader = "nfc"
+    case nfcEmulator = "nfc_emulator"
+    case location = "gps"
+    case camera
+    case microphone
+    case haptics
+    case biometrics
+
+    public var description: String { rawValue }
+
+    public static func < (lhs: Capability, rhs: Capability) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}
+
+/// What every opened device has in common: a name for messages and a way to let go.
+public protocol Device: Sendable {
+    /// The device as a technician would name it: `/dev/video0`, `gpsd localhost:2947`,
+    /// `pn532_uart:/dev/ttyUSB0`. Used in errors and `fieldhal status`.
+    var deviceName: String { get }
+
+    /// Releases the device. Afterwards every call throws. Safe to call twice.
+    func close() async
+}
+
+/// An opened capability, as a plugin hands it to the kit.
+public enum CapabilityProvider: Sendable {
+    case nfcReader(any NFCReader)
+    case nfcEmulator(any NFCTagEmulator)
+    case location(any LocationProvider)
+    case camera(any Camera)
+    case microphone(any Microphone)
+    case haptics(any HapticsEngine)
+    case biometrics(any BiometricAuthenticator)
+
+    public var capability: Capability {
+        switch self {
+        case .nfcReader: .nfcReader
+        case .nfcEmulator: .nfcEmulator
+        case .location: .location
+        case .camera: .camera
+        case .microphone: .microphone
+        case .haptics: .haptics
+        case .biometrics: .biometrics
+        }
+    }
+
+    public var device: any Device {
+        switch self {
+        case .nfcReader(let device): device
+        case .nfcEmulator(let device): device
+        case .location(let device): device
+        case .camera(let device): device
+        case .microphone(let device): device
+        case .haptics(let device): device
+        case .biometrics(let device): device
+        }
+    }
+}

@@ -1,0 +1,152 @@
+import Foundation
+
+/// How good a position is, as gpsd reports it.
+public enum FixMode: String, Sendable, Codable, Comparable {
+    case noFix = "no-fix"
+    case twoD = "2d"
+    case threeD = "3d"
+
+    private var rank: Int { self == .noFix ? 0 : self == .twoD ? 1 : 2 }
+    public static func < (lhs: FixMode, rhs: FixMode) -> Bool { lhs.rank < rhs.rank }
+}
+
+/// One position report. Units: degrees, metres, metres per second, degrees from true north.
+public struct Fix: Sendable, Equatable, Codable {
+    public var mode: FixMode
+    public var latitude: Double?
+    public var longitude: Double?
+    public var altitude: Double?
+    /// Horizontal accuracy, metres (expo-location's `accuracy`; gpsd's `eph`).
+    public var horizontalAccuracy: Double?
+    /// Vertical accuracy, metres (gpsd's `epv`).
+    public var verticalAccuracy: Double?
+    public var speed: Double?
+    /// Course over ground (gpsd's `track`, expo-location's `heading`).
+    public var course: Double?
+    /// The receiver's time of the fix.
+    public var time: Date
+    public var satellitesUsed: Int?
+
+    public init(
+        mode: FixMode, latitude: Double? = nil, longitude: Double? = nil, altitude: Double? = nil,
+        horizontalAccuracy: Double? = nil, verticalAccuracy: Double? = nil, speed: Double? = nil,
+        course: Double? = nil, time: Date, satellitesUsed: Int? = nil
+    ) {
+        self.mode = mode
+        self.latitude = latitude
+        self.longitude = longitude
+        self.altitude = altitude
+        self.horizontalAccuracy = horizontalAccuracy
+        self.verticalAccuracy = verticalAccuracy
+        self.speed = speed
+        self.course = course
+        self.time = time
+        self.satellitesUsed = satellitesUsed
+    }
+
+    /// A fix with a position (2D or 3D and both coordinates present).
+    public var hasPosition: Bool { mode >= .twoD && latitude != nil && longitude != nil }
+}
+
+/// What `currentFix` asks for. Defaults follow seed 000 Req 10: five seconds, then cache.
+public struct FixRequest: Sendable, Equatable {
+    /// How long to wait for a live fix.
+    public var timeout: Duration
+    /// The oldest cached fix that may stand in for a live one; `nil` never uses the cache.
+    public var maxAge: Duration?
+    /// The worst horizontal accuracy (metres) accepted, live or cached; `nil` accepts any.
+    public var requiredAccuracy: Double?
+    /// The least fix mode accepted.
+    public var minimumMode: FixMode
+
+    public init(timeout: Duration = .seconds(5), maxAge: Duration? = .seconds(300),
+                requiredAccuracy: Double? = nil, minimumMode: FixMode = .twoD) {
+        self.timeout = timeout
+        self.maxAge = maxAge
+        self.requiredAccuracy = requiredAccuracy
+        self.minimumMode = minimumMode
+    }
+
+    /// Whether `fix` is of the wanted quality (mode and accuracy; age is the caller's).
+    public func accepts(_ fix: Fix) -> Bool {
+        guard fix.hasPosition, fix.mode >= minimumMode else { return false }
+        guard let requiredAccuracy else { return true }
+        guard let accuracy = fix.horizontalAccuracy else { return false }
+        return accuracy <= requiredAccuracy
+    }
+}
+
+/// A fix and where it came from.
+public struct LocationReading: Sendable, Equatable, Codable {
+    public enum Source: String, Sendable, Codable { case live, cached }
+    public var fix: Fix
+    public var source: Source
+    /// Seconds between the fix's time and the moment it was returned.
+    public var age: Double
+
+    public init(fix: Fix, source: Source, age: Double) {
+        self.fix = fix
+        self.source = source
+        self.age = age
+    }
+}
+
+/// A position source: gpsd, or the fake's scripted track.
+///
+/// A backend provides the watch stream and the last fix it saw; `currentFix` is built on
+/// them here, so every backend answers it the same way.
+public protocol LocationProvider: Device {
+    /// Fixes as they arrive (including no-fix reports), until the consumer stops iterating
+    /// or cancels. A lost receiver or daemon ends the stream with a `FieldHALError`.
+    func watch() -> AsyncThrowingStream<Fix, any Error>
+
+    /// The most recent fix with a position that this provider has seen, if any.
+    func lastKnownFix() async -> Fix?
+
+    /// The first fix of the wanted quality within the timeout, else a young enough cached
+    /// fix, else `FieldHALError.noFix`.
+    func currentFix(_ request: FixRequest) async throws -> LocationReading
+}
+
+extension LocationProvider {
+    public func currentFix(_ request: FixRequest = FixRequest()) async throws -> LocationReading {
+        try await resolveCurrentFix(request, now: Date.init)
+    }
+
+    /// `currentFix` with an injectable clock, for tests.
+    public func resolveCurrentFix(_ request: FixRequest, now: @Sendable () -> Date) async throws -> LocationReading {
+        let subject = "gps \(deviceName)"
+        var liveError: (any Error)?
+        do {
+            let live: Fix? = try await withDeadline(request.timeout) {
+                for try await fix in self.watch() where request.accepts(fix) {
+                    return fix
+                }
+                return nil
+            }
+            if let live {
+                return LocationReading(fix: live, source: .live, age: max(0, now().timeIntervalSince(live.time)))
+            }
+        } catch let error as FieldHALError where error.kind == .timeout {
+            liveError = nil  // fall through to the cache
+        } catch let error as FieldHALError where error.kind == .cancelled {
+            throw error
+        } catch is CancellationError {
+            throw FieldHALError.cancelled(subject)
+        } catch {
+            liveError = error
+        }
+        if let maxAge = request.maxAge, let cached = await lastKnownFix(), request.accepts(cached) {
+            let age = now().timeIntervalSince(cached.time)
+            if age <= maxAge.seconds {
+                return LocationReading(fix: cached, source: .cached, age: max(0, age))
+            }
+        }
+        var detail = "no fix within \(request.timeout.secondsDescription)"
+        if let requiredAccuracy = request.requiredAccuracy { detail += " at \(requiredAccuracy) m or better" }
+        if request.maxAge != nil { detail += ", and no cached fix young enough" }
+        if let liveError { detail += " (\(liveError))" }
+        throw FieldHALError(.noFix, subject: subject, detail: detail,
+                            advice: "check the antenna has a view of the sky, or raise --timeout / --max-age")
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+/// PCM sample formats FieldHAL records (ALSA's names).
+public enum SampleFormat: String, Sendable, Codable {
+    case s16le = "S16_LE"
+    case s32le = "S32_LE"
+
+    public var bytesPerSample: Int { self == .s16le ? 2 : 4 }
+}
+
+/// What a recording asks for.
+public struct RecordingRequest: Sendable, Equatable {
+    public var duration: Duration
+    public var sampleRate: Int
+    public var channels: Int
+    public var format: SampleFormat
+
+    public init(duration: Duration, sampleRate: Int = 44_100, channels: Int = 1, format: SampleFormat = .s16le) {
+        self.duration = duration
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.format = format
+    }
+
+    /// Rejects rates, channel counts and durations no backend should be asked for.
+    public func validate(subject: String) throws {
+        guard (8_000...192_000).contains(sampleRate) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "sample rate \(sampleRate) Hz is outside 8000–192000")
+        }
+        guard (1...8).contains(channels) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "\(channels) channels is outside 1–8")
+        }
+        guard duration > .zero, duration <= .seconds(6 * 3600) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "duration \(duration.secondsDescription) is outside (0, 6 h]")
+        }
+    }
+
+    public var frameCount: Int { Int((duration.seconds * Double(sampleRate)).rounded()) }
+}
+
+/// A finished recording on disk (expo-av's `Recording` status, with levels).
+public struct AudioRecording: Sendable, Equatable, Codable {
+    public var path: String
+    public var sampleRate: Int
+    public var channels: Int
+    public var format: SampleFormat
+    public var frames: Int
+    /// Peak and RMS level over the whole recording, dBFS in expo-av's range −160…0.
+    public var peakDBFS: Double
+    public var rmsDBFS: Double
+    /// Capture overruns the backend recovered from.
+    public var overruns: Int
+
+    public init(path: String, sampleRate: Int, channels: Int, format: SampleFormat, frames: Int,
+                peakDBFS: Double, rmsDBFS: Double, overruns: Int = 0) {
+        self.path = path
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.format = format
+        self.frames = frames
+        self.peakDBFS = peakDBFS
+        self.rmsDBFS = rmsDBFS
+        self.overruns = overruns
+    }
+
+    public var durationSeconds: Double { Double(frames) / Double(sampleRate) }
+}
+
+public protocol Microphone: Device {
+    /// Records to a WAV file at `path`, streamed to disk. The file appears at `path` only
+    /// when complete (written beside it, then renamed); cancelling leaves no file.
+    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording
+}

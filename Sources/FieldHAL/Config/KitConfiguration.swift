@@ -1,0 +1,206 @@
+import Foundation
+import TOMLKit
+
+/// The parsed configuration file: which plugin serves each capability, with what
+/// parameters, and the kit-wide settings. Everything is checked against the registry as it
+/// is parsed, so a loaded configuration never names an unknown plugin, key or type.
+///
+/// ```toml
+/// [kit]
+/// state_dir = "/var/lib/fieldhal"
+///
+/// [gps]
+/// plugin = "gpsd"
+/// host = "localhost"
+/// ```
+public struct KitConfiguration: Sendable {
+    public struct Section: Sendable {
+        public var capability: Capability
+        public var plugin: String
+        /// `enabled = false` keeps a section in the file but loads nothing for it.
+        public var isEnabled: Bool
+        public var parameters: PluginParameters
+    }
+
+    /// Where the configuration came from, for messages.
+    public var file: String
+    /// The directory relative paths in parameters are resolved against.
+    public var directory: String
+    public var sections: [Capability: Section]
+    /// Non-capability tables (`[kit]`, and those later flows add), by table name.
+    public var settings: [String: PluginParameters]
+
+    /// The default location, as a packaged install has it.
+    public static let defaultPath = "/etc/fieldhal/fieldhal.toml"
+
+    /// The kit-wide settings the core itself understands.
+    public static let coreSettings: [String: [ParameterSpec]] = [
+        "kit": [
+            ParameterSpec("state_dir", .string, help: "state directory (default /var/lib/fieldhal)"),
+            ParameterSpec("name", .string, help: "a name for this kit, shown by `fieldhal status`"),
+        ],
+    ]
+
+    /// Reads and checks the file at `path`.
+    public static func load(path: String, registry: PluginRegistry,
+                            settings: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            let reason = FileManager.default.fileExists(atPath: path)
+                ? "cannot be read (\(errnoDescription(of: error)))" : "does not exist"
+            throw ConfigError(file: path, message: "configuration file \(reason)")
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        return try parse(text, file: path, directory: directory.isEmpty ? "." : directory,
+                         registry: registry, settings: settings)
+    }
+
+    /// Parses and checks configuration text. `file` labels messages.
+    public static func parse(_ text: String, file: String, directory: String, registry: PluginRegistry,
+                             settings settingSpecs: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
+        let root: [String: ConfigValue]
+        do {
+            root = ConfigValue.convert(try TOMLTable(string: text))
+        } catch let error as TOMLParseError {
+            throw ConfigError(file: file, line: error.source.begin.line, message: "not valid TOML: \(error.description)")
+        } catch {
+            throw ConfigError(file: file, message: "not valid TOML: \(error)")
+        }
+        let checker = Checker(file: file, locator: TOMLKeyLocator(source: text))
+        var configuration = KitConfiguration(file: file, directory: directory, sections: [:], settings: [:])
+        for key in root.keys.sorted() {
+            guard case .table(let table)? = root[key] else {
+                throw checker.error([key], "expected a table such as [\(key)], found \(root[key]!.typeName)")
+            }
+            if let capability = Capability(rawValue: key) {
+                configuration.sections[capability] = try checker.section(capability, table, registry: registry)
+            } else if let specs = settingSpecs[key] {
+                configuration.settings[key] = PluginParameters(try checker.check(table, against: specs, at: [key]))
+            } else {
+                let known = (Capability.allCases.map(\.rawValue) + settingSpecs.keys.sorted()).joined(separator: ", ")
+                throw checker.error([key], "unknown section; known sections are \(known)")
+            }
+        }
+        return configuration
+    }
+
+    /// The configured state directory, if the file sets one.
+    public var stateDirectory: String? { settings["kit"]?.string("state_dir") }
+}
+
+/// Checks tables against parameter specs, producing errors with file and line.
+private struct Checker {
+    let file: String
+    let locator: TOMLKeyLocator
+
+    func error(_ path: [String], _ message: String) -> ConfigError {
+        ConfigError(file: file, key: path.joined(separator: "."), line: locator.line(of: path), message: message)
+    }
+
+    func section(_ capability: Capability, _ table: [String: ConfigValue],
+                 registry: PluginRegistry) throws(ConfigError) -> KitConfiguration.Section {
+        let path = [capability.rawValue]
+        guard let pluginValue = table["plugin"] else {
+            throw error(path + ["plugin"], "missing; say which plugin serves \(capability): \(registry.names(providing: capability).joined(separator: ", "))")
+        }
+        guard case .string(let pluginName) = pluginValue else {
+            throw error(path + ["plugin"], "expected a string, found \(pluginValue.typeName) \(pluginValue)")
+        }
+        guard let plugin = registry.plugin(named: pluginName) else {
+            let known = registry.all.map(\.name).joined(separator: ", ")
+            throw error(path + ["plugin"], "unknown plugin \"\(pluginName)\"; this build has: \(known)")
+        }
+        guard let specs = plugin.capabilities[capability] else {
+            throw error(path + ["plugin"], "plugin \"\(pluginName)\" does not provide \(capability); plugins that do: \(registry.names(providing: capability).joined(separator: ", "))")
+        }
+        var enabled = true
+        if let value = table["enabled"] {
+            guard case .boolean(let flag) = value else {
+                throw error(path + ["enabled"], "expected true or false, found \(value.typeName) \(value)")
+            }
+            enabled = flag
+        }
+        var parameters = table
+        parameters["plugin"] = nil
+        parameters["enabled"] = nil
+        let checked = try check(parameters, against: specs, at: path)
+        return KitConfiguration.Section(capability: capability, plugin: pluginName, isEnabled: enabled,
+                                        parameters: PluginParameters(checked))
+    }
+
+    func check(_ table: [String: ConfigValue], against specs: [ParameterSpec],
+               at path: [String]) throws(ConfigError) -> [String: ConfigValue] {
+        for key in table.keys.sorted() where !specs.contains(where: { $0.name == key }) {
+            let known = specs.map(\.name).sorted().joined(separator: ", ")
+            throw error(path + [key], "unknown key; " + (known.isEmpty ? "this section takes no parameters" : "known keys are \(known)"))
+        }
+        var checked = table
+        for spec in specs {
+            guard let value = table[spec.name] else {
+                if spec.isRequired { throw error(path + [spec.name], "missing; \(spec.help)") }
+                continue
+            }
+            checked[spec.name] = try check(value, against: spec, at: path + [spec.name])
+        }
+        return checked
+    }
+
+    private func check(_ value: ConfigValue, against spec: ParameterSpec, at path: [String]) throws(ConfigError) -> ConfigValue {
+        let wrongType = error(path, "expected \(spec.type), found \(value.typeName) \(value)")
+        switch (spec.type, value) {
+        case (.string, .string), (.integer, .integer), (.boolean, .boolean), (.number, .float), (.number, .integer):
+            return value
+        case (.strings, .array(let items)):
+            for (index, item) in items.enumerated() {
+                guard case .string = item else {
+                    throw error(path, "item \(index + 1): expected a string, found \(item.typeName) \(item)")
+                }
+            }
+            return value
+        case (.records(let fields), .array(let items)):
+            var checkedItems: [ConfigValue] = []
+            for (index, item) in items.enumerated() {
+                guard case .table(let table) = item else {
+                    throw error(path, "item \(index + 1): expected a table, found \(item.typeName) \(item)")
+                }
+                // Name the item in messages: `gps.track[3].lat`.
+                var itemPath = path
+                itemPath[itemPath.count - 1] += "[\(index + 1)]"
+                checkedItems.append(.table(try check(table, against: fields, at: itemPath)))
+            }
+            return .array(checkedItems)
+        default:
+            throw wrongType
+        }
+    }
+}
+
+extension ConfigValue {
+    static func convert(_ table: TOMLTable) -> [String: ConfigValue] {
+        var result: [String: ConfigValue] = [:]
+        for (key, value) in table { result[key] = convert(value) }
+        return result
+    }
+
+    static func convert(_ value: any TOMLValueConvertible) -> ConfigValue {
+        switch value.type {
+        case .table: .table(convert(value.table!))
+        case .array: .array(value.array!.map { convert($0) })
+        case .string: .string(value.string!)
+        case .int: .integer(value.int!)
+        case .double: .float(value.double!)
+        case .bool: .boolean(value.bool!)
+        case .date, .time, .dateTime: .dateTime(String(describing: value))
+        }
+    }
+}
+
+func errnoDescription(of error: any Error) -> String {
+    let nsError = error as NSError
+    if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+        return String(cString: strerror(Int32(underlying.code)))
+    }
+    return nsError.localizedDescription
+}

@@ -1,0 +1,142 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Writes a file so that, whatever happens and whenever the process dies, the path holds
+/// either its old content or the complete new content — never a torn file.
+///
+/// The bytes go to a temporary file in the same directory; `commit()` fsyncs it, renames
+/// it over the destination and fsyncs the directory so the rename itself is durable.
+/// Dropping the writer without committing removes the temporary file.
+public final class AtomicFileWriter {
+    /// Points at which a test can make a write fail, as if the process died there.
+    public enum Step: String, Sendable, CaseIterable {
+        case createdTemporary, wroteSome, wroteAll, syncedFile, renamed
+    }
+
+    public let path: String
+    private let temporaryPath: String
+    private var descriptor: Int32
+    private var committed = false
+    private let faultInjection: (@Sendable (Step) throws -> Void)?
+    private var bytesWritten = 0
+
+    /// Creates the temporary file with `mode` (0600 by default: state is private).
+    public init(path: String, mode: mode_t = 0o600, faultInjection: (@Sendable (Step) throws -> Void)? = nil) throws {
+        self.path = path
+        self.faultInjection = faultInjection
+        let directory = Self.directory(of: path)
+        let name = String(path.split(separator: "/").last ?? Substring(path))
+        temporaryPath = "\(directory)/.\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { throw Self.ioError(path, "create \(temporaryPath)") }
+        // open() applies the umask; the mode asked for is the mode meant.
+        fchmod(descriptor, mode)
+        try inject(.createdTemporary)
+    }
+
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+        if !committed { unlink(temporaryPath) }
+    }
+
+    /// Appends bytes to the temporary file.
+    public func write(_ bytes: UnsafeRawBufferPointer) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let result = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw Self.ioError(path, "write")
+            }
+            offset += result
+            bytesWritten += result
+            if bytesWritten > 0 { try inject(.wroteSome) }
+        }
+    }
+
+    public func write(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try write($0) }
+    }
+
+    /// Overwrites bytes already written (a WAV header's sizes, once they are known).
+    public func write(_ bytes: [UInt8], at offset: Int) throws {
+        let result = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(offset)) }
+        guard result == bytes.count else { throw Self.ioError(path, "write at \(offset)") }
+    }
+
+    /// Makes the new content durable and visible at `path`.
+    public func commit() throws {
+        try inject(.wroteAll)
+        guard fsync(descriptor) == 0 else { throw Self.ioError(path, "fsync") }
+        try inject(.syncedFile)
+        guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
+        descriptor = -1
+        guard rename(temporaryPath, path) == 0 else { throw Self.ioError(path, "rename into place") }
+        committed = true
+        try inject(.renamed)
+        try Self.syncDirectory(Self.directory(of: path))
+    }
+
+    private func inject(_ step: Step) throws {
+        try faultInjection?(step)
+    }
+
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// fsync on a directory makes the entries created or renamed in it durable.
+    static func syncDirectory(_ directory: String) throws {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw ioError(directory, "open directory") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw ioError(directory, "fsync directory") }
+    }
+
+    static func ioError(_ path: String, _ operation: String, errno code: Int32 = errno) -> FieldHALError {
+        let advice: String? = switch code {
+        case EACCES, EPERM: "check the owner and mode of the directory, or run as the fieldhal user"
+        case ENOSPC, EDQUOT: "free some disk space"
+        case EROFS: "the file system is read-only; point --state-dir at a writable directory"
+        case ENOENT: "create the directory, or point --state-dir elsewhere"
+        default: nil
+        }
+        return FieldHALError(.io, subject: path, detail: "\(operation): \(String(cString: strerror(code)))", advice: advice)
+    }
+}
+
+/// Whole-file atomic writes and plain reads.
+public enum AtomicFile {
+    /// Replaces the file at `path` with `bytes`, atomically and durably.
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o600,
+                             faultInjection: (@Sendable (AtomicFileWriter.Step) throws -> Void)? = nil) throws {
+        let writer = try AtomicFileWriter(path: path, mode: mode, faultInjection: faultInjection)
+        try writer.write(bytes)
+        try writer.commit()
+    }
+
+    /// The file's bytes, or `nil` if it does not exist.
+    public static func read(_ path: String) throws -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            throw AtomicFileWriter.ioError(path, "open")
+        }
+        defer { close(fd) }
+        var result: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw AtomicFileWriter.ioError(path, "read")
+            }
+            if count == 0 { return result }
+            result += buffer[0..<count]
+        }
+    }
+}
