@@ -1,1 +1,58 @@
+import FakePlugin
 import FieldHAL
+
+// The real backends' C modules are linked only when their traits are on. Importing them
+// here makes `swift build` check that each enabled library's headers are installed.
+#if NFC
+import CNFC
+#endif
+#if GPS
+import CGPS
+#endif
+#if V4L2
+import CV4L2
+#endif
+#if ALSA
+import CALSA
+#endif
+#if Evdev
+import CEvdev
+#endif
+
+/// The plugins compiled into this build. This list is the one place that names them: a
+/// new backend adds its folder, its target in Package.swift, and a line here.
+public enum BuiltinPlugins {
+    public static var registry: PluginRegistry {
+        var plugins: [PluginDescriptor] = [FakePlugin.descriptor]
+        plugins += realBackends
+        return PluginRegistry(plugins)
+    }
+
+    /// Real backends land with their issues (gpsd, libnfc, fprintd, V4L2, ALSA, evdev);
+    /// until one is built it is not listed, so nothing claims hardware support it lacks.
+    static var realBackends: [PluginDescriptor] { [] }
+
+    /// The traits this binary was built with, for `fieldhal plugins`.
+    public static var enabledTraits: [String] {
+        var traits: [String] = []
+        #if NFC
+        traits.append("NFC")
+        #endif
+        #if GPS
+        traits.append("GPS")
+        #endif
+        #if V4L2
+        traits.append("V4L2")
+        #endif
+        #if ALSA
+        traits.append("ALSA")
+        #endif
+        #if Fprintd
+        traits.append("Fprintd")
+        #endif
+        #if Evdev
+        traits.append("Evdev")
+        #endif
+        return traits
+    }
+}

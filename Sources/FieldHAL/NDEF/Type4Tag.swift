@@ -97,9 +97,11 @@ public struct Type4TagApplication: Sendable {
 public enum Type4NDEFReader {
     /// Reads the NDEF message through `transceive`, which sends one command APDU and
     /// returns the response APDU. Any unexpected status word or length throws.
-    public static func readMessage(transceive: (_ command: [UInt8]) async throws -> [UInt8]) async throws -> NDEFMessage {
-        func exchange(_ command: [UInt8], _ step: String) async throws -> [UInt8] {
-            let response = try await transceive(command)
+    /// It is synchronous because on real hardware the whole exchange runs on the device's
+    /// own thread, where each transceive blocks.
+    public static func readMessage(transceive: (_ command: [UInt8]) throws -> [UInt8]) throws -> NDEFMessage {
+        func exchange(_ command: [UInt8], _ step: String) throws -> [UInt8] {
+            let response = try transceive(command)
             guard response.count >= 2 else { throw NDEFError.truncated("\(step): response of \(response.count) bytes") }
             let status = Array(response.suffix(2))
             guard status == Type4TagApplication.StatusWord.ok else {
@@ -108,16 +110,16 @@ public enum Type4NDEFReader {
             return Array(response.dropLast(2))
         }
         let aid = Type4TagApplication.ndefApplicationID
-        _ = try await exchange([0x00, 0xA4, 0x04, 0x00, UInt8(aid.count)] + aid + [0x00], "select NDEF application")
-        _ = try await exchange([0x00, 0xA4, 0x00, 0x0C, 0x02] + Type4TagApplication.capabilityContainerFileID, "select CC file")
-        let cc = try await exchange([0x00, 0xB0, 0x00, 0x00, 0x0F], "read CC file")
+        _ = try exchange([0x00, 0xA4, 0x04, 0x00, UInt8(aid.count)] + aid + [0x00], "select NDEF application")
+        _ = try exchange([0x00, 0xA4, 0x00, 0x0C, 0x02] + Type4TagApplication.capabilityContainerFileID, "select CC file")
+        let cc = try exchange([0x00, 0xB0, 0x00, 0x00, 0x0F], "read CC file")
         guard cc.count >= 15 else { throw NDEFError.truncated("capability container of \(cc.count) bytes") }
         let maxResponse = max(1, min(Int(cc[3]) << 8 | Int(cc[4]), 0xFF))
         guard cc[7] == 0x04 else { throw NDEFError.malformed("capability container has no NDEF File Control TLV") }
         let fileID = [cc[9], cc[10]]
         let maxFileSize = Int(cc[11]) << 8 | Int(cc[12])
-        _ = try await exchange([0x00, 0xA4, 0x00, 0x0C, 0x02] + fileID, "select NDEF file")
-        let lengthBytes = try await exchange([0x00, 0xB0, 0x00, 0x00, 0x02], "read NDEF length")
+        _ = try exchange([0x00, 0xA4, 0x00, 0x0C, 0x02] + fileID, "select NDEF file")
+        let lengthBytes = try exchange([0x00, 0xB0, 0x00, 0x00, 0x02], "read NDEF length")
         guard lengthBytes.count == 2 else { throw NDEFError.truncated("NDEF length field of \(lengthBytes.count) bytes") }
         let length = Int(lengthBytes[0]) << 8 | Int(lengthBytes[1])
         guard length + 2 <= maxFileSize else {
@@ -127,7 +129,7 @@ public enum Type4NDEFReader {
         while ndef.count < length {
             let offset = 2 + ndef.count
             let chunk = min(maxResponse, length - ndef.count)
-            let body = try await exchange([0x00, 0xB0, UInt8(offset >> 8), UInt8(offset & 0xFF), UInt8(chunk)], "read NDEF at \(offset)")
+            let body = try exchange([0x00, 0xB0, UInt8(offset >> 8), UInt8(offset & 0xFF), UInt8(chunk)], "read NDEF at \(offset)")
             guard !body.isEmpty, body.count <= chunk else { throw NDEFError.malformed("READ BINARY returned \(body.count) bytes for \(chunk)") }
             ndef += body
         }

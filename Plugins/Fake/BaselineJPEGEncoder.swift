@@ -1,0 +1,238 @@
+/// A small baseline JPEG encoder (ITU T.81, JFIF, YCbCr 4:4:4, the standard tables of
+/// Annex K) for the fake camera's test pattern. Real cameras deliver MJPEG or use
+/// libturbojpeg in the V4L2 plugin; the fake must build on a machine with no libraries.
+struct BaselineJPEGEncoder {
+    let quality: Int
+
+    init(quality: Int) {
+        self.quality = min(100, max(1, quality))
+    }
+
+    /// Encodes `width`×`height` RGB pixels, `rgb[(y * width + x) * 3 + channel]`.
+    func encode(rgb: [UInt8], width: Int, height: Int) -> [UInt8] {
+        precondition(rgb.count == width * height * 3 && width > 0 && height > 0 && width < 65536 && height < 65536)
+        let luminanceTable = Self.scaled(Self.luminanceQuantization, quality: quality)
+        let chrominanceTable = Self.scaled(Self.chrominanceQuantization, quality: quality)
+        var out: [UInt8] = [0xFF, 0xD8]
+        out += [0xFF, 0xE0, 0x00, 0x10] + Array("JFIF".utf8) + [0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00]
+        out += [0xFF, 0xDB, 0x00, 0x84, 0x00] + Self.zigzag.map { luminanceTable[$0] }
+        out += [0x01] + Self.zigzag.map { chrominanceTable[$0] }
+        out += [0xFF, 0xC0, 0x00, 0x11, 0x08, UInt8(height >> 8), UInt8(height & 0xFF), UInt8(width >> 8), UInt8(width & 0xFF), 0x03,
+                0x01, 0x11, 0x00, 0x02, 0x11, 0x01, 0x03, 0x11, 0x01]
+        for table in [Self.dcLuminance, Self.acLuminance, Self.dcChrominance, Self.acChrominance] {
+            out += [0xFF, 0xC4, UInt8((3 + 16 + table.values.count) >> 8), UInt8((3 + 16 + table.values.count) & 0xFF), table.classAndID]
+            out += table.counts + table.values
+        }
+        out += [0xFF, 0xDA, 0x00, 0x0C, 0x03, 0x01, 0x00, 0x02, 0x11, 0x03, 0x11, 0x00, 0x3F, 0x00]
+
+        var bits = BitWriter()
+        var previousDC = [0, 0, 0]
+        let luminanceCodes = (Self.dcLuminance.codes, Self.acLuminance.codes)
+        let chrominanceCodes = (Self.dcChrominance.codes, Self.acChrominance.codes)
+        var block = [Double](repeating: 0, count: 64)
+        for blockY in stride(from: 0, to: height, by: 8) {
+            for blockX in stride(from: 0, to: width, by: 8) {
+                for component in 0..<3 {
+                    for y in 0..<8 {
+                        for x in 0..<8 {
+                            // Edge blocks repeat the last row and column.
+                            let pixel = (min(blockY + y, height - 1) * width + min(blockX + x, width - 1)) * 3
+                            let r = Double(rgb[pixel]), g = Double(rgb[pixel + 1]), b = Double(rgb[pixel + 2])
+                            block[y * 8 + x] = switch component {
+                            case 0: 0.299 * r + 0.587 * g + 0.114 * b - 128
+                            case 1: -0.168736 * r - 0.331264 * g + 0.5 * b
+                            default: 0.5 * r - 0.418688 * g - 0.081312 * b
+                            }
+                        }
+                    }
+                    let table = component == 0 ? luminanceTable : chrominanceTable
+                    let codes = component == 0 ? luminanceCodes : chrominanceCodes
+                    let coefficients = Self.quantizedDCT(block, table: table)
+                    Self.encodeBlock(coefficients, previousDC: &previousDC[component], dc: codes.0, ac: codes.1, into: &bits)
+                }
+            }
+        }
+        bits.flush()
+        out += bits.bytes
+        out += [0xFF, 0xD9]
+        return out
+    }
+
+    // MARK: Transform and entropy coding
+
+    private static let cosines: [Double] = (0..<64).map { index in
+        let x = Double(index / 8), u = Double(index % 8)
+        return cos((2 * x + 1) * u * .pi / 16)
+    }
+
+    /// The 2-D DCT-II of an 8×8 block, quantized, in zigzag order.
+    private static func quantizedDCT(_ block: [Double], table: [UInt8]) -> [Int] {
+        var rows = [Double](repeating: 0, count: 64)
+        for y in 0..<8 {
+            for u in 0..<8 {
+                var sum = 0.0
+                for x in 0..<8 { sum += block[y * 8 + x] * cosines[x * 8 + u] }
+                rows[y * 8 + u] = sum
+            }
+        }
+        var result = [Int](repeating: 0, count: 64)
+        for v in 0..<8 {
+            for u in 0..<8 {
+                var sum = 0.0
+                for y in 0..<8 { sum += rows[y * 8 + u] * cosines[y * 8 + v] }
+                let scale = (u == 0 ? 1 / 2.0.squareRoot() : 1) * (v == 0 ? 1 / 2.0.squareRoot() : 1) / 4
+                result[v * 8 + u] = Int((sum * scale / Double(table[v * 8 + u])).rounded())
+            }
+        }
+        return zigzag.map { result[$0] }
+    }
+
+    private static func encodeBlock(_ coefficients: [Int], previousDC: inout Int, dc: [HuffmanCode], ac: [HuffmanCode],
+                                    into bits: inout BitWriter) {
+        let difference = coefficients[0] - previousDC
+        previousDC = coefficients[0]
+        let dcSize = magnitudeSize(difference)
+        bits.write(dc[dcSize])
+        bits.write(amplitudeBits(difference, size: dcSize), count: dcSize)
+        var run = 0
+        for index in 1..<64 {
+            let value = coefficients[index]
+            if value == 0 { run += 1; continue }
+            while run > 15 {
+                bits.write(ac[0xF0])
+                run -= 16
+            }
+            let size = magnitudeSize(value)
+            bits.write(ac[run << 4 | size])
+            bits.write(amplitudeBits(value, size: size), count: size)
+            run = 0
+        }
+        if run > 0 { bits.write(ac[0x00]) }
+    }
+
+    private static func magnitudeSize(_ value: Int) -> Int {
+        var magnitude = abs(value), size = 0
+        while magnitude > 0 { size += 1; magnitude >>= 1 }
+        return size
+    }
+
+    /// Negative values are sent as their one's complement in `size` bits (T.81 F.1.2.1).
+    private static func amplitudeBits(_ value: Int, size: Int) -> Int {
+        value >= 0 ? value : value + (1 << size) - 1
+    }
+
+    // MARK: Tables (ITU T.81 Annex K)
+
+    static let zigzag: [Int] = [
+        0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14, 21, 28,
+        35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+    ]
+
+    static let luminanceQuantization: [Int] = [
+        16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
+        14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+        49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99,
+    ]
+
+    static let chrominanceQuantization: [Int] = [
+        17, 18, 24, 47, 99, 99, 99, 99, 18, 21, 26, 66, 99, 99, 99, 99, 24, 26, 56, 99, 99, 99, 99, 99,
+        47, 66, 99, 99, 99, 99, 99, 99,
+    ] + [Int](repeating: 99, count: 32)
+
+    /// The IJG quality scaling that libjpeg's `-quality` uses.
+    static func scaled(_ base: [Int], quality: Int) -> [UInt8] {
+        let scale = quality < 50 ? 5000 / quality : 200 - quality * 2
+        return base.map { UInt8(min(255, max(1, ($0 * scale + 50) / 100))) }
+    }
+
+    struct HuffmanTable {
+        let classAndID: UInt8
+        let counts: [UInt8]
+        let values: [UInt8]
+
+        /// Code for each symbol, built as T.81 Annex C describes.
+        var codes: [HuffmanCode] {
+            var codes = [HuffmanCode](repeating: HuffmanCode(bits: 0, length: 0), count: 256)
+            var code = 0, index = 0
+            for length in 1...16 {
+                for _ in 0..<Int(counts[length - 1]) {
+                    codes[Int(values[index])] = HuffmanCode(bits: code, length: length)
+                    code += 1
+                    index += 1
+                }
+                code <<= 1
+            }
+            return codes
+        }
+    }
+
+    static let dcLuminance = HuffmanTable(classAndID: 0x00, counts: [0, 1, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0],
+                                          values: Array(0...11))
+    static let dcChrominance = HuffmanTable(classAndID: 0x01, counts: [0, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0],
+                                            values: Array(0...11))
+    static let acLuminance = HuffmanTable(classAndID: 0x10, counts: [0, 2, 1, 3, 3, 2, 4, 3, 5, 5, 4, 4, 0, 0, 1, 0x7D], values: [
+        0x01, 0x02, 0x03, 0x00, 0x04, 0x11, 0x05, 0x12, 0x21, 0x31, 0x41, 0x06, 0x13, 0x51, 0x61, 0x07,
+        0x22, 0x71, 0x14, 0x32, 0x81, 0x91, 0xA1, 0x08, 0x23, 0x42, 0xB1, 0xC1, 0x15, 0x52, 0xD1, 0xF0,
+        0x24, 0x33, 0x62, 0x72, 0x82, 0x09, 0x0A, 0x16, 0x17, 0x18, 0x19, 0x1A, 0x25, 0x26, 0x27, 0x28,
+        0x29, 0x2A, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3A, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48, 0x49,
+        0x4A, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0x59, 0x5A, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69,
+        0x6A, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7A, 0x83, 0x84, 0x85, 0x86, 0x87, 0x88, 0x89,
+        0x8A, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7,
+        0xA8, 0xA9, 0xAA, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7, 0xB8, 0xB9, 0xBA, 0xC2, 0xC3, 0xC4, 0xC5,
+        0xC6, 0xC7, 0xC8, 0xC9, 0xCA, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8, 0xD9, 0xDA, 0xE1, 0xE2,
+        0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEA, 0xF1, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7, 0xF8,
+        0xF9, 0xFA,
+    ])
+    static let acChrominance = HuffmanTable(classAndID: 0x11, counts: [0, 2, 1, 2, 4, 4, 3, 4, 7, 5, 4, 4, 0, 1, 2, 0x77], values: [
+        0x00, 0x01, 0x02, 0x03, 0x11, 0x04, 0x05, 0x21, 0x31, 0x06, 0x12, 0x41, 0x51, 0x07, 0x61, 0x71,
+        0x13, 0x22, 0x32, 0x81, 0x08, 0x14, 0x42, 0x91, 0xA1, 0xB1, 0xC1, 0x09, 0x23, 0x33, 0x52, 0xF0,
+        0x15, 0x62, 0x72, 0xD1, 0x0A, 0x16, 0x24, 0x34, 0xE1, 0x25, 0xF1, 0x17, 0x18, 0x19, 0x1A, 0x26,
+        0x27, 0x28, 0x29, 0x2A, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3A, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48,
+        0x49, 0x4A, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0x59, 0x5A, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68,
+        0x69, 0x6A, 0x73, 0x74, 0x75, 0x76, 0x77, 0x78, 0x79, 0x7A, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87,
+        0x88, 0x89, 0x8A, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99, 0x9A, 0xA2, 0xA3, 0xA4, 0xA5,
+        0xA6, 0xA7, 0xA8, 0xA9, 0xAA, 0xB2, 0xB3, 0xB4, 0xB5, 0xB6, 0xB7, 0xB8, 0xB9, 0xBA, 0xC2, 0xC3,
+        0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9, 0xCA, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8, 0xD9, 0xDA,
+        0xE2, 0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEA, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7, 0xF8,
+        0xF9, 0xFA,
+    ])
+}
+
+struct HuffmanCode {
+    let bits: Int
+    let length: Int
+}
+
+/// MSB-first bit packing with JPEG's byte stuffing (0xFF is followed by 0x00).
+struct BitWriter {
+    private(set) var bytes: [UInt8] = []
+    private var accumulator = 0
+    private var count = 0
+
+    mutating func write(_ code: HuffmanCode) {
+        precondition(code.length > 0, "symbol without a Huffman code")
+        write(code.bits, count: code.length)
+    }
+
+    mutating func write(_ value: Int, count bitCount: Int) {
+        guard bitCount > 0 else { return }
+        accumulator = accumulator << bitCount | (value & ((1 << bitCount) - 1))
+        count += bitCount
+        while count >= 8 {
+            let byte = UInt8((accumulator >> (count - 8)) & 0xFF)
+            bytes.append(byte)
+            if byte == 0xFF { bytes.append(0x00) }
+            count -= 8
+            accumulator &= (1 << count) - 1
+        }
+    }
+
+    /// Pads the last byte with one-bits, as T.81 F.1.2.3 requires.
+    mutating func flush() {
+        if count > 0 { write((1 << (8 - count)) - 1, count: 8 - count) }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

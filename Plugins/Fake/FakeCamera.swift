@@ -1,0 +1,68 @@
+import FieldHAL
+import Foundation
+
+/// A camera that photographs a test pattern: eight colour bars over a grey ramp, with a
+/// frame counter band, encoded as a real baseline JPEG of the requested size.
+actor FakeCamera: Camera {
+    nonisolated let deviceName: String
+    private var frameNumber = 0
+
+    static let offeredFormats: [CameraFormat] = [
+        CameraFormat(pixelFormat: "MJPG", width: 320, height: 240, framesPerSecond: [30]),
+        CameraFormat(pixelFormat: "MJPG", width: 640, height: 480, framesPerSecond: [30, 15]),
+        CameraFormat(pixelFormat: "MJPG", width: 1280, height: 720, framesPerSecond: [15]),
+    ]
+
+    init(deviceName: String) {
+        self.deviceName = deviceName
+    }
+
+    func formats() async throws -> [CameraFormat] { Self.offeredFormats }
+
+    func captureStill(_ request: PhotoRequest) async throws -> Photo {
+        let subject = "camera \(deviceName)"
+        guard (16...4096).contains(request.width), (16...4096).contains(request.height) else {
+            throw FieldHALError(.unsupported, subject: subject,
+                                detail: "size \(request.width)x\(request.height) is outside 16x16…4096x4096")
+        }
+        guard (1...100).contains(request.quality) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "JPEG quality \(request.quality) is outside 1–100")
+        }
+        frameNumber += 1 + max(0, request.warmUpFrames)
+        let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
+        let jpeg = BaselineJPEGEncoder(quality: request.quality).encode(rgb: pixels, width: request.width, height: request.height)
+        try Task.checkCancellation()
+        return Photo(jpeg: jpeg, width: request.width, height: request.height, capturedAt: Date())
+    }
+
+    /// SMPTE-like bars (white, yellow, cyan, green, magenta, red, blue, black) on the top
+    /// two thirds, a horizontal grey ramp below, and a band whose shade follows the frame.
+    static func testPattern(width: Int, height: Int, frame: Int) -> [UInt8] {
+        let bars: [(UInt8, UInt8, UInt8)] = [
+            (235, 235, 235), (235, 235, 16), (16, 235, 235), (16, 235, 16),
+            (235, 16, 235), (235, 16, 16), (16, 16, 235), (16, 16, 16),
+        ]
+        var pixels = [UInt8](repeating: 0, count: width * height * 3)
+        for y in 0..<height {
+            for x in 0..<width {
+                let color: (UInt8, UInt8, UInt8)
+                if y < height * 2 / 3 {
+                    color = bars[x * bars.count / width]
+                } else if y < height * 5 / 6 {
+                    let grey = UInt8(x * 255 / max(1, width - 1))
+                    color = (grey, grey, grey)
+                } else {
+                    let shade = UInt8((frame * 37) % 200 + 28)
+                    color = (shade, shade / 2, 255 - shade)
+                }
+                let index = (y * width + x) * 3
+                pixels[index] = color.0
+                pixels[index + 1] = color.1
+                pixels[index + 2] = color.2
+            }
+        }
+        return pixels
+    }
+
+    func close() {}
+}
