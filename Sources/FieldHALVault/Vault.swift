@@ -1,1 +1,179 @@
+import CSodium
 import FieldHAL
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why the vault refused to open or to return an entry. Never "silently replaced":
+/// a damaged entry or key is reported, and left on disk for a human to look at.
+public struct VaultError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// An entry failed authentication: altered on disk, or sealed under another key.
+        case tampered
+        /// The key file is missing but sealed entries exist: a new key would orphan them.
+        case keyMissing
+        /// The key file is readable by others, or is not a key.
+        case keyInsecure, keyCorrupt
+        case invalidName
+        case cryptoUnavailable
+    }
+
+    public var kind: Kind
+    public var path: String
+    public var detail: String
+
+    public var description: String { "vault \(path): \(detail)" }
+}
+
+/// Secrets at rest: tokens, PIN hashes, device keys, lockout counters.
+///
+/// A 32-byte key in `vault.key` (mode 0600) is made on first use; each entry is a file
+/// `vault/<name>.sealed` holding `FHV1 || nonce || crypto_secretbox(name || value)`.
+/// Sealing the entry's name inside it makes a file swapped for another entry fail
+/// authentication like any other tampering. Every write is atomic.
+public final class Vault: Sendable {
+    public let keyPath: String
+    public let entriesDirectory: String
+    // The key lives in sodium_malloc'd memory (guard pages, zeroed on free) and is only
+    // read after init: @unchecked Sendable is sound.
+    private let key: SecretKey
+
+    private static let magic: [UInt8] = Array("FHV1".utf8)
+
+    /// Opens the vault in `stateDirectory`, creating the directory and key on first use.
+    public init(stateDirectory: StateDirectory) throws {
+        guard sodium_init() >= 0 else {
+            throw VaultError(kind: .cryptoUnavailable, path: stateDirectory.path, detail: "libsodium failed to initialise")
+        }
+        try stateDirectory.prepare()
+        keyPath = stateDirectory.file("vault.key")
+        entriesDirectory = stateDirectory.file("vault")
+        if mkdir(entriesDirectory, 0o700) != 0 && errno != EEXIST {
+            throw FieldHALError(.io, subject: entriesDirectory, detail: "create directory: \(String(cString: strerror(errno)))")
+        }
+        key = try Self.loadOrCreateKey(at: keyPath, entriesDirectory: entriesDirectory)
+    }
+
+    /// Seals `value` under `name` (letters, digits, `.`, `_`, `-`; at most 100 characters).
+    public func store(_ value: [UInt8], as name: String) throws {
+        try Self.validate(name)
+        let nameBytes = Array(name.utf8)
+        let plaintext = [UInt8(nameBytes.count)] + nameBytes + value
+        var nonce = [UInt8](repeating: 0, count: Int(crypto_secretbox_NONCEBYTES))
+        randombytes_buf(&nonce, nonce.count)
+        var sealed = [UInt8](repeating: 0, count: plaintext.count + Int(crypto_secretbox_MACBYTES))
+        let result = key.withBytes { keyBytes in
+            crypto_secretbox_easy(&sealed, plaintext, UInt64(plaintext.count), nonce, keyBytes)
+        }
+        guard result == 0 else { throw VaultError(kind: .cryptoUnavailable, path: path(of: name), detail: "sealing failed") }
+        try AtomicFile.write(Self.magic + nonce + sealed, to: path(of: name), mode: 0o600)
+    }
+
+    /// The value stored under `name`, or `nil` if there is none.
+    public func load(_ name: String) throws -> [UInt8]? {
+        try Self.validate(name)
+        let path = path(of: name)
+        guard let file = try AtomicFile.read(path) else { return nil }
+        let header = Self.magic.count + Int(crypto_secretbox_NONCEBYTES)
+        let tampered = VaultError(kind: .tampered, path: path,
+                                  detail: "entry \"\(name)\" failed authentication: it was altered, or sealed under another key; it was left untouched")
+        guard file.count >= header + Int(crypto_secretbox_MACBYTES), Array(file[0..<Self.magic.count]) == Self.magic else {
+            throw tampered
+        }
+        let nonce = Array(file[Self.magic.count..<header])
+        let sealed = Array(file[header...])
+        var plaintext = [UInt8](repeating: 0, count: sealed.count - Int(crypto_secretbox_MACBYTES))
+        let result = key.withBytes { keyBytes in
+            crypto_secretbox_open_easy(&plaintext, sealed, UInt64(sealed.count), nonce, keyBytes)
+        }
+        guard result == 0, let nameLength = plaintext.first.map(Int.init), plaintext.count >= 1 + nameLength,
+              Array(plaintext[1..<(1 + nameLength)]) == Array(name.utf8) else {
+            throw tampered
+        }
+        return Array(plaintext[(1 + nameLength)...])
+    }
+
+    /// Removes the entry; removing an absent entry is not an error.
+    public func remove(_ name: String) throws {
+        try Self.validate(name)
+        if unlink(path(of: name)) != 0 && errno != ENOENT {
+            throw FieldHALError(.io, subject: path(of: name), detail: "remove: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private func path(of name: String) -> String { "\(entriesDirectory)/\(name).sealed" }
+
+    private static func validate(_ name: String) throws {
+        let allowed = name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2E || byte == 0x5F || byte == 0x2D
+        }
+        guard !name.isEmpty, name.utf8.count <= 100, allowed, !name.hasPrefix(".") else {
+            throw VaultError(kind: .invalidName, path: name, detail: "entry names are 1–100 letters, digits, '.', '_' or '-', not starting with '.'")
+        }
+    }
+
+    private static func loadOrCreateKey(at path: String, entriesDirectory: String) throws -> SecretKey {
+        let keyLength = Int(crypto_secretbox_KEYBYTES)
+        var info = stat()
+        if stat(path, &info) == 0 {
+            guard info.st_mode & 0o077 == 0 else {
+                throw VaultError(kind: .keyInsecure, path: path,
+                                 detail: "key file has mode \(String(info.st_mode & 0o777, radix: 8)); it must be readable by its owner only — run chmod 600 \(path)")
+            }
+            guard let bytes = try AtomicFile.read(path), bytes.count == keyLength else {
+                throw VaultError(kind: .keyCorrupt, path: path, detail: "key file is not a \(keyLength)-byte key; restore it from backup")
+            }
+            return try SecretKey(bytes, path: path)
+        }
+        let existing = (try? FileManagerless.entries(of: entriesDirectory)) ?? []
+        guard !existing.contains(where: { $0.hasSuffix(".sealed") }) else {
+            throw VaultError(kind: .keyMissing, path: path,
+                             detail: "key file is missing but \(existing.count) sealed entries exist; restore the key rather than lose them, or remove \(entriesDirectory) to start afresh")
+        }
+        var bytes = [UInt8](repeating: 0, count: keyLength)
+        crypto_secretbox_keygen(&bytes)
+        defer { sodium_memzero(&bytes, bytes.count) }
+        try AtomicFile.write(bytes, to: path, mode: 0o600)
+        return try SecretKey(bytes, path: path)
+    }
+}
+
+/// A key in libsodium's guarded memory, wiped when released.
+private final class SecretKey: @unchecked Sendable {
+    private let pointer: UnsafeMutableRawPointer
+    private let count: Int
+
+    init(_ bytes: [UInt8], path: String) throws {
+        count = bytes.count
+        guard let memory = sodium_malloc(bytes.count) else {
+            throw VaultError(kind: .cryptoUnavailable, path: path, detail: "sodium_malloc failed: out of memory")
+        }
+        pointer = memory
+        bytes.withUnsafeBytes { pointer.copyMemory(from: $0.baseAddress!, byteCount: count) }
+    }
+
+    deinit {
+        sodium_free(pointer)  // zeroes before freeing
+    }
+
+    func withBytes<T>(_ body: (UnsafePointer<UInt8>) -> T) -> T {
+        body(pointer.assumingMemoryBound(to: UInt8.self))
+    }
+}
+
+/// Directory listing without Foundation's FileManager (not Sendable-friendly here).
+private enum FileManagerless {
+    static func entries(of directory: String) throws -> [String] {
+        guard let handle = opendir(directory) else { return [] }
+        defer { closedir(handle) }
+        var names: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}

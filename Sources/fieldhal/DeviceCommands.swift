@@ -1,0 +1,118 @@
+import ArgumentParser
+import FieldHAL
+import Foundation
+
+struct CameraCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "camera", abstract: "Capture stills.", subcommands: [Snap.self])
+
+    struct Snap: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Capture one still to a JPEG file.")
+        @OptionGroup var global: GlobalOptions
+        @Option(name: .shortAndLong, help: "The JPEG file to write.") var output: String
+        @Option(help: "Width in pixels.") var width = 640
+        @Option(help: "Height in pixels.") var height = 480
+        @Option(help: "JPEG quality, 1–100.") var quality = 85
+
+        struct Report: Encodable { let path: String; let width: Int; let height: Int; let bytes: Int; let capturedAt: Date }
+
+        func execute(_ environment: Environment) async throws {
+            let request = PhotoRequest(width: width, height: height, quality: quality)
+            let photo = try await environment.withKit(for: .camera) { kit in try await kit.camera().captureStill(request) }
+            try output.writeAtomically(photo.jpeg)
+            let report = Report(path: output.absolutePath, width: photo.width, height: photo.height, bytes: photo.jpeg.count,
+                                capturedAt: photo.capturedAt)
+            try Output.emit(report, json: global.json) { "\(report.path): \(report.width)x\(report.height) JPEG, \(report.bytes) bytes" }
+        }
+    }
+}
+
+struct MicCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mic", abstract: "Record sound.", subcommands: [Record.self])
+
+    struct Record: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Record to a WAV file and report its levels.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Length of the recording in seconds.") var seconds: Double
+        @Option(name: .shortAndLong, help: "The WAV file to write.") var output: String
+        @Option(help: "Sample rate in Hz.") var rate = 44_100
+        @Option(help: "Number of channels.") var channels = 1
+
+        func execute(_ environment: Environment) async throws {
+            let request = RecordingRequest(duration: try duration(seconds: seconds, option: "--seconds"), sampleRate: rate, channels: channels)
+            let path = output.absolutePath
+            let recording = try await environment.withKit(for: .microphone) { kit in try await kit.microphone().record(request, to: path) }
+            try Output.emit(recording, json: global.json) {
+                String(format: "%@: %.2f s, %d Hz, %d channel(s), peak %.1f dBFS, RMS %.1f dBFS", recording.path,
+                       recording.durationSeconds, recording.sampleRate, recording.channels, recording.peakDBFS, recording.rmsDBFS)
+            }
+        }
+    }
+}
+
+struct HapticsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "haptics", abstract: "Play vibration patterns.", subcommands: [Play.self])
+
+    struct Play: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Play a named pattern: success, warning, error, light, medium or heavy.")
+        @OptionGroup var global: GlobalOptions
+        @Argument(help: "The pattern.") var pattern: String
+
+        struct Report: Encodable { let pattern: String; let steps: Int; let milliseconds: Int }
+
+        func execute(_ environment: Environment) async throws {
+            guard let named = HapticPattern.namedPatterns[pattern] else {
+                throw FieldHALError(.invalidArgument, subject: "haptics", detail: "unknown pattern \"\(pattern)\"",
+                                    advice: "use one of \(HapticPattern.namedPatterns.keys.sorted().joined(separator: ", "))")
+            }
+            try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
+            let report = Report(pattern: pattern, steps: named.steps.count,
+                                milliseconds: named.steps.reduce(0) { $0 + $1.durationMilliseconds + $1.pauseMilliseconds })
+            try Output.emit(report, json: global.json) { "played \(pattern) (\(report.steps) steps, \(report.milliseconds) ms)" }
+        }
+    }
+}
+
+struct BioCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "bio", abstract: "Fingerprint sensor.",
+                                                    subcommands: [Status.self, Verify.self])
+
+    struct Status: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Show whether a sensor is present and which fingers are enrolled.")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            let availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            try Output.emit(availability, json: global.json) {
+                guard availability.hasSensor else { return "no sensor" }
+                return availability.enrolledFingers.isEmpty ? "sensor present, no fingers enrolled"
+                    : "sensor present; enrolled: " + availability.enrolledFingers.map(\.rawValue).joined(separator: ", ")
+            }
+        }
+    }
+
+    struct Verify: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Wait for a finger and compare it with the enrolled prints.",
+            discussion: "Exits 0 on a match, 1 on no match, 75 when the scan must be retried or timed out.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Seconds to wait for a finger.") var timeout: Double = 10
+
+        struct Report: Encodable { let result: String }
+
+        func execute(_ environment: Environment) async throws {
+            let wait = try duration(seconds: timeout, option: "--timeout")
+            let result = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+            let report: Report = switch result {
+            case .match: Report(result: "match")
+            case .noMatch: Report(result: "no-match")
+            case .retry(let reason): Report(result: "retry: \(reason.rawValue)")
+            }
+            try Output.emit(report, json: global.json) { report.result }
+            switch result {
+            case .match: return
+            case .noMatch: throw ExitCode(1)
+            case .retry: throw ExitCode(75)
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALPlugins
+import Foundation
+
+@main
+struct FieldHALCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fieldhal",
+        abstract: "One interface to a Linux field kit's NFC, GPS, camera, microphone, haptics and biometrics.",
+        discussion: """
+        The configuration file chooses a plugin per capability: --config, else $FIELDHAL_CONFIG, \
+        else /etc/fieldhal/fieldhal.toml; with none of these, the built-in fake kit runs, so \
+        every command can be tried with no hardware.
+
+        Exit status: 0 success; 1 failure; 64 bad usage; 69 capability unavailable or not \
+        configured; 75 timed out or no fix (try again); 78 configuration rejected.
+        """,
+        version: FieldHALVersion.current,
+        subcommands: [PluginsCommand.self, StatusCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
+                      MicCommand.self, HapticsCommand.self, BioCommand.self]
+    )
+}
+
+enum FieldHALVersion {
+    static let current = "0.1.0"
+}
