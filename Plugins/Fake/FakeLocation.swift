@@ -65,7 +65,9 @@ final class FakeLocationProvider: LocationProvider {
     }
 
     func lastKnownFix() async -> Fix? {
-        let current = clock.elapsedMilliseconds / intervalMilliseconds
+        var current = clock.elapsedMilliseconds / intervalMilliseconds
+        // A track that has ended keeps its last fix as the receiver's last known one.
+        if !loops { current = min(current, points.count - 1) }
         for step in stride(from: current, through: max(0, current - points.count), by: -1) {
             if let fix = fix(atStep: step), fix.hasPosition { return fix }
         }

@@ -41,7 +41,7 @@ public final class Kit: Sendable {
     /// `openTimeout`. `only` restricts loading to some capabilities (a CLI command that
     /// needs the camera does not open the NFC reader).
     public static func load(_ configuration: KitConfiguration, registry: PluginRegistry, context: PluginContext,
-                            only: Set<Capability>? = nil) async -> Kit {
+                            only: Set<Capability>? = nil, openTimeout: Duration = Kit.openTimeout) async -> Kit {
         var statuses: [Capability: CapabilityStatus] = [:]
         var providers: [Capability: CapabilityProvider] = [:]
         await withTaskGroup(of: (Capability, CapabilityStatus, CapabilityProvider?).self) { group in
@@ -58,7 +58,7 @@ public final class Kit: Sendable {
                 // The configuration was checked against this registry: the plugin exists.
                 guard let plugin = registry.plugin(named: section.plugin) else { continue }
                 group.addTask {
-                    await open(capability, with: plugin, section: section, context: context)
+                    await open(capability, with: plugin, section: section, context: context, timeout: openTimeout)
                 }
             }
             for await (capability, status, provider) in group {
@@ -71,9 +71,9 @@ public final class Kit: Sendable {
     }
 
     private static func open(_ capability: Capability, with plugin: PluginDescriptor, section: KitConfiguration.Section,
-                             context: PluginContext) async -> (Capability, CapabilityStatus, CapabilityProvider?) {
+                             context: PluginContext, timeout: Duration) async -> (Capability, CapabilityStatus, CapabilityProvider?) {
         do {
-            let provider = try await withDeadline(openTimeout, subject: "\(capability)", waitingFor: "device") {
+            let provider = try await withDeadline(timeout, subject: "\(capability)", waitingFor: "device") {
                 try await plugin.open(capability, section.parameters, context)
             }
             guard provider.capability == capability else {

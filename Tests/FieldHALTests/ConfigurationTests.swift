@@ -1,0 +1,148 @@
+import Testing
+@testable import FieldHAL
+
+/// A registry of test plugins: one that opens, one that fails, one that hangs.
+enum TestPlugins {
+    final class Camera: FieldHAL.Camera {
+        let deviceName = "/dev/video-test"
+        func formats() async throws -> [CameraFormat] { [] }
+        func captureStill(_ request: PhotoRequest) async throws -> Photo { throw FieldHALError(.unsupported, subject: "", detail: "") }
+        func close() async {}
+    }
+
+    static let registry = PluginRegistry([
+        PluginDescriptor(name: "good", summary: "opens", capabilities: [
+            .camera: [ParameterSpec("device", .string, help: "path"), ParameterSpec("rate", .number, help: "fps"),
+                      ParameterSpec("points", .records([ParameterSpec("lat", .number, required: true, help: "")]), help: "")],
+        ]) { _, _, _ in .camera(Camera()) },
+        PluginDescriptor(name: "broken", summary: "always fails", capabilities: [.nfcReader: [], .location: []]) { capability, _, _ in
+            throw FieldHALError(.deviceNotFound, subject: "\(capability)", detail: "no reader at pn532_uart:/dev/ttyUSB0 (No such file or directory)")
+        },
+        PluginDescriptor(name: "hangs", summary: "never returns", capabilities: [.haptics: []]) { _, _, _ in
+            try await Task.sleep(for: .seconds(3600))
+            throw CancellationError()
+        },
+    ])
+
+    static func parse(_ text: String) throws(ConfigError) -> KitConfiguration {
+        try KitConfiguration.parse(text, file: "/etc/fieldhal/test.toml", directory: "/etc/fieldhal", registry: registry)
+    }
+}
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test func validConfigurationLoads() throws {
+        let configuration = try TestPlugins.parse("""
+            [kit]
+            state_dir = "/tmp/x"
+
+            [camera]
+            plugin = "good"
+            device = "/dev/video0"
+            rate = 30
+            points = [ { lat = 1.5 }, { lat = 2 } ]
+
+            [gps]
+            plugin = "broken"
+            enabled = false
+            """)
+        #expect(configuration.stateDirectory == "/tmp/x")
+        #expect(configuration.sections[.camera]?.parameters.string("device") == "/dev/video0")
+        #expect(configuration.sections[.camera]?.parameters.number("rate") == 30)
+        #expect(configuration.sections[.camera]?.parameters.records("points")?.count == 2)
+        #expect(configuration.sections[.location]?.isEnabled == false)
+    }
+
+    @Test(arguments: [
+        // (config text, expected key, expected line, words in the message)
+        ("[camera]\nplugin = \"nosuch\"\n", "camera.plugin", 2, "unknown plugin \"nosuch\""),
+        ("[camera]\nplugin = \"good\"\n\ndevise = \"/dev/video0\"\n", "camera.devise", 4, "unknown key"),
+        ("[camera]\nplugin = \"good\"\nrate = \"fast\"\n", "camera.rate", 3, "expected a number, found string"),
+        ("[camera]\nplugin = \"broken\"\n", "camera.plugin", 2, "does not provide camera"),
+        ("[camera]\ndevice = \"x\"\n", "camera.plugin", 1, "missing"),
+        ("[camrea]\nplugin = \"good\"\n", "camrea", 1, "unknown section"),
+        ("[camera]\nplugin = \"good\"\nenabled = 1\n", "camera.enabled", 3, "expected true or false"),
+        ("[camera]\nplugin = \"good\"\npoints = [ { lat = 1 }, { } ]\n", "camera.points[2].lat", 3, "missing"),
+        ("[camera]\nplugin = \"good\"\npoints = [ { lat = 1, lon = 2 } ]\n", "camera.points[1].lon", 3, "unknown key; known keys are lat"),
+        ("[camera]\nplugin = \"good\"\npoints = [ { lat = \"north\" } ]\n", "camera.points[1].lat", 3, "expected a number"),
+        ("[kit]\nstate_dir = 5\n", "kit.state_dir", 2, "expected a string"),
+        ("camera = 3\n", "camera", 1, "expected a table"),
+    ] as [(String, String, Int, String)])
+    func rejectedWithFileKeyAndLine(text: String, key: String, line: Int, message: String) {
+        do {
+            _ = try TestPlugins.parse(text)
+            Issue.record("accepted:\n\(text)")
+        } catch {
+            #expect(error.file == "/etc/fieldhal/test.toml")
+            #expect(error.key == key)
+            #expect(error.line == line)
+            #expect(error.message.contains(message), "\(error)")
+            #expect(error.description.hasPrefix("/etc/fieldhal/test.toml:\(line): \(key): "))
+        }
+    }
+
+    @Test func syntaxErrorsCarryTheParsersLine() {
+        do {
+            _ = try TestPlugins.parse("[camera]\nplugin = \"good\"\ndevice = /dev/video0\n")
+            Issue.record("accepted a syntax error")
+        } catch {
+            #expect(error.line == 3)
+            #expect(error.message.hasPrefix("not valid TOML"))
+        }
+    }
+
+    @Test func missingFileIsAClearError() {
+        #expect(throws: ConfigError.self) {
+            try KitConfiguration.load(path: "/nonexistent/fieldhal.toml", registry: TestPlugins.registry)
+        }
+        do {
+            _ = try KitConfiguration.load(path: "/nonexistent/fieldhal.toml", registry: TestPlugins.registry)
+        } catch {
+            #expect(error.description == "/nonexistent/fieldhal.toml: configuration file does not exist")
+        }
+    }
+}
+
+@Suite("Kit loading")
+struct KitTests {
+    let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+
+    @Test func oneFailingPluginDoesNotStopTheOthers() async throws {
+        let configuration = try TestPlugins.parse("""
+            [camera]
+            plugin = "good"
+            [nfc]
+            plugin = "broken"
+            [haptics]
+            plugin = "hangs"
+            """)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let kit = await Kit.load(configuration, registry: TestPlugins.registry, context: context, openTimeout: .milliseconds(300))
+        #expect(clock.now - start < .seconds(3), "a hanging plugin is cut off at the open timeout")
+        #expect(kit.status(of: .camera).state == .available)
+        #expect(kit.status(of: .camera).device == "/dev/video-test")
+        #expect(kit.status(of: .nfcReader).state == .unavailable)
+        #expect(kit.status(of: .nfcReader).reason == "broken plugin: nfc: no reader at pn532_uart:/dev/ttyUSB0 (No such file or directory)")
+        #expect(kit.status(of: .haptics).state == .unavailable)
+        #expect(kit.status(of: .haptics).reason?.contains("no device within") == true)
+        #expect(kit.status(of: .biometrics).state == .notConfigured)
+        #expect(kit.statuses.map(\.capability) == Capability.allCases)
+        #expect(try kit.camera().deviceName == "/dev/video-test")
+        #expect(throws: FieldHALError.self) { try kit.nfcReader() }
+        do {
+            _ = try kit.biometrics()
+        } catch let error as FieldHALError {
+            #expect(error.kind == .notConfigured)
+            #expect(error.description.contains("add a [biometrics] section"))
+        }
+        await kit.close()
+    }
+
+    @Test func onlyTheRequestedCapabilitiesOpen() async throws {
+        let configuration = try TestPlugins.parse("[camera]\nplugin = \"good\"\n[nfc]\nplugin = \"broken\"\n")
+        let kit = await Kit.load(configuration, registry: TestPlugins.registry, context: context, only: [.camera])
+        #expect(kit.status(of: .camera).isAvailable)
+        #expect(kit.status(of: .nfcReader).state == .notConfigured)
+    }
+}
