@@ -126,7 +126,7 @@ public final class Vault: Sendable {
             }
             return try SecretKey(bytes, path: path)
         }
-        let existing = (try? FileManagerless.entries(of: entriesDirectory)) ?? []
+        let existing = (try? DirectoryListing.entries(of: entriesDirectory)) ?? []
         guard !existing.contains(where: { $0.hasSuffix(".sealed") }) else {
             throw VaultError(kind: .keyMissing, path: path,
                              detail: "key file is missing but \(existing.count) sealed entries exist; restore the key rather than lose them, or remove \(entriesDirectory) to start afresh")
@@ -162,8 +162,8 @@ private final class SecretKey: @unchecked Sendable {
     }
 }
 
-/// Directory listing without Foundation's FileManager (not Sendable-friendly here).
-private enum FileManagerless {
+/// The names in a directory, through opendir/readdir.
+private enum DirectoryListing {
     static func entries(of directory: String) throws -> [String] {
         guard let handle = opendir(directory) else { return [] }
         defer { closedir(handle) }
