@@ -40,19 +40,20 @@ struct GPSCommand: AsyncParsableCommand {
         @Option(help: "Stop after this many fixes (default: until interrupted).") var count: Int?
 
         func execute(_ environment: Environment) async throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            encoder.dateEncodingStrategy = .iso8601
+            let timestamps = ISO8601DateFormatter()
             try await environment.withKit(for: .location) { kit in
                 var printed = 0
                 for try await fix in try kit.location().watch() {
                     if global.json {
-                        let encoder = JSONEncoder()
-                        encoder.outputFormatting = [.sortedKeys]
-                        encoder.dateEncodingStrategy = .iso8601
                         print(String(decoding: try encoder.encode(fix), as: UTF8.self))
                     } else if fix.hasPosition {
-                        print(String(format: "%@ %@ %.6f, %.6f ±%.1f m", ISO8601DateFormatter().string(from: fix.time), fix.mode.rawValue,
+                        print(String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
                                      fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
                     } else {
-                        print("\(ISO8601DateFormatter().string(from: fix.time)) no fix")
+                        print("\(timestamps.string(from: fix.time)) no fix")
                     }
                     printed += 1
                     if let count, printed >= count { break }

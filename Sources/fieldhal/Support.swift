@@ -86,14 +86,9 @@ struct Environment {
     /// Loads one capability, runs `body` with the kit, and closes the kit.
     func withKit<T>(for capability: Capability, _ body: (Kit) async throws -> T) async throws -> T {
         let kit = await loadKit(only: [capability])
-        do {
-            let result = try await body(kit)
-            await kit.close()
-            return result
-        } catch {
-            await kit.close()
-            throw error
-        }
+        let result = await Result(catching: { try await body(kit) })
+        await kit.close()
+        return try result.get()
     }
 }
 
@@ -108,6 +103,13 @@ enum Output {
         } else {
             print(text())
         }
+    }
+}
+
+extension Result where Failure == any Error {
+    /// Captures the outcome of an async throwing body.
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }
 
