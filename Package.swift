@@ -24,7 +24,7 @@ let strictSwift: [SwiftSetting] = [
 
 let package = Package(
     name: "FieldHAL",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "fieldhal", targets: ["fieldhal"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
@@ -62,11 +62,16 @@ let package = Package(
 
         // Plugins: one folder each. A plugin imports the core and its own C module only.
         .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        .target(
+            name: "GpsdPlugin",
+            dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
+            path: "Plugins/Gpsd", swiftSettings: strictSwift
+        ),
 
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "GpsdPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift
@@ -84,6 +89,11 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
+                    exclude: ["Logs"], swiftSettings: strictSwift),
+
+        // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strictSwift),
     ]
 )

@@ -17,6 +17,10 @@ struct ScriptClock: Sendable {
         try await sleepCancellable(until: start + .milliseconds(milliseconds), subject: subject)
     }
 
+    func instant(atMilliseconds milliseconds: Int) -> ContinuousClock.Instant {
+        start + .milliseconds(milliseconds)
+    }
+
     func date(atMilliseconds milliseconds: Int) -> Date {
         startDate.addingTimeInterval(Double(milliseconds) / 1000)
     }

@@ -64,12 +64,14 @@ final class FakeLocationProvider: LocationProvider {
         }
     }
 
-    func lastKnownFix() async -> Fix? {
+    func lastKnownFix() async -> ReceivedFix? {
         var current = clock.elapsedMilliseconds / intervalMilliseconds
         // A track that has ended keeps its last fix as the receiver's last known one.
         if !loops { current = min(current, points.count - 1) }
         for step in stride(from: current, through: max(0, current - points.count), by: -1) {
-            if let fix = fix(atStep: step), fix.hasPosition { return fix }
+            if let fix = fix(atStep: step), fix.hasPosition {
+                return ReceivedFix(fix: fix, receivedAt: clock.instant(atMilliseconds: step * intervalMilliseconds))
+            }
         }
         return nil
     }

@@ -53,7 +53,8 @@ struct GPSCommand: AsyncParsableCommand {
                         print(String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
                                      fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
                     } else {
-                        print("\(timestamps.string(from: fix.time)) no fix")
+                        let reason = fix.sourceProblem.map { " (\($0))" } ?? ""
+                        print("\(timestamps.string(from: fix.time)) no fix\(reason)")
                     }
                     printed += 1
                     if let count, printed >= count { break }

@@ -26,11 +26,14 @@ public struct Fix: Sendable, Equatable, Codable {
     /// The receiver's time of the fix.
     public var time: Date
     public var satellitesUsed: Int?
+    /// Why there is no fix when the source itself failed (gpsd stopped, receiver unplugged,
+    /// reports stopped coming), as opposed to a receiver reporting that it has no fix.
+    public var sourceProblem: String?
 
     public init(
         mode: FixMode, latitude: Double? = nil, longitude: Double? = nil, altitude: Double? = nil,
         horizontalAccuracy: Double? = nil, verticalAccuracy: Double? = nil, speed: Double? = nil,
-        course: Double? = nil, time: Date, satellitesUsed: Int? = nil
+        course: Double? = nil, time: Date, satellitesUsed: Int? = nil, sourceProblem: String? = nil
     ) {
         self.mode = mode
         self.latitude = latitude
@@ -42,6 +45,12 @@ public struct Fix: Sendable, Equatable, Codable {
         self.course = course
         self.time = time
         self.satellitesUsed = satellitesUsed
+        self.sourceProblem = sourceProblem
+    }
+
+    /// A no-fix report for a source that failed, with the reason.
+    public static func lost(_ problem: String, at time: Date = Date()) -> Fix {
+        Fix(mode: .noFix, time: time, sourceProblem: problem)
     }
 
     /// A fix with a position (2D or 3D and both coordinates present).
@@ -81,7 +90,7 @@ public struct LocationReading: Sendable, Equatable, Codable {
     public enum Source: String, Sendable, Codable { case live, cached }
     public var fix: Fix
     public var source: Source
-    /// Seconds between the fix's time and the moment it was returned.
+    /// Seconds since the fix arrived from the receiver: 0 for a live fix.
     public var age: Double
 
     public init(fix: Fix, source: Source, age: Double) {
@@ -91,17 +100,32 @@ public struct LocationReading: Sendable, Equatable, Codable {
     }
 }
 
+/// A fix as a provider kept it: with the moment it arrived, on the monotonic clock. Ages
+/// are measured from arrival, not from the fix's own time, so that a board whose clock is
+/// wrong (no RTC, no NTP yet: common in the field) still ages its cache correctly.
+public struct ReceivedFix: Sendable, Equatable {
+    public var fix: Fix
+    public var receivedAt: ContinuousClock.Instant
+
+    public init(fix: Fix, receivedAt: ContinuousClock.Instant = .now) {
+        self.fix = fix
+        self.receivedAt = receivedAt
+    }
+}
+
 /// A position source: gpsd, or the fake's scripted track.
 ///
 /// A backend provides the watch stream and the last fix it saw; `currentFix` is built on
 /// them here, so every backend answers it the same way.
 public protocol LocationProvider: Device {
     /// Fixes as they arrive (including no-fix reports), until the consumer stops iterating
-    /// or cancels. A lost receiver or daemon ends the stream with a `FieldHALError`.
+    /// or cancels. A backend that recovers by itself (gpsd reconnecting) reports a lost
+    /// source as a no-fix with `sourceProblem` and carries on; one that cannot ends the
+    /// stream with a `FieldHALError`.
     func watch() -> AsyncThrowingStream<Fix, any Error>
 
     /// The most recent fix with a position that this provider has seen, if any.
-    func lastKnownFix() async -> Fix?
+    func lastKnownFix() async -> ReceivedFix?
 
     /// The first fix of the wanted quality within the timeout, else a young enough cached
     /// fix, else `FieldHALError.noFix`.
@@ -110,22 +134,24 @@ public protocol LocationProvider: Device {
 
 extension LocationProvider {
     public func currentFix(_ request: FixRequest = FixRequest()) async throws -> LocationReading {
-        try await resolveCurrentFix(request, now: Date.init)
+        try await resolveCurrentFix(request, now: { .now })
     }
 
-    /// `currentFix` with an injectable clock, for tests.
-    public func resolveCurrentFix(_ request: FixRequest, now: @Sendable () -> Date) async throws -> LocationReading {
+    /// `currentFix` with an injectable monotonic clock, for tests.
+    public func resolveCurrentFix(_ request: FixRequest, now: @Sendable () -> ContinuousClock.Instant) async throws -> LocationReading {
         let subject = "gps \(deviceName)"
         var liveError: (any Error)?
+        let lastProblem = LockedValue<String?>(nil)
         do {
             let live: Fix? = try await withDeadline(request.timeout) {
-                for try await fix in self.watch() where request.accepts(fix) {
-                    return fix
+                for try await fix in self.watch() {
+                    if request.accepts(fix) { return fix }
+                    lastProblem.withLock { $0 = fix.sourceProblem ?? $0 }
                 }
                 return nil
             }
             if let live {
-                return LocationReading(fix: live, source: .live, age: max(0, now().timeIntervalSince(live.time)))
+                return LocationReading(fix: live, source: .live, age: 0)
             }
         } catch let error as FieldHALError where error.kind == .timeout {
             liveError = nil  // fall through to the cache
@@ -136,16 +162,20 @@ extension LocationProvider {
         } catch {
             liveError = error
         }
-        if let maxAge = request.maxAge, let cached = await lastKnownFix(), request.accepts(cached) {
-            let age = now().timeIntervalSince(cached.time)
-            if age <= maxAge.seconds {
-                return LocationReading(fix: cached, source: .cached, age: max(0, age))
+        if let maxAge = request.maxAge, let cached = await lastKnownFix(), request.accepts(cached.fix) {
+            let age = now() - cached.receivedAt
+            if age <= maxAge {
+                return LocationReading(fix: cached.fix, source: .cached, age: max(0, age.seconds))
             }
         }
         var detail = "no fix within \(request.timeout.secondsDescription)"
         if let requiredAccuracy = request.requiredAccuracy { detail += " at \(requiredAccuracy) m or better" }
         if request.maxAge != nil { detail += ", and no cached fix young enough" }
-        if let liveError { detail += " (\(liveError))" }
+        if let liveError {
+            detail += " (\(liveError))"
+        } else if let problem = lastProblem.value {
+            detail += " (\(problem))"
+        }
         throw FieldHALError(.noFix, subject: subject, detail: detail,
                             advice: "check the antenna has a view of the sky, or raise --timeout / --max-age")
     }

@@ -1,0 +1,251 @@
+#if GPS
+import FieldHAL
+import Foundation
+import GpsdPlugin
+import TestSupport
+import Testing
+
+/// The gpsd plugin against a real gpsd (started by gpsfake) replaying logs that
+/// Logs/make-logs.py wrote; every expected value below is read from those logs.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct GpsdPluginTests {
+    static let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+
+    func open(port: Int, _ extra: [String: ConfigValue] = [:]) async throws -> any LocationProvider {
+        let descriptor = try #require(GpsdPlugin.descriptor)
+        var values: [String: ConfigValue] = ["port": .integer(port)]
+        values.merge(extra) { $1 }
+        guard case .location(let provider) = try await descriptor.open(.location, PluginParameters(values), Self.context) else {
+            throw GPSFakeError("the gpsd plugin did not open a location provider")
+        }
+        return provider
+    }
+
+    func startGpsd(_ log: String, once: Bool = false, cycle: Double = 0.02, port: Int? = nil) throws -> GPSFake {
+        let gpsd = try GPSFake(log: GPSFake.logPath(log), port: port, once: once, cycle: cycle)
+        try gpsd.waitUntilListening()
+        return gpsd
+    }
+
+    /// Fixes from `watch()` until `done` says so, or the timeout passes (then a failure).
+    func collect(_ gps: any LocationProvider, timeout: Duration = .seconds(20),
+                 until done: @escaping @Sendable ([Fix]) -> Bool) async throws -> [Fix] {
+        try await withDeadline(timeout, subject: "test", waitingFor: "the expected fixes") {
+            var fixes: [Fix] = []
+            for try await fix in gps.watch() {
+                fixes.append(fix)
+                if done(fixes) { return fixes }
+            }
+            return fixes
+        }
+    }
+
+    static let logDate = ISO8601DateFormatter().date(from: "2026-03-15T12:00:00Z")!
+
+    // MARK: - Values, against the logs
+
+    @Test func moving3DFixReportsWhatTheReceiverSent() async throws {
+        let gpsd = try startGpsd("moving-3d.nmea")
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+        defer { Task { await gps.close() } }
+
+        // The log loops; gather one fix for each of its ten seconds.
+        let fixes = try await collect(gps) { fixes in
+            Set(fixes.map(\.time)).isSuperset(of: (0..<10).map { Self.logDate.addingTimeInterval(Double($0)) })
+        }
+        for second in 0..<10 {
+            let fix = try #require(fixes.last { $0.time == Self.logDate.addingTimeInterval(Double(second)) })
+            let s = Double(second)
+            #expect(fix.mode == .threeD)
+            #expect(abs(try #require(fix.latitude) - (52.52 + s * 0.0001)) < 1e-7)
+            #expect(abs(try #require(fix.longitude) - (13.405 + s * 0.0001)) < 1e-7)
+            #expect(abs(try #require(fix.altitude) - (34.5 + s * 0.5)) < 1e-6, "GGA altitude above mean sea level")
+            #expect(abs(try #require(fix.speed) - 9.72 * 0.514444) < 0.01, "RMC speed, knots to m/s")
+            #expect(abs(try #require(fix.course) - 45) < 1e-6)
+            // gpsd 3.22's error model for an autonomous fix: EPH = HDOP × 19 m (GGA HDOP 0.9).
+            #expect(abs(try #require(fix.horizontalAccuracy) - 0.9 * 19) < 0.5)
+            #expect(try #require(fix.verticalAccuracy) > 0)
+        }
+    }
+
+    @Test func twoDimensionalFixHasNoAltitude() async throws {
+        let gpsd = try startGpsd("fix-2d.nmea")
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+        defer { Task { await gps.close() } }
+
+        let fixes = try await collect(gps) { $0.contains { $0.time == Self.logDate.addingTimeInterval(5) } }
+        let fix = try #require(fixes.last)
+        #expect(fix.mode == .twoD)
+        #expect(abs(try #require(fix.latitude) - -33.8568) < 1e-7)
+        #expect(abs(try #require(fix.longitude) - 151.2153) < 1e-7)
+        #expect(fix.altitude == nil && fix.verticalAccuracy == nil)
+        #expect(abs(try #require(fix.horizontalAccuracy) - 2.0 * 19) < 0.5)
+
+        // A 2D fix satisfies a request for 2D, not one for 3D.
+        let reading = try await gps.currentFix(FixRequest(timeout: .seconds(5), maxAge: nil))
+        #expect(reading.source == .live && reading.fix.mode == .twoD && reading.age == 0)
+        await #expect { try await gps.currentFix(FixRequest(timeout: .seconds(1), maxAge: nil, minimumMode: .threeD)) } throws: {
+            ($0 as? FieldHALError)?.kind == .noFix
+        }
+    }
+
+    @Test func receiverWithoutFixReportsNoFixAndCurrentFixFailsInTime() async throws {
+        let gpsd = try startGpsd("no-fix.nmea")
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+        defer { Task { await gps.close() } }
+
+        let fixes = try await collect(gps) { $0.count >= 5 }
+        #expect(fixes.allSatisfy { $0.mode == .noFix && $0.latitude == nil && $0.sourceProblem == nil })
+
+        let start = ContinuousClock.now
+        await #expect { try await gps.currentFix(FixRequest(timeout: .seconds(1.5))) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .noFix && error.subject == "gps gpsd localhost:\(gpsd.port)"
+        }
+        #expect(ContinuousClock.now - start < .seconds(4))
+        #expect(await gps.lastKnownFix() == nil)
+    }
+
+    @Test func fixGainedLateIsReportedLive() async throws {
+        let gpsd = try startGpsd("late-fix.nmea", cycle: 0.05)
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+        defer { Task { await gps.close() } }
+
+        // The receiver reports no fix, then gains one: watch sees the change.
+        let fixes = try await collect(gps) { fixes in
+            guard let firstFix = fixes.firstIndex(where: { $0.hasPosition }) else { return false }
+            return fixes[..<firstFix].contains { $0.mode == .noFix }
+        }
+        let gained = try #require(fixes.first(where: { $0.hasPosition }))
+        #expect(gained.mode == .threeD)
+        #expect(abs(try #require(gained.latitude) - 48.1173) < 1e-7)
+        #expect(abs(try #require(gained.altitude) - 545.4) < 1e-6)
+        #expect(gained.time >= Self.logDate.addingTimeInterval(6))
+
+        let reading = try await gps.currentFix(FixRequest(timeout: .seconds(10), maxAge: nil))
+        #expect(reading.source == .live)
+        #expect(abs(try #require(reading.fix.longitude) - 11.5167) < 1e-7)
+    }
+
+    @Test func lastFixIsCachedWhenTheReceiverGoes() async throws {
+        // Played once: gpsd then reports the receiver gone.
+        let gpsd = try startGpsd("moving-3d.nmea", once: true, cycle: 0.01)
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+        defer { Task { await gps.close() } }
+
+        let fixes = try await collect(gps) { $0.last?.sourceProblem != nil }
+        #expect(fixes.contains(where: { $0.hasPosition }))
+        #expect(try #require(fixes.last?.sourceProblem).contains("is gone"))
+
+        let cached = try await gps.currentFix(FixRequest(timeout: .milliseconds(300), maxAge: .seconds(60)))
+        #expect(cached.source == .cached)
+        #expect(abs(try #require(cached.fix.latitude) - (52.52 + 9 * 0.0001)) < 1e-7, "the log's last position")
+        #expect(cached.age >= 0 && cached.age < 30)
+        await #expect { try await gps.currentFix(FixRequest(timeout: .milliseconds(300), maxAge: .milliseconds(1))) } throws: {
+            ($0 as? FieldHALError)?.kind == .noFix
+        }
+    }
+
+    // MARK: - Faults
+
+    @Test func gpsdKilledMidWatchIsReportedAndRecovered() async throws {
+        var gpsd = try startGpsd("moving-3d.nmea", cycle: 0.02)
+        defer { gpsd.kill() }
+        let port = gpsd.port
+        let gps = try await open(port: port, ["reconnect_max_ms": .integer(500)])
+        defer { Task { await gps.close() } }
+
+        let events = LockedValue<[(ContinuousClock.Instant, Fix)]>([])
+        let watcher = Task {
+            for try await fix in gps.watch() { events.withLock { $0.append((.now, fix)) } }
+        }
+        defer { watcher.cancel() }
+        try await waitFor(timeout: .seconds(15)) { events.value.contains { $0.1.hasPosition } }
+
+        let killedAt = ContinuousClock.now
+        gpsd.kill()
+        try await waitFor(timeout: .seconds(5)) { events.value.contains { $0.0 > killedAt && $0.1.sourceProblem != nil } }
+        let lost = try #require(events.value.first { $0.0 > killedAt && $0.1.sourceProblem != nil })
+        #expect(lost.0 - killedAt < .seconds(2), "the loss is reported within 2 s")
+        #expect(lost.1.mode == .noFix)
+
+        gpsd = try startGpsd("moving-3d.nmea", cycle: 0.02, port: port)
+        let restartedAt = ContinuousClock.now
+        try await waitFor(timeout: .seconds(15)) { events.value.contains { $0.0 > restartedAt && $0.1.hasPosition } }
+        #expect(!watcher.isCancelled, "the same watch carried on across the restart")
+    }
+
+    @Test func gpsdNotRunningFailsOpenWithAdvice() async throws {
+        let port = try GPSFake.freePort()
+        await #expect { try await open(port: port) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .unavailable && error.detail.contains("cannot connect to gpsd")
+                && error.advice?.contains("start gpsd") == true
+        }
+    }
+
+    @Test(arguments: ["garbage-lines", "endless-line"])
+    func garbageFromThePeerIsALostSourceNotACrash(behaviour: String) async throws {
+        let port = try GPSFake.freePort()
+        let peer = try ScriptPeer(script: GPSFake.logPath("hostile-gpsd.py"), arguments: [String(port), behaviour])
+        defer { peer.stop() }
+        try await waitFor(timeout: .seconds(10)) { GPSFakeCanConnect(port) }
+        let gps = try await open(port: port, ["silence_timeout_ms": .integer(1000)])
+        defer { Task { await gps.close() } }
+
+        let start = ContinuousClock.now
+        let fixes = try await collect(gps, timeout: .seconds(10)) { $0.contains { $0.sourceProblem != nil } }
+        #expect(ContinuousClock.now - start < .seconds(2.5))
+        #expect(!fixes.contains(where: { $0.hasPosition }))
+    }
+
+    // MARK: - Cancellation and closing
+
+    @Test func cancelledWatchEndsAndCloseReturnsPromptly() async throws {
+        let gpsd = try startGpsd("no-fix.nmea", cycle: 0.2)
+        defer { gpsd.kill() }
+        let gps = try await open(port: gpsd.port)
+
+        let watcher = Task {
+            var count = 0
+            for try await _ in gps.watch() { count += 1 }
+            return count
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let cancelledAt = ContinuousClock.now
+        watcher.cancel()
+        _ = try await watcher.value
+        #expect(ContinuousClock.now - cancelledAt < .seconds(1))
+
+        let closing = ContinuousClock.now
+        await gps.close()
+        #expect(ContinuousClock.now - closing < .seconds(1))
+        // A watch after close ends at once instead of waiting forever.
+        var afterClose = 0
+        for try await _ in gps.watch() { afterClose += 1 }
+        #expect(afterClose == 0)
+    }
+
+    @Test func badSettingsAreRejected() async throws {
+        await #expect { try await open(port: 70000) } throws: {
+            ($0 as? FieldHALError)?.kind == .invalidArgument && "\($0)".contains("port")
+        }
+    }
+}
+
+func GPSFakeCanConnect(_ port: Int) -> Bool { GPSFake.canConnectForTests(port: port) }
+
+/// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
+func waitFor(timeout: Duration, _ condition: @escaping @Sendable () -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        guard ContinuousClock.now < deadline else { throw GPSFakeError("condition not met within \(timeout)") }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+#endif
