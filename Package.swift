@@ -87,7 +87,8 @@ let package = Package(
         ),
 
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
-        .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault"], swiftSettings: strictSwift),
+        .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
+                    swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],

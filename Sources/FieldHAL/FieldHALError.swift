@@ -23,8 +23,11 @@ public struct FieldHALError: Error, Sendable, Equatable, CustomStringConvertible
         case unsupported
         /// The caller passed something invalid.
         case invalidArgument
-        /// Data from a device, file or peer that does not parse.
+        /// Data from a device, file or peer that does not parse, or fails authentication.
         case malformedData
+        /// Well-formed data refused for its time: older than the allowed window, or from
+        /// the future (a sealed location's `ts`).
+        case stale
         /// An I/O error on a file or device.
         case io
         /// The device or daemon answered in a way its protocol does not allow.

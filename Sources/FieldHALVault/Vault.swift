@@ -139,8 +139,8 @@ public final class Vault: Sendable {
     }
 }
 
-/// A key in libsodium's guarded memory, wiped when released.
-private final class SecretKey: @unchecked Sendable {
+/// A key in libsodium's guarded memory, wiped when released (the vault key, the device key).
+final class SecretKey: @unchecked Sendable {
     private let pointer: UnsafeMutableRawPointer
     private let count: Int
 

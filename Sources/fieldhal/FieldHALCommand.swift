@@ -13,12 +13,14 @@ struct FieldHALCommand: AsyncParsableCommand {
         else /etc/fieldhal/fieldhal.toml; with none of these, the built-in fake kit runs, so \
         every command can be tried with no hardware.
 
-        Exit status: 0 success; 1 failure; 64 bad usage; 69 capability unavailable or not \
-        configured; 75 timed out or no fix (try again); 78 configuration rejected.
+        Exit status: 0 success; 1 failure; 64 bad usage; 65 bad data (a tampered, malformed or \
+        stale payload); 69 capability unavailable or not configured; 75 timed out or no fix \
+        (try again); 78 configuration rejected.
         """,
         version: FieldHALVersion.current,
         subcommands: [PluginsCommand.self, StatusCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
-                      MicCommand.self, HapticsCommand.self, BioCommand.self]
+                      MicCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
+                      LocationCommand.self]
     )
 }
 

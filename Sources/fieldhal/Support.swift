@@ -1,6 +1,7 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALPlugins
+import FieldHALVault
 import Foundation
 
 /// Options every command takes.
@@ -65,16 +66,24 @@ struct Environment {
         registry = BuiltinPlugins.registry
         let path = options.config ?? environment["FIELDHAL_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
         if let path {
-            configuration = try KitConfiguration.load(path: path, registry: registry)
+            configuration = try KitConfiguration.load(path: path, registry: registry, settings: Self.settings)
         } else if FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) {
-            configuration = try KitConfiguration.load(path: KitConfiguration.defaultPath, registry: registry)
+            configuration = try KitConfiguration.load(path: KitConfiguration.defaultPath, registry: registry, settings: Self.settings)
         } else {
             configuration = try KitConfiguration.parse(BuiltinConfiguration.text, file: BuiltinConfiguration.label,
-                                                       directory: FileManager.default.currentDirectoryPath, registry: registry)
+                                                       directory: FileManager.default.currentDirectoryPath, registry: registry,
+                                                       settings: Self.settings)
         }
         stateDirectory = StateDirectory.resolve(flag: options.stateDir, environment: environment,
                                                 configured: configuration.stateDirectory)
     }
+
+    /// The sections besides the capabilities': the core's `[kit]` and the flows' own.
+    static let settings: [String: [ParameterSpec]] = KitConfiguration.coreSettings.merging(
+        ["location_sharing": LocationSharingSettings.specs]) { $1 }
+
+    /// Opens the vault in the state directory.
+    func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }
 
     /// Loads the kit, opening only `capabilities` when given.
     func loadKit(only capabilities: Set<Capability>? = nil) async -> Kit {
@@ -128,6 +137,7 @@ struct CommandFailure: Error, CustomStringConvertible {
             case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
             case .timeout, .noFix: 75
             case .invalidArgument: 64
+            case .malformedData, .stale: 65
             default: 1
             }
         default:
