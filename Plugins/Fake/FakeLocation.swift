@@ -88,11 +88,13 @@ enum NMEATrack {
         var mode: FixMode?
         var speed: Double?
         var course: Double?
+        var verticalDOP: Double?
         for line in text.split(whereSeparator: \.isNewline) {
             guard let fields = checkedFields(line) else { continue }
             switch fields[0].suffix(3) {
             case "GSA" where fields.count > 2:
                 mode = fields[2] == "3" ? .threeD : fields[2] == "2" ? .twoD : .noFix
+                verticalDOP = fields.count > 17 ? Double(fields[17]) : nil
             case "RMC" where fields.count > 8:
                 speed = Double(fields[7]).map { $0 * 0.514444 }  // knots to m/s
                 course = Double(fields[8])
@@ -105,9 +107,10 @@ enum NMEATrack {
                 let hdop = Double(fields[8])
                 let altitude = Double(fields[9])
                 let pointMode = mode ?? (altitude == nil ? .twoD : .threeD)
-                // gpsd's rule of thumb: accuracy ≈ DOP × a user range error of about 5 m.
+                // gpsd 3.22's error model for an autonomous fix, as measured against it:
+                // eph = HDOP × 19 m, epv = VDOP × 23 m. The fake reports what gpsd would.
                 points.append(.init(mode: pointMode, latitude: latitude, longitude: longitude, altitude: altitude,
-                                    horizontalAccuracy: hdop.map { $0 * 5 }, verticalAccuracy: hdop.map { $0 * 7.5 },
+                                    horizontalAccuracy: hdop.map { $0 * 19 }, verticalAccuracy: (verticalDOP ?? hdop).map { $0 * 23 },
                                     speed: speed, course: course, satellites: Int(fields[7])))
             default:
                 continue

@@ -106,7 +106,8 @@ struct FakeLocationTests {
         #expect(fix.satellitesUsed == 8)
         #expect(abs(fix.speed! - 22.4 * 0.514444) < 1e-6)
         #expect(fix.course == 84.4)
-        #expect(abs(fix.horizontalAccuracy! - 4.5) < 1e-9)
+        #expect(abs(fix.horizontalAccuracy! - 0.9 * 19) < 1e-9, "HDOP × 19 m, as gpsd reports it")
+        #expect(abs(fix.verticalAccuracy! - 2.1 * 23) < 1e-9, "GSA's VDOP × 23 m")
         #expect(NMEATrack.points(fromLog: try String(contentsOfFile: path, encoding: .utf8)).count == 1, "bad checksum skipped")
     }
 
