@@ -57,7 +57,7 @@ struct GPSBench: AsyncParsableCommand {
         }
         let directory = NSTemporaryDirectory() + "fieldhal-bench-\(getpid())"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { if ProcessInfo.processInfo.environment["FIELDHAL_BENCH_DEBUG"] == nil { try? FileManager.default.removeItem(atPath: directory) } }
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         let log = directory + "/bench.nmea"
         try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
 
@@ -126,9 +126,6 @@ struct GPSBench: AsyncParsableCommand {
             guard let mine = ours[key], let theirs = piped[key] else { continue }
             fieldhal.append((mine - sent) * 1000)
             gpspipe.append((theirs - sent) * 1000)
-        }
-        if ProcessInfo.processInfo.environment["FIELDHAL_BENCH_DEBUG"] != nil {
-            FileHandle.standardError.write(Data("relay \(forwarded.count) gpspipe \(piped.count) fieldhal \(ours.count) finished \(relay.isFinished) sample relay \(forwarded.keys.sorted().prefix(2)) ours \(ours.keys.sorted().prefix(2)) pipe \(piped.keys.sorted().prefix(2))\n".utf8))
         }
         guard fieldhal.count >= max(10, epochs / 2) else {
             throw FieldHALError(.timeout, subject: "bench gps", detail: "only \(fieldhal.count) of \(epochs) reports were seen by both clients")
