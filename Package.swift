@@ -62,6 +62,7 @@ let package = Package(
 
         // Plugins: one folder each. A plugin imports the core and its own C module only.
         .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        .target(name: "FprintdPlugin", dependencies: ["FieldHAL"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
@@ -71,7 +72,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "GpsdPlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift
@@ -93,6 +94,8 @@ let package = Package(
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
+
+        .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strictSwift),

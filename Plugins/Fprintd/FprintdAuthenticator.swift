@@ -1,0 +1,217 @@
+#if Fprintd
+import FieldHAL
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Biometrics through fprintd. Each operation is one run of an fprintd tool: the tool
+/// claims the sensor, does one thing, and releases it. When FieldHAL stops a tool early
+/// (a timeout, a cancel, a retry result) it kills it, and fprintd releases the sensor of a
+/// client that disconnects — so the sensor is never left claimed.
+final class FprintdAuthenticator: BiometricAuthenticator {
+    struct Settings: Sendable {
+        var user = FprintdAuthenticator.currentUser
+        var finger: Finger?
+        var busAddress: String?
+        var toolsDirectory = "/usr/bin"
+    }
+
+    let deviceName: String
+    private let settings: Settings
+    private var subject: String { "biometrics \(deviceName)" }
+
+    private init(settings: Settings, deviceName: String) {
+        self.settings = settings
+        self.deviceName = deviceName
+    }
+
+    /// Checks that fprintd answers and has a sensor before the kit reports it available.
+    static func open(_ settings: Settings) async throws -> FprintdAuthenticator {
+        for tool in ["fprintd-list", "fprintd-verify", "fprintd-enroll"]
+        where !FileManager.default.isExecutableFile(atPath: settings.toolsDirectory + "/" + tool) {
+            throw FieldHALError(.unavailable, subject: "biometrics fprintd", detail: "\(settings.toolsDirectory)/\(tool) is missing",
+                                advice: "apt install fprintd")
+        }
+        let probe = FprintdAuthenticator(settings: settings, deviceName: "fprintd")
+        let listing = try await probe.list()
+        guard let device = listing.device else {
+            throw FieldHALError(.deviceNotFound, subject: "biometrics fprintd", detail: "fprintd sees no fingerprint sensor",
+                                advice: "plug in a sensor libfprint supports (lsusb; see fprint.freedesktop.org/supported-devices)")
+        }
+        return FprintdAuthenticator(settings: settings, deviceName: "fprintd \(device)")
+    }
+
+    func availability() async throws -> BiometricAvailability {
+        let listing = try await list()
+        return BiometricAvailability(hasSensor: listing.device != nil, enrolledFingers: listing.fingers)
+    }
+
+    func verify(timeout: Duration) async throws -> BiometricResult {
+        let arguments = (settings.finger.map { ["-f", $0.rawValue] } ?? []) + [settings.user]
+        let result = LockedValue<BiometricResult?>(nil)
+        let outcome = try await whileFprintdIsUp {
+            try await self.run("fprintd-verify", arguments, timeout: timeout, waitingFor: "finger on the sensor") { stream, line in
+                guard stream == .standardOutput, let report = FprintdOutput.result(in: line, prefix: "Verify result: ") else { return .keepReading }
+                switch report.name {
+                case "verify-match": result.withLock { $0 = .match }
+                case "verify-no-match": result.withLock { $0 = .noMatch }
+                default:
+                    // One scan, one answer: a retry request ends this verification (the tool is
+                    // stopped; fprintd releases the sensor) and the caller decides what is next.
+                    if let reason = FprintdOutput.retryReason(report.name, prefix: "verify-") { result.withLock { $0 = .retry(reason) } }
+                }
+                // Without an answer, let the tool finish: what it prints last says why.
+                return result.value != nil ? .stop : .keepReading
+            }
+        }
+        if let answer = result.value { return answer }
+        throw failure(of: "verify", outcome)
+    }
+
+    /// Runs `body` while watching fprintd's bus name: the fprintd tools wait forever for a
+    /// daemon that died, so its disappearance ends the wait with `unavailable`.
+    private func whileFprintdIsUp<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                let vanished = LockedValue(false)
+                _ = try await self.runGdbusMonitor { line in
+                    guard line.contains("does not have an owner") else { return .keepReading }
+                    vanished.withLock { $0 = true }
+                    return .stop
+                }
+                guard vanished.value else { return nil }  // the monitor itself failed: not a verdict
+                throw FieldHALError(.unavailable, subject: self.subject, detail: "fprintd stopped during the operation",
+                                    advice: "systemctl status fprintd; it restarts on demand")
+            }
+            defer { group.cancelAll() }
+            while let next = try await group.next() {
+                if let value = next { return value }
+            }
+            throw FieldHALError.cancelled(subject)
+        }
+    }
+
+    private func runGdbusMonitor(_ onLine: @escaping @Sendable (String) -> ToolProcess.Next) async throws -> ToolProcess.Outcome {
+        var environment: [String: String] = [:]
+        if let busAddress = settings.busAddress { environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress }
+        return try await ToolProcess.run("/usr/bin/gdbus", ["monitor", "--system", "--dest", "net.reactivated.Fprint"],
+                                         environment: environment, subject: subject, timeout: nil) { stream, line in
+            stream == .standardOutput ? onLine(line) : .keepReading
+        }
+    }
+
+    func enroll(_ finger: Finger, progress: @Sendable (EnrollStage) -> Void) async throws {
+        // The tool run ends before this function returns, so the handler may hold `progress`.
+        try await withoutActuallyEscaping(progress) { report in
+            let passed = LockedValue(0)
+            let completed = LockedValue(false)
+            // Enrolling waits for several touches: give it minutes, not a verify's timeout.
+            let outcome = try await whileFprintdIsUp {
+                try await self.run("fprintd-enroll", ["-f", finger.rawValue, self.settings.user], timeout: .seconds(300),
+                                   waitingFor: "enrollment scans") { stream, line in
+                    guard stream == .standardOutput, let result = FprintdOutput.result(in: line, prefix: "Enroll result: ") else { return .keepReading }
+                    switch result.name {
+                    case "enroll-stage-passed":
+                        report(.stagePassed(passed.withLock { $0 += 1; return $0 }))
+                    case "enroll-completed":
+                        completed.withLock { $0 = true }
+                        report(.completed)
+                        return .stop
+                    default:
+                        if let reason = FprintdOutput.retryReason(result.name, prefix: "enroll-") { report(.retry(reason)) }
+                    }
+                    return .keepReading
+                }
+            }
+            if !completed.value { throw failure(of: "enroll", outcome) }
+        }
+    }
+
+    func close() async {}
+
+    // MARK: - Running the tools
+
+    private struct Listing {
+        var device: String?
+        var fingers: [Finger]
+    }
+
+    private func list() async throws -> Listing {
+        let outcome = try await run("fprintd-list", [settings.user], timeout: .seconds(10), waitingFor: "fprintd-list")
+        var listing = Listing(device: nil, fingers: [])
+        for line in outcome.standardOutput {
+            if line.hasPrefix("Device at ") { listing.device = listing.device ?? String(line.dropFirst("Device at ".count)) }
+            if let hash = line.range(of: ": "), line.hasPrefix(" - #"), let finger = Finger(rawValue: String(line[hash.upperBound...])) {
+                listing.fingers.append(finger)
+            }
+        }
+        if outcome.status != 0 && listing.device == nil && !outcome.standardOutput.contains(where: { $0.contains("No devices available") }) {
+            throw failure(of: "list", outcome)
+        }
+        return listing
+    }
+
+    private func run(_ tool: String, _ arguments: [String], timeout: Duration, waitingFor what: String,
+                     onLine: @escaping @Sendable (ToolProcess.Stream, String) -> ToolProcess.Next = { _, _ in .keepReading }) async throws -> ToolProcess.Outcome {
+        var environment: [String: String] = [:]
+        if let busAddress = settings.busAddress { environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress }
+        return try await ToolProcess.run(settings.toolsDirectory + "/" + tool, arguments, environment: environment,
+                                         subject: subject, timeout: timeout, waitingFor: what, onLine: onLine)
+    }
+
+    /// The typed error for a tool run that ended without an answer, from what it printed.
+    private func failure(of operation: String, _ outcome: ToolProcess.Outcome) -> FieldHALError {
+        let text = (outcome.standardOutput + outcome.standardError).joined(separator: "\n")
+        let last = outcome.standardError.last(where: { !$0.isEmpty }) ?? outcome.standardOutput.last ?? "no output"
+        if text.contains("removed from the system") || text.contains("verify-disconnected") || text.contains("enroll-disconnected") {
+            return FieldHALError(.disconnected, subject: subject, detail: "the sensor was unplugged during \(operation)",
+                                 advice: "plug it back in; fprintd picks it up again")
+        }
+        if text.contains("AlreadyInUse") || text.contains("already claimed") || text.contains("Device was already claimed") {
+            return FieldHALError(.busy, subject: subject, detail: "another program is using the sensor",
+                                 advice: "wait for it to finish (fprintd serves one client at a time)")
+        }
+        if text.contains("NoEnrolledPrints") || text.contains("No fingers enrolled") || text.contains("has no fingers enrolled") {
+            return FieldHALError(.unsupported, subject: subject, detail: "\(settings.user) has no enrolled fingerprints",
+                                 advice: "run fieldhal bio enroll")
+        }
+        if text.contains("PermissionDenied") || text.contains("Not Authorized") || text.contains("not authorized") {
+            return FieldHALError(.permissionDenied, subject: subject, detail: "fprintd refused \(operation) for \(settings.user)",
+                                 advice: "polkit must allow net.reactivated.fprint.device.verify/enroll for the service user")
+        }
+        if text.contains("ServiceUnknown") || text.contains("was not provided by any") || text.contains("Could not connect")
+            || text.contains("Failed to connect") || text.contains("NoReply") || text.contains("Disconnected") || text.contains("no owner") {
+            return FieldHALError(.unavailable, subject: subject, detail: "fprintd is not answering on the system bus (\(last))",
+                                 advice: "apt install fprintd; it starts on demand through D-Bus activation")
+        }
+        if text.contains("unknown-error") {
+            return FieldHALError(.protocolError, subject: subject, detail: "fprintd reported an unknown error during \(operation)",
+                                 advice: "journalctl -u fprintd says more")
+        }
+        return FieldHALError(.protocolError, subject: subject,
+                             detail: "\(operation) ended without a result (exit \(outcome.status.map(String.init) ?? "none")): \(last)")
+    }
+
+    static var currentUser: String {
+        guard let entry = getpwuid(geteuid()), let name = entry.pointee.pw_name else { return "root" }
+        return String(cString: name)
+    }
+}
+
+/// Parsing of the fprintd tools' result lines: `Verify result: verify-match (done)`.
+enum FprintdOutput {
+    static func result(in line: String, prefix: String) -> (name: String, done: Bool)? {
+        guard line.hasPrefix(prefix) else { return nil }
+        let rest = line.dropFirst(prefix.count)
+        let name = rest.split(separator: " ").first.map(String.init) ?? ""
+        return (name, rest.hasSuffix("(done)"))
+    }
+
+    static func retryReason(_ name: String, prefix: String) -> BiometricRetryReason? {
+        guard name.hasPrefix(prefix) else { return nil }
+        return BiometricRetryReason(rawValue: String(name.dropFirst(prefix.count)))
+    }
+}
+#endif

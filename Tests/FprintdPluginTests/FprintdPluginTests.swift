@@ -1,0 +1,124 @@
+#if Fprintd
+import FieldHAL
+import Foundation
+import FprintdPlugin
+import TestSupport
+import Testing
+
+/// The fprintd plugin against a real fprintd with libfprint's virtual sensor on a private
+/// system bus. Each test has a lab of its own.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct FprintdPluginTests {
+    func open(_ lab: FprintdLab, _ extra: [String: ConfigValue] = [:]) async throws -> any BiometricAuthenticator {
+        let descriptor = try #require(FprintdPlugin.descriptor)
+        var values: [String: ConfigValue] = ["bus_address": .string(lab.busAddress), "user": .string("fieldhal-test")]
+        values.merge(extra) { $1 }
+        let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+        guard case .biometrics(let sensor) = try await descriptor.open(.biometrics, PluginParameters(values), context) else {
+            throw GPSFakeError("no biometrics from the fprintd plugin")
+        }
+        return sensor
+    }
+
+    /// Enrolls `finger-1` as the right index finger (five touches), through the plugin.
+    func enroll(_ sensor: any BiometricAuthenticator, _ lab: FprintdLab) async throws -> [EnrollStage] {
+        let toucher = Task.detached { for _ in 0..<5 { try lab.touch("SCAN finger-1"); try await Task.sleep(for: .milliseconds(300)) } }
+        let stages = LockedValue<[EnrollStage]>([])
+        try await sensor.enroll(.rightIndex) { stage in stages.withLock { $0.append(stage) } }
+        _ = try? await toucher.value
+        return stages.value
+    }
+
+    /// Starts a verify and touches the sensor with `command` once fprintd wants a finger.
+    func verify(_ sensor: any BiometricAuthenticator, _ lab: FprintdLab, touching command: String?,
+                timeout: Duration = .seconds(20)) async throws -> BiometricResult {
+        let toucher = Task.detached { if let command { try lab.touch(command) } }
+        defer { toucher.cancel() }
+        return try await sensor.verify(timeout: timeout)
+    }
+
+    @Test func enrollThenAvailabilityListsTheFinger() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        #expect(sensor.deviceName == "fprintd /net/reactivated/Fprint/Device/0")
+        #expect(try await sensor.availability() == BiometricAvailability(hasSensor: true, enrolledFingers: []))
+        let stages = try await enroll(sensor, lab)
+        #expect(stages == [.stagePassed(1), .stagePassed(2), .stagePassed(3), .stagePassed(4), .completed])
+        #expect(try await sensor.availability() == BiometricAvailability(hasSensor: true, enrolledFingers: [.rightIndex]))
+    }
+
+    @Test func matchNoMatchAndRetry() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+        #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match)
+        #expect(try await verify(sensor, lab, touching: "SCAN finger-2") == .noMatch)
+        #expect(try await verify(sensor, lab, touching: "RETRY 1") == .retry(.swipeTooShort))
+        #expect(try await verify(sensor, lab, touching: "RETRY 2") == .retry(.fingerNotCentered))
+        // Each ended verify released the sensor: the next one claims it again.
+        #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match)
+    }
+
+    @Test func timeoutAndCancelLeaveTheSensorFree() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+
+        let start = ContinuousClock.now
+        await #expect { try await verify(sensor, lab, touching: nil, timeout: .seconds(1)) } throws: {
+            ($0 as? FieldHALError)?.kind == .timeout
+        }
+        #expect(ContinuousClock.now - start < .seconds(5))
+
+        let waiting = Task { try await sensor.verify(timeout: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(800))
+        waiting.cancel()
+        await #expect { try await waiting.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
+
+        #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match, "the sensor was released")
+    }
+
+    @Test func unplugDuringVerifyIsADisconnection() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+        await #expect { try await verify(sensor, lab, touching: "UNPLUG") } throws: {
+            ($0 as? FieldHALError)?.kind == .disconnected
+        }
+    }
+
+    @Test func fprintdKilledDuringVerifyFailsPromptly() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+        let waiting = Task { try await sensor.verify(timeout: .seconds(30)) }
+        while !lab.fingerNeeded() { try await Task.sleep(for: .milliseconds(50)) }
+        let killedAt = ContinuousClock.now
+        lab.killFprintd()
+        await #expect { try await waiting.value } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return [.unavailable, .disconnected, .protocolError].contains(error.kind)
+        }
+        #expect(ContinuousClock.now - killedAt < .seconds(5))
+    }
+
+    @Test func verifyWithoutEnrolledPrintsSaysWhatToDo() async throws {
+        let lab = try FprintdLab()
+        let sensor = try await open(lab)
+        await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .unsupported && error.advice == "run fieldhal bio enroll"
+        }
+    }
+
+    @Test func noFprintdOnTheBusIsUnavailable() async throws {
+        let lab = try FprintdLab()
+        lab.killFprintd()
+        // Activation is not configured on the private bus, so nothing answers.
+        await #expect { try await open(lab) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .unavailable
+        }
+    }
+}
+#endif
