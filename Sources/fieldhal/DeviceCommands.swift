@@ -74,7 +74,7 @@ struct HapticsCommand: AsyncParsableCommand {
 
 struct BioCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bio", abstract: "Fingerprint sensor.",
-                                                    subcommands: [Status.self, Verify.self])
+                                                    subcommands: [Status.self, Verify.self, Enroll.self])
 
     struct Status: FieldHALSubcommand {
         static let configuration = CommandConfiguration(abstract: "Show whether a sensor is present and which fingers are enrolled.")
@@ -112,6 +112,36 @@ struct BioCommand: AsyncParsableCommand {
             case .match: return
             case .noMatch: throw ExitCode(1)
             case .retry: throw ExitCode(75)
+            }
+        }
+    }
+
+    struct Enroll: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Enroll a finger: touch the sensor until it reports the enrollment complete.",
+            discussion: "Prints each stage as the sensor reports it. Fingers: \(Finger.allCases.map(\.rawValue).joined(separator: ", ")).")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "The finger to enroll.") var finger: String = Finger.rightIndex.rawValue
+
+        func validate() throws {
+            guard Finger(rawValue: finger) != nil else {
+                throw ValidationError("--finger must be one of \(Finger.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+
+        func execute(_ environment: Environment) async throws {
+            let chosen = Finger(rawValue: finger)!
+            let json = global.json
+            if !json { print("Touch the sensor with your \(chosen.rawValue.replacingOccurrences(of: "-", with: " ")), lifting it between touches.") }
+            try await environment.withKit(for: .biometrics) { kit in
+                try await kit.biometrics().enroll(chosen) { stage in
+                    let line: String = switch stage {
+                    case .stagePassed(let number): json ? #"{"stage":\#(number)}"# : "stage \(number) passed"
+                    case .retry(let reason): json ? #"{"retry":"\#(reason.rawValue)"}"# : "again: \(reason.rawValue)"
+                    case .completed: json ? #"{"completed":true}"# : "enrolled \(chosen.rawValue)"
+                    }
+                    print(line)
+                }
             }
         }
     }
