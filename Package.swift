@@ -52,6 +52,8 @@ let package = Package(
         // Secrets at rest, over libsodium (a hard dependency: no trait).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .target(name: "FieldHALVault", dependencies: ["FieldHAL", "CSodium"], swiftSettings: strictSwift),
+        // The kit's lock: PIN (argon2id), duress PIN, lockouts, relock, audit log.
+        .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),
 
         // C libraries of the real backends, each built only when its trait is on.
         .systemLibrary(name: "CNFC", pkgConfig: "libnfc", providers: [.apt(["libnfc-dev"])]),
@@ -81,7 +83,7 @@ let package = Package(
         .executableTarget(
             name: "fieldhal",
             dependencies: [
-                "FieldHAL", "FieldHALVault", "FieldHALPlugins",
+                "FieldHAL", "FieldHALVault", "FieldHALLock", "FieldHALPlugins",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSwift
@@ -95,6 +97,7 @@ let package = Package(
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
+        .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// Runs the built `fieldhal` binary, as a technician would.
@@ -16,7 +17,12 @@ struct CLI {
 
     struct Result { let status: Int32; let stdout: String; let stderr: String }
 
-    static func run(_ arguments: [String], environment extra: [String: String] = [:]) throws -> Result {
+    /// Runs the binary on a thread of its own (tests must not block the cooperative pool).
+    static func run(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> Result {
+        try await offPool { try runBlocking(arguments, environment: extra) }
+    }
+
+    static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:]) throws -> Result {
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
@@ -43,8 +49,8 @@ func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-cli-
 
 @Suite("fieldhal CLI")
 struct CLITests {
-    @Test func statusShowsAllSevenCapabilitiesOnTheExampleKit() throws {
-        let result = try CLI.run(["status", "--config", CLI.exampleConfig, "--json"])
+    @Test func statusShowsAllSevenCapabilitiesOnTheExampleKit() async throws {
+        let result = try await CLI.run(["status", "--config", CLI.exampleConfig, "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         let capabilities = report["capabilities"] as! [[String: Any]]
@@ -52,8 +58,8 @@ struct CLITests {
         #expect(capabilities.allSatisfy { $0["state"] as? String == "available" && $0["plugin"] as? String == "fake" })
     }
 
-    @Test func pluginsListsOnlyWhatIsBuilt() throws {
-        let result = try CLI.run(["plugins", "--json"])
+    @Test func pluginsListsOnlyWhatIsBuilt() async throws {
+        let result = try await CLI.run(["plugins", "--json"])
         #expect(result.status == 0)
         let listing = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         let names = (listing["plugins"] as! [[String: Any]]).map { $0["name"] as! String }
@@ -61,71 +67,74 @@ struct CLITests {
         #if GPS
         built.append("gpsd")
         #endif
+        #if Fprintd
+        built.append("fprintd")
+        #endif
         #expect(names == built.sorted())
     }
 
-    @Test func everyCapabilityCommandWorksOnTheFakeKit() throws {
+    @Test func everyCapabilityCommandWorksOnTheFakeKit() async throws {
         let config = ["--config", CLI.exampleConfig]
-        let fix = try CLI.run(["gps", "fix", "--json"] + config)
+        let fix = try await CLI.run(["gps", "fix", "--json"] + config)
         #expect(fix.status == 0, "\(fix.stderr)")
         #expect(fix.stdout.contains("\"source\" : \"live\""))
-        let read = try CLI.run(["nfc", "read", "--timeout", "2"] + config)
+        let read = try await CLI.run(["nfc", "read", "--timeout", "2"] + config)
         #expect(read.status == 0 && read.stdout.contains("trf:duress:"), "\(read.stdout)\(read.stderr)")
-        let emulate = try CLI.run(["nfc", "emulate", "--uri", "trf:duress:alert-1", "--timeout", "5"] + config)
+        let emulate = try await CLI.run(["nfc", "emulate", "--uri", "trf:duress:alert-1", "--timeout", "5"] + config)
         #expect(emulate.status == 0 && emulate.stdout.contains("read by a reader"), "\(emulate.stderr)")
         let photo = scratch("snap.jpg")
-        let snap = try CLI.run(["camera", "snap", "-o", photo, "--width", "320", "--height", "240"] + config)
+        let snap = try await CLI.run(["camera", "snap", "-o", photo, "--width", "320", "--height", "240"] + config)
         #expect(snap.status == 0, "\(snap.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: photo)).prefix(2) == Data([0xFF, 0xD8]))
         let sound = scratch("rec.wav")
-        let record = try CLI.run(["mic", "record", "--seconds", "2", "-o", sound, "--rate", "22050", "--json"] + config)
+        let record = try await CLI.run(["mic", "record", "--seconds", "2", "-o", sound, "--rate", "22050", "--json"] + config)
         #expect(record.status == 0, "\(record.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: sound)).count == 44 + 2 * 22050 * 2)
         for pattern in ["success", "warning", "error", "light", "medium", "heavy"] {
-            #expect(try CLI.run(["haptics", "play", pattern] + config).status == 0)
+            #expect(try await CLI.run(["haptics", "play", pattern] + config).status == 0)
         }
-        let verify = try CLI.run(["bio", "verify"] + config)
+        let verify = try await CLI.run(["bio", "verify"] + config)
         #expect(verify.status == 0 && verify.stdout == "match\n")
     }
 
-    @Test func failuresAreOneLineOnStderrWithAMeaningfulStatus() throws {
+    @Test func failuresAreOneLineOnStderrWithAMeaningfulStatus() async throws {
         let badConfig = scratch("bad.toml")
         try "[gps]\nplugin = \"fake\"\ninterval_ms = \"fast\"\n".write(toFile: badConfig, atomically: true, encoding: .utf8)
-        let rejected = try CLI.run(["status", "--config", badConfig])
+        let rejected = try await CLI.run(["status", "--config", badConfig])
         #expect(rejected.status == 78)
         #expect(rejected.stderr == "fieldhal: \(badConfig):3: gps.interval_ms: expected an integer, found string \"fast\"\n")
 
-        let viaEnvironment = try CLI.run(["status"], environment: ["FIELDHAL_CONFIG": badConfig])
+        let viaEnvironment = try await CLI.run(["status"], environment: ["FIELDHAL_CONFIG": badConfig])
         #expect(viaEnvironment.status == 78)
 
         let noCamera = scratch("nocam.toml")
         try "[gps]\nplugin = \"fake\"\n".write(toFile: noCamera, atomically: true, encoding: .utf8)
-        let missing = try CLI.run(["camera", "snap", "-o", scratch("x.jpg"), "--config", noCamera])
+        let missing = try await CLI.run(["camera", "snap", "-o", scratch("x.jpg"), "--config", noCamera])
         #expect(missing.status == 69)
         #expect(missing.stderr.split(separator: "\n").count == 1 && missing.stderr.contains("add a [camera] section"))
 
         let noTag = scratch("notag.toml")
         try "[nfc]\nplugin = \"fake\"\n".write(toFile: noTag, atomically: true, encoding: .utf8)
-        let timeout = try CLI.run(["nfc", "read", "--timeout", "0.2", "--config", noTag])
+        let timeout = try await CLI.run(["nfc", "read", "--timeout", "0.2", "--config", noTag])
         #expect(timeout.status == 75 && timeout.stderr.contains("no tag within 0.2 s"))
 
-        let badPattern = try CLI.run(["haptics", "play", "buzz"])
+        let badPattern = try await CLI.run(["haptics", "play", "buzz"])
         #expect(badPattern.status == 64)
     }
 
-    @Test func builtInFakeKitRunsWithNoConfiguration() throws {
+    @Test func builtInFakeKitRunsWithNoConfiguration() async throws {
         // Only meaningful where no system configuration is installed.
         guard !FileManager.default.fileExists(atPath: "/etc/fieldhal/fieldhal.toml") else { return }
-        let status = try CLI.run(["status"])
+        let status = try await CLI.run(["status"])
         #expect(status.status == 0 && status.stdout.hasPrefix("configuration: built-in fake kit"))
     }
 
-    @Test func aSnapshotKilledMidWriteLeavesTheOldFileOrTheNew() throws {
+    @Test func aSnapshotKilledMidWriteLeavesTheOldFileOrTheNew() async throws {
         // SIGKILL a real `camera snap` at varying moments; the output path must always hold
         // a complete JPEG (the first one, or a later one), never a torn file.
         let output = scratch("killed.jpg")
         let arguments = ["camera", "snap", "-o", output, "--width", "1600", "--height", "1200", "--config", CLI.exampleConfig]
-        #expect(try CLI.run(arguments).status == 0)
+        #expect(try await CLI.run(arguments).status == 0)
         let first = try Data(contentsOf: URL(fileURLWithPath: output))
         for delay in stride(from: 50, through: 1250, by: 150) {
             let process = Process()
@@ -133,9 +142,9 @@ struct CLITests {
             process.arguments = arguments
             process.environment = ["FIELDHAL_STATE_DIR": scratch("state")]
             try process.run()
-            usleep(useconds_t(delay * 1000))
+            try await Task.sleep(for: .milliseconds(delay))
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            try await offPool { process.waitUntilExit() }
             let now = try Data(contentsOf: URL(fileURLWithPath: output))
             #expect(now.count == first.count && now.suffix(2) == Data([0xFF, 0xD9]), "after a kill at \(delay) ms")
         }

@@ -22,7 +22,7 @@ struct FprintdPluginTests {
 
     /// Enrolls `finger-1` as the right index finger (five touches), through the plugin.
     func enroll(_ sensor: any BiometricAuthenticator, _ lab: FprintdLab) async throws -> [EnrollStage] {
-        let toucher = Task.detached { for _ in 0..<5 { try lab.touch("SCAN finger-1"); try await Task.sleep(for: .milliseconds(300)) } }
+        let toucher = Task { for _ in 0..<5 { try await lab.touch("SCAN finger-1"); try await Task.sleep(for: .milliseconds(300)) } }
         let stages = LockedValue<[EnrollStage]>([])
         try await sensor.enroll(.rightIndex) { stage in stages.withLock { $0.append(stage) } }
         _ = try? await toucher.value
@@ -32,13 +32,13 @@ struct FprintdPluginTests {
     /// Starts a verify and touches the sensor with `command` once fprintd wants a finger.
     func verify(_ sensor: any BiometricAuthenticator, _ lab: FprintdLab, touching command: String?,
                 timeout: Duration = .seconds(20)) async throws -> BiometricResult {
-        let toucher = Task.detached { if let command { try lab.touch(command) } }
+        let toucher = Task { if let command { try await lab.touch(command) } }
         defer { toucher.cancel() }
         return try await sensor.verify(timeout: timeout)
     }
 
     @Test func enrollThenAvailabilityListsTheFinger() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         #expect(sensor.deviceName == "fprintd /net/reactivated/Fprint/Device/0")
         #expect(try await sensor.availability() == BiometricAvailability(hasSensor: true, enrolledFingers: []))
@@ -48,7 +48,7 @@ struct FprintdPluginTests {
     }
 
     @Test func matchNoMatchAndRetry() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         _ = try await enroll(sensor, lab)
         #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match)
@@ -60,7 +60,7 @@ struct FprintdPluginTests {
     }
 
     @Test func timeoutAndCancelLeaveTheSensorFree() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         _ = try await enroll(sensor, lab)
 
@@ -79,7 +79,7 @@ struct FprintdPluginTests {
     }
 
     @Test func unplugDuringVerifyIsADisconnection() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         _ = try await enroll(sensor, lab)
         await #expect { try await verify(sensor, lab, touching: "UNPLUG") } throws: {
@@ -88,7 +88,7 @@ struct FprintdPluginTests {
     }
 
     @Test func fprintdKilledDuringVerifyFailsPromptly() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         _ = try await enroll(sensor, lab)
         let waiting = Task { try await sensor.verify(timeout: .seconds(30)) }
@@ -103,7 +103,7 @@ struct FprintdPluginTests {
     }
 
     @Test func verifyWithoutEnrolledPrintsSaysWhatToDo() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         let sensor = try await open(lab)
         await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
@@ -112,7 +112,7 @@ struct FprintdPluginTests {
     }
 
     @Test func noFprintdOnTheBusIsUnavailable() async throws {
-        let lab = try FprintdLab()
+        let lab = try await FprintdLab.start()
         lab.killFprintd()
         // Activation is not configured on the private bus, so nothing answers.
         await #expect { try await open(lab) } throws: { error in

@@ -21,9 +21,9 @@ struct GpsdPluginTests {
         return provider
     }
 
-    func startGpsd(_ log: String, once: Bool = false, cycle: Double = 0.02, port: Int? = nil) throws -> GPSFake {
+    func startGpsd(_ log: String, once: Bool = false, cycle: Double = 0.02, port: Int? = nil) async throws -> GPSFake {
         let gpsd = try GPSFake(log: GPSFake.logPath(log), port: port, once: once, cycle: cycle)
-        try gpsd.waitUntilListening()
+        try await gpsd.waitUntilListening()
         return gpsd
     }
 
@@ -45,7 +45,7 @@ struct GpsdPluginTests {
     // MARK: - Values, against the logs
 
     @Test func moving3DFixReportsWhatTheReceiverSent() async throws {
-        let gpsd = try startGpsd("moving-3d.nmea")
+        let gpsd = try await startGpsd("moving-3d.nmea")
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }
@@ -70,7 +70,7 @@ struct GpsdPluginTests {
     }
 
     @Test func twoDimensionalFixHasNoAltitude() async throws {
-        let gpsd = try startGpsd("fix-2d.nmea")
+        let gpsd = try await startGpsd("fix-2d.nmea")
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }
@@ -92,7 +92,7 @@ struct GpsdPluginTests {
     }
 
     @Test func receiverWithoutFixReportsNoFixAndCurrentFixFailsInTime() async throws {
-        let gpsd = try startGpsd("no-fix.nmea")
+        let gpsd = try await startGpsd("no-fix.nmea")
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }
@@ -110,7 +110,7 @@ struct GpsdPluginTests {
     }
 
     @Test func fixGainedLateIsReportedLive() async throws {
-        let gpsd = try startGpsd("late-fix.nmea", cycle: 0.05)
+        let gpsd = try await startGpsd("late-fix.nmea", cycle: 0.05)
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }
@@ -133,7 +133,7 @@ struct GpsdPluginTests {
 
     @Test func lastFixIsCachedWhenTheReceiverGoes() async throws {
         // Played once: gpsd then reports the receiver gone.
-        let gpsd = try startGpsd("moving-3d.nmea", once: true, cycle: 0.01)
+        let gpsd = try await startGpsd("moving-3d.nmea", once: true, cycle: 0.01)
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }
@@ -154,7 +154,7 @@ struct GpsdPluginTests {
     // MARK: - Faults
 
     @Test func gpsdKilledMidWatchIsReportedAndRecovered() async throws {
-        var gpsd = try startGpsd("moving-3d.nmea", cycle: 0.02)
+        var gpsd = try await startGpsd("moving-3d.nmea", cycle: 0.02)
         defer { gpsd.kill() }
         let port = gpsd.port
         let gps = try await open(port: port, ["reconnect_max_ms": .integer(500)])
@@ -174,7 +174,7 @@ struct GpsdPluginTests {
         #expect(lost.0 - killedAt < .seconds(2), "the loss is reported within 2 s")
         #expect(lost.1.mode == .noFix)
 
-        gpsd = try startGpsd("moving-3d.nmea", cycle: 0.02, port: port)
+        gpsd = try await startGpsd("moving-3d.nmea", cycle: 0.02, port: port)
         let restartedAt = ContinuousClock.now
         try await waitFor(timeout: .seconds(15)) { events.value.contains { $0.0 > restartedAt && $0.1.hasPosition } }
         #expect(!watcher.isCancelled, "the same watch carried on across the restart")
@@ -207,7 +207,7 @@ struct GpsdPluginTests {
     // MARK: - Cancellation and closing
 
     @Test func cancelledWatchEndsAndCloseReturnsPromptly() async throws {
-        let gpsd = try startGpsd("no-fix.nmea", cycle: 0.2)
+        let gpsd = try await startGpsd("no-fix.nmea", cycle: 0.2)
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
 

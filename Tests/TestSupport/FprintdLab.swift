@@ -13,7 +13,12 @@ public final class FprintdLab: @unchecked Sendable {
     private var processes: [Process] = []
     private var fprintd: Process?
 
-    public init() throws {
+    /// Starts the lab off the cooperative pool (it waits for three daemons).
+    public static func start() async throws -> FprintdLab {
+        try await offPool { try FprintdLab() }
+    }
+
+    init() throws {
         directory = NSTemporaryDirectory() + "fieldhal-fprintd-\(UUID().uuidString.prefix(8))"
         for sub in ["state", "run"] {
             try FileManager.default.createDirectory(atPath: directory + "/" + sub, withIntermediateDirectories: true)
@@ -75,7 +80,11 @@ public final class FprintdLab: @unchecked Sendable {
     }
 
     /// Sends one command to the virtual sensor once fprintd is waiting for a finger.
-    public func touch(_ command: String, timeout: Duration = .seconds(10)) throws {
+    public func touch(_ command: String) async throws {
+        try await offPool { try self.touchBlocking(command) }
+    }
+
+    func touchBlocking(_ command: String) throws {
         try waitFor("fprintd to want a finger") { self.fingerNeeded() }
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw GPSFakeError("socket: \(errno)") }

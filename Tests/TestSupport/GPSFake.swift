@@ -37,12 +37,12 @@ public final class GPSFake: @unchecked Sendable {
     deinit { kill() }
 
     /// Waits until gpsd accepts connections on the port.
-    public func waitUntilListening(timeout: Duration = .seconds(15)) throws {
+    public func waitUntilListening(timeout: Duration = .seconds(15)) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if Self.canConnect(port: port) { return }
             guard process.isRunning else { throw GPSFakeError("gpsfake exited with status \(process.terminationStatus)") }
-            usleep(50_000)
+            try await Task.sleep(for: .milliseconds(50))
         }
         throw GPSFakeError("gpsd did not listen on port \(port) within \(timeout)")
     }

@@ -1,0 +1,349 @@
+import FieldHAL
+import Foundation
+
+/// What an unlock attempt came to. Messages are friendly and never say which credential
+/// was wrong; a duress PIN gives exactly what the normal PIN gives.
+public enum UnlockOutcome: Sendable, Equatable {
+    case unlocked
+    case rejected(String)
+    /// Attempts are paused; `seconds` until they are accepted again.
+    case lockedOut(String, seconds: Int)
+}
+
+/// Where the lock stands, for `fieldhal lock status` and the daemon.
+public struct LockStatus: Sendable, Equatable, Codable {
+    public var configured: Bool
+    public var locked: Bool
+    public var biometricsEnabled: Bool
+    /// Seconds until PIN attempts are accepted again; 0 when they are.
+    public var pinLockedForSeconds: Int
+    /// Seconds until the fingerprint sensor is accepted again; 0 when it is.
+    public var biometricsLockedForSeconds: Int
+    /// After repeated failures: offer the emergency reset (seed 003 Req 8).
+    public var offerEmergencyReset: Bool
+    public var relockAfter: RelockAfter
+    public var message: String
+}
+
+/// The kit's lock (seeds 002, 003, 004, and 000's duress PIN) as a state machine over a
+/// store, an audit log and a clock. Nothing here touches a device: the caller runs the
+/// biometric scan and reports its result.
+public final class LockService: @unchecked Sendable {
+    public static let pinLockoutSchedule: [(failures: Int, seconds: Int)] = [(3, 30), (5, 300), (7, 900), (10, 3600)]
+    public static let biometricFailuresBeforeFallback = 3
+    public static let biometricLockoutSeconds = 15 * 60
+    public static let emergencyResetAfterFailures = 5
+
+    public static let wrongCredential = "That didn't work. Please try again."
+    public static let notSetUp = "The lock is not set up. Run fieldhal lock setup."
+
+    private let store: any LockStore
+    private let audit: AuditLog?
+    private let now: @Sendable () -> Date
+    private let cost: PINHash.Cost
+    private let mutex = NSLock()
+    /// Compared against when no duress PIN is set, so every unlock does the same work.
+    private let decoyHash: String
+
+    public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init) throws {
+        self.store = store
+        self.audit = audit
+        self.cost = cost
+        self.now = now
+        decoyHash = try PINHash.hash("decoy-\(UUID().uuidString)", cost: cost)
+    }
+
+    // MARK: - Setup and settings
+
+    /// Sets the lock up. `biometrics`: the sensor's availability when the user wants it;
+    /// without enrolled prints the lock is PIN only (seed 003 Req 2.5). Returns a message.
+    @discardableResult
+    public func setup(pin: String, confirmation: String, duressPIN: String? = nil,
+                      biometrics: BiometricAvailability? = nil, relockAfter: RelockAfter = .fiveMinutes) throws -> String {
+        try mutex.withLock {
+            var state = try store.load() ?? LockState()
+            guard !state.isConfigured else {
+                throw FieldHALError(.invalidArgument, subject: "lock", detail: "the lock is already set up",
+                                    advice: "change it with fieldhal lock settings, or start over with fieldhal lock reset")
+            }
+            try Self.check(pin, confirmation)
+            if let duressPIN {
+                if let problem = PINPolicy.problem(with: duressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
+                guard duressPIN != pin else { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
+            }
+            state.pinHash = try PINHash.hash(pin, cost: cost)
+            state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) }
+            state.biometricsEnabled = biometrics?.isEnrolled ?? false
+            state.relockAfter = relockAfter
+            state.unlockedAt = now()
+            state.lastActivity = now()
+            try record(&state, "setup", biometrics: state.biometricsEnabled)
+            if biometrics != nil && !state.biometricsEnabled {
+                return "Lock set up with a PIN. No fingerprints are enrolled, so the fingerprint sensor is not used."
+            }
+            return state.biometricsEnabled ? "Lock set up with fingerprint and PIN." : "Lock set up with a PIN."
+        }
+    }
+
+    /// Changes settings; the current PIN (a fresh unlock) is required (seed 003 Req 4).
+    public func changeSettings(currentPIN: String, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
+                               newPIN: (pin: String, confirmation: String)? = nil, newDuressPIN: String? = nil) throws {
+        try mutex.withLock {
+            var state = try requireConfigured()
+            try requireFreshUnlock(currentPIN, &state)
+            if let relockAfter { state.relockAfter = relockAfter }
+            if let biometrics { state.biometricsEnabled = biometrics.isEnrolled }
+            if let newPIN {
+                try Self.check(newPIN.pin, newPIN.confirmation)
+                state.pinHash = try PINHash.hash(newPIN.pin, cost: cost)
+            }
+            if let newDuressPIN {
+                if let problem = PINPolicy.problem(with: newDuressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
+                state.duressPINHash = try PINHash.hash(newDuressPIN, cost: cost)
+            }
+            try record(&state, "settings-changed", biometrics: state.biometricsEnabled)
+        }
+    }
+
+    /// Turns the lock off; the current PIN is required.
+    public func disable(currentPIN: String) throws {
+        try mutex.withLock {
+            var state = try requireConfigured()
+            try requireFreshUnlock(currentPIN, &state)
+            let head = (state.auditCount, state.auditHead)
+            state = LockState()
+            (state.auditCount, state.auditHead) = head
+            try record(&state, "disabled", biometrics: false)
+        }
+    }
+
+    // MARK: - Unlocking
+
+    public func status() throws -> LockStatus {
+        try mutex.withLock {
+            let state = try store.load() ?? LockState()
+            return status(of: state, at: now())
+        }
+    }
+
+    /// Whether the fingerprint may be offered now (enabled and not paused).
+    public func biometricsAllowed() throws -> Bool {
+        try mutex.withLock {
+            let state = try store.load() ?? LockState()
+            return state.biometricsEnabled && remaining(state.biometricsLockedUntil, at: now()) == 0
+        }
+    }
+
+    /// Checks a PIN. The duress PIN unlocks exactly as the PIN does — same outcome, same
+    /// work, same audit line, a state file of the same size — and is noted only inside the
+    /// sealed state, for the flows.
+    public func unlock(pin: String) throws -> UnlockOutcome {
+        try mutex.withLock {
+            var state = try store.load() ?? LockState()
+            guard let pinHash = state.pinHash else { return .rejected(Self.notSetUp) }
+            let at = now()
+            let wait = remaining(state.pinLockedUntil, at: at)
+            if wait > 0 { return .lockedOut(Self.lockedOutMessage(wait), seconds: wait) }
+            // Both comparisons always run, so the time taken does not say which PIN it was.
+            let normal = PINHash.verify(pin, against: pinHash)
+            let duress = PINHash.verify(pin, against: state.duressPINHash ?? decoyHash) && state.duressPINHash != nil
+            if normal || duress {
+                if duress { state.pendingDuressEvents.append(at) }
+                state.failedPINAttempts = 0
+                state.pinLockedUntil = nil
+                state.unlockedAt = at
+                state.lastActivity = at
+                try record(&state, "unlock", detail: "method=pin result=ok")
+                return .unlocked
+            }
+            state.failedPINAttempts += 1
+            var outcome = UnlockOutcome.rejected(Self.wrongCredential)
+            if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
+                state.pinLockedUntil = at.addingTimeInterval(TimeInterval(seconds))
+                outcome = .lockedOut(Self.lockedOutMessage(seconds), seconds: seconds)
+                try record(&state, "lockout", detail: "method=pin failures=\(state.failedPINAttempts) seconds=\(seconds)")
+            } else {
+                try record(&state, "unlock", detail: "method=pin result=failed")
+            }
+            return outcome
+        }
+    }
+
+    /// Reports a fingerprint scan the caller ran. Three failures pause the sensor for 15
+    /// minutes (seed 004) while the PIN keeps working; a retry request is not a failure.
+    public func unlock(biometric result: BiometricResult) throws -> UnlockOutcome {
+        try mutex.withLock {
+            var state = try store.load() ?? LockState()
+            guard state.isConfigured else { return .rejected(Self.notSetUp) }
+            let at = now()
+            guard state.biometricsEnabled else { return .rejected("Fingerprint unlock is off. Use your PIN.") }
+            let wait = remaining(state.biometricsLockedUntil, at: at)
+            if wait > 0 { return .lockedOut("Fingerprint is paused for \(Self.describe(wait)). Use your PIN.", seconds: wait) }
+            switch result {
+            case .match:
+                state.failedBiometricAttempts = 0
+                state.failedPINAttempts = 0
+                state.pinLockedUntil = nil
+                state.unlockedAt = at
+                state.lastActivity = at
+                try record(&state, "unlock", detail: "method=fingerprint result=ok")
+                return .unlocked
+            case .retry(let reason):
+                return .rejected(Self.retryMessage(reason))
+            case .noMatch:
+                state.failedBiometricAttempts += 1
+                if state.failedBiometricAttempts >= Self.biometricFailuresBeforeFallback {
+                    state.failedBiometricAttempts = 0
+                    state.biometricsLockedUntil = at.addingTimeInterval(TimeInterval(Self.biometricLockoutSeconds))
+                    try record(&state, "lockout", detail: "method=fingerprint seconds=\(Self.biometricLockoutSeconds)")
+                    return .lockedOut("Fingerprint is paused for 15 minutes. Use your PIN.", seconds: Self.biometricLockoutSeconds)
+                }
+                try record(&state, "unlock", detail: "method=fingerprint result=failed")
+                return .rejected(Self.wrongCredential)
+            }
+        }
+    }
+
+    /// Marks use of the kit, which keeps it unlocked for the relock interval.
+    public func noteActivity() throws {
+        try mutex.withLock {
+            var state = try requireConfigured()
+            guard !isLocked(state, at: now()) else { return }
+            state.lastActivity = now()
+            try store.save(state)
+        }
+    }
+
+    /// Duress unlocks since the flows last asked; they are removed as they are taken.
+    public func takeDuressEvents() throws -> [Date] {
+        try mutex.withLock {
+            var state = try store.load() ?? LockState()
+            let events = state.pendingDuressEvents
+            guard !events.isEmpty else { return [] }
+            state.pendingDuressEvents = []
+            try store.save(state)
+            return events
+        }
+    }
+
+    /// Records the emergency reset in the audit log just before the caller wipes the state
+    /// directory (seed 003 Req 8); the log goes with it.
+    public func recordEmergencyReset() throws {
+        try mutex.withLock {
+            var state = try store.load() ?? LockState()
+            try record(&state, "emergency-reset", detail: "")
+        }
+    }
+
+    public func verifyAudit() throws -> AuditLog.Verdict {
+        guard let audit else { return .intact(entries: 0) }
+        let state = try mutex.withLock { try store.load() ?? LockState() }
+        return audit.verify(recordedCount: state.auditCount, recordedHead: state.auditHead)
+    }
+
+    // MARK: - Rules
+
+    public static func lockoutSeconds(afterFailures failures: Int) -> Int? {
+        if failures >= 10 { return 3600 }
+        return pinLockoutSchedule.first { $0.failures == failures }?.seconds ?? (failures > 7 ? 900 : nil)
+    }
+
+    static func check(_ pin: String, _ confirmation: String) throws {
+        if let problem = PINPolicy.problem(with: pin) { throw FieldHALError(.invalidArgument, subject: "lock", detail: problem) }
+        guard pin == confirmation else { throw FieldHALError(.invalidArgument, subject: "lock", detail: PINPolicy.mismatch) }
+    }
+
+    static func lockedOutMessage(_ seconds: Int) -> String {
+        "Too many attempts. Please wait \(describe(seconds)) and try again."
+    }
+
+    static func describe(_ seconds: Int) -> String {
+        if seconds < 60 { return "\(seconds) second\(seconds == 1 ? "" : "s")" }
+        let minutes = (seconds + 59) / 60
+        return "\(minutes) minute\(minutes == 1 ? "" : "s")"
+    }
+
+    static func retryMessage(_ reason: BiometricRetryReason) -> String {
+        switch reason {
+        case .retryScan: "Please try the fingerprint again."
+        case .swipeTooShort: "That was too quick. Please try the fingerprint again."
+        case .fingerNotCentered: "Please centre your finger on the sensor and try again."
+        case .removeAndRetry: "Please lift your finger and try again."
+        }
+    }
+
+    private func status(of state: LockState, at date: Date) -> LockStatus {
+        let pinWait = remaining(state.pinLockedUntil, at: date)
+        let bioWait = remaining(state.biometricsLockedUntil, at: date)
+        let locked = isLocked(state, at: date)
+        let offerReset = state.failedPINAttempts >= Self.emergencyResetAfterFailures
+        var message: String
+        if !state.isConfigured {
+            message = "The lock is off."
+        } else if !locked {
+            message = "Unlocked."
+        } else if pinWait > 0 {
+            message = Self.lockedOutMessage(pinWait)
+        } else {
+            message = "Locked. Unlock with your \(state.biometricsEnabled && bioWait == 0 ? "fingerprint or PIN" : "PIN") to continue."
+        }
+        if offerReset && locked {
+            message += " Forgot your PIN? fieldhal lock reset erases this kit's data and starts fresh."
+        }
+        return LockStatus(configured: state.isConfigured, locked: locked, biometricsEnabled: state.biometricsEnabled,
+                          pinLockedForSeconds: pinWait, biometricsLockedForSeconds: bioWait, offerEmergencyReset: offerReset && locked,
+                          relockAfter: state.relockAfter, message: message)
+    }
+
+    private func isLocked(_ state: LockState, at date: Date) -> Bool {
+        guard state.isConfigured else { return false }
+        guard let unlockedAt = state.unlockedAt, let activity = state.lastActivity, date >= unlockedAt else { return true }
+        guard let interval = state.relockAfter.interval else { return false }
+        return date.timeIntervalSince(activity) >= interval
+    }
+
+    private func remaining(_ deadline: Date?, at date: Date) -> Int {
+        guard let deadline else { return 0 }
+        return max(0, Int(deadline.timeIntervalSince(date).rounded(.up)))
+    }
+
+    private func requireConfigured() throws -> LockState {
+        guard let state = try store.load(), state.isConfigured else {
+            throw FieldHALError(.invalidArgument, subject: "lock", detail: "the lock is not set up", advice: "run fieldhal lock setup")
+        }
+        return state
+    }
+
+    /// The current PIN, checked under the same lockout rules as an unlock.
+    private func requireFreshUnlock(_ pin: String, _ state: inout LockState) throws {
+        let at = now()
+        let wait = remaining(state.pinLockedUntil, at: at)
+        if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }
+        let normal = PINHash.verify(pin, against: state.pinHash ?? decoyHash)
+        guard normal else {
+            state.failedPINAttempts += 1
+            if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
+                state.pinLockedUntil = at.addingTimeInterval(TimeInterval(seconds))
+            }
+            try record(&state, "unlock", detail: "method=pin result=failed")
+            throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.wrongCredential)
+        }
+        state.failedPINAttempts = 0
+        state.unlockedAt = at
+        state.lastActivity = at
+    }
+
+    /// Appends to the audit log and saves the state with the new head.
+    private func record(_ state: inout LockState, _ event: String, detail: String) throws {
+        if let audit {
+            let head = try audit.append(event: event, detail: detail, at: now(), after: (state.auditCount, state.auditHead))
+            state.auditCount = head.count
+            state.auditHead = head.hash
+        }
+        try store.save(state)
+    }
+
+    private func record(_ state: inout LockState, _ event: String, biometrics: Bool) throws {
+        try record(&state, event, detail: "biometrics=\(biometrics ? "on" : "off") relock=\(state.relockAfter.rawValue)")
+    }
+}

@@ -1,0 +1,45 @@
+import Foundation
+
+/// How long the kit stays unlocked without use (seed 003 Req 5).
+public enum RelockAfter: String, Sendable, Codable, CaseIterable {
+    case immediate, oneMinute = "1m", twoMinutes = "2m", fiveMinutes = "5m", tenMinutes = "10m", never
+
+    public var interval: TimeInterval? {
+        switch self {
+        case .immediate: 0
+        case .oneMinute: 60
+        case .twoMinutes: 120
+        case .fiveMinutes: 300
+        case .tenMinutes: 600
+        case .never: nil
+        }
+    }
+}
+
+/// Everything the lock keeps between runs. Stored sealed in the vault and padded to one
+/// size, so the file a normal unlock writes and the one a duress unlock writes cannot be
+/// told apart, by content or by length.
+public struct LockState: Sendable, Codable, Equatable {
+    public var pinHash: String?
+    public var duressPINHash: String?
+    public var biometricsEnabled = false
+    public var relockAfter: RelockAfter = .fiveMinutes
+
+    public var failedPINAttempts = 0
+    public var pinLockedUntil: Date?
+    public var failedBiometricAttempts = 0
+    public var biometricsLockedUntil: Date?
+
+    public var unlockedAt: Date?
+    public var lastActivity: Date?
+
+    /// Duress unlocks not yet taken by the flows (seed 000): kept only here, sealed.
+    public var pendingDuressEvents: [Date] = []
+    /// The audit log's head, so that cutting lines off its end is detected.
+    public var auditCount = 0
+    public var auditHead = ""
+
+    public init() {}
+
+    public var isConfigured: Bool { pinHash != nil }
+}

@@ -1,0 +1,259 @@
+import Foundation
+import Testing
+@testable import FieldHAL
+@testable import FieldHALLock
+@testable import FieldHALVault
+
+/// A clock the test moves by hand.
+final class TestClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var current = Date(timeIntervalSince1970: 1_795_000_000)
+    var now: Date { lock.withLock { current } }
+    func advance(_ seconds: TimeInterval) { lock.withLock { current = current.addingTimeInterval(seconds) } }
+}
+
+func temporaryState() -> StateDirectory {
+    StateDirectory(path: NSTemporaryDirectory() + "fieldhal-lock-\(UUID().uuidString)")
+}
+
+/// Every rule of the lock on the state machine, with a hand-moved clock and the cheapest
+/// argon2id cost (the rules do not depend on it).
+@Suite("Lock rules")
+struct LockRuleTests {
+    let clock = TestClock()
+
+    func lock(_ store: any LockStore = MemoryLockStore(), audit: AuditLog? = nil) throws -> LockService {
+        let clock = self.clock
+        return try LockService(store: store, audit: audit, cost: .minimum, now: { clock.now })
+    }
+
+    func configured(duress: String? = "2580", biometrics: Bool = false, relock: RelockAfter = .fiveMinutes,
+                    store: any LockStore = MemoryLockStore(), audit: AuditLog? = nil) throws -> LockService {
+        let service = try lock(store, audit: audit)
+        try service.setup(pin: "4821", confirmation: "4821", duressPIN: duress,
+                          biometrics: biometrics ? BiometricAvailability(hasSensor: true, enrolledFingers: [.rightIndex]) : nil,
+                          relockAfter: relock)
+        return service
+    }
+
+    @Test(arguments: [("123456", "Passcode cannot be sequential digits"), ("654321", "Passcode cannot be sequential digits"),
+                      ("2345", "Passcode cannot be sequential digits"), ("111111", "Passcode cannot be all the same digit"),
+                      ("0000", "Passcode cannot be all the same digit"), ("123", "PIN must be 4 to 6 digits"),
+                      ("1234567", "PIN must be 4 to 6 digits"), ("12a4", "PIN must be 4 to 6 digits"), ("１２３４", "PIN must be 4 to 6 digits")])
+    func setupRejectsWeakPINsInTheSeedsWords(pin: String, message: String) throws {
+        #expect(PINPolicy.problem(with: pin) == message)
+        #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: message)) {
+            try lock().setup(pin: pin, confirmation: pin)
+        }
+    }
+
+    @Test func setupNeedsAMatchingConfirmationAndADistinctDuressPIN() throws {
+        #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: "Passcodes do not match")) {
+            try lock().setup(pin: "4821", confirmation: "4812")
+        }
+        #expect(throws: FieldHALError.self) { try lock().setup(pin: "4821", confirmation: "4821", duressPIN: "4821") }
+        #expect(PINPolicy.problem(with: "4821") == nil && PINPolicy.problem(with: "135790") == nil)
+    }
+
+    @Test func biometricsWithoutEnrolledPrintsMeansPINOnly() throws {
+        let service = try lock()
+        let message = try service.setup(pin: "4821", confirmation: "4821", biometrics: BiometricAvailability(hasSensor: true, enrolledFingers: []))
+        #expect(message.contains("No fingerprints are enrolled"))
+        #expect(try service.status().biometricsEnabled == false)
+        #expect(try service.biometricsAllowed() == false)
+    }
+
+    @Test func wrongPINsLockOutFor30SecondsAfter3AndFiveMinutesAfter5() throws {
+        let service = try configured()
+        clock.advance(3600)  // relocked
+        #expect(try service.unlock(pin: "1111") == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(pin: "1112") == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(pin: "1113") == .lockedOut("Too many attempts. Please wait 30 seconds and try again.", seconds: 30))
+        // During the lockout even the right PIN waits, and is not counted.
+        #expect(try service.unlock(pin: "4821") == .lockedOut("Too many attempts. Please wait 30 seconds and try again.", seconds: 30))
+        clock.advance(29.5)
+        if case .lockedOut(_, let seconds) = try service.unlock(pin: "4821") { #expect(seconds == 1) } else { Issue.record("not locked at 29.5 s") }
+        clock.advance(0.5)  // exactly 30 s
+        #expect(try service.unlock(pin: "1114") == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(pin: "1115") == .lockedOut("Too many attempts. Please wait 5 minutes and try again.", seconds: 300))
+        #expect(try service.status().offerEmergencyReset)
+        clock.advance(300)
+        #expect(try service.unlock(pin: "4821") == .unlocked)
+        #expect(try service.status().offerEmergencyReset == false, "a success clears the failures")
+    }
+
+    @Test func lockoutsGrowAndNeverEnd() throws {
+        #expect(LockService.lockoutSeconds(afterFailures: 2) == nil)
+        #expect(LockService.lockoutSeconds(afterFailures: 4) == nil)
+        #expect(LockService.lockoutSeconds(afterFailures: 7) == 900)
+        #expect(LockService.lockoutSeconds(afterFailures: 8) == 900)
+        #expect(LockService.lockoutSeconds(afterFailures: 10) == 3600)
+        #expect(LockService.lockoutSeconds(afterFailures: 500) == 3600)
+    }
+
+    @Test func aRestartDuringALockoutKeepsIt() throws {
+        let state = temporaryState()
+        let store = VaultLockStore(vault: try Vault(stateDirectory: state))
+        let service = try configured(store: store)
+        clock.advance(3600)
+        for pin in ["1111", "1112", "1113"] { _ = try service.unlock(pin: pin) }
+        // A new process: a new vault handle and service on the same directory.
+        let restarted = try lock(VaultLockStore(vault: try Vault(stateDirectory: state)))
+        clock.advance(10)
+        #expect(try restarted.unlock(pin: "4821") == .lockedOut("Too many attempts. Please wait 20 seconds and try again.", seconds: 20))
+        #expect(try restarted.status().pinLockedForSeconds == 20)
+    }
+
+    @Test func threeFailedFingerprintsPauseTheSensor15MinutesWhileThePINWorks() throws {
+        let service = try configured(biometrics: true)
+        clock.advance(3600)
+        #expect(try service.biometricsAllowed())
+        #expect(try service.unlock(biometric: .noMatch) == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(biometric: .retry(.swipeTooShort)) == .rejected("That was too quick. Please try the fingerprint again."),
+                "a retry request is not a failure")
+        #expect(try service.unlock(biometric: .noMatch) == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(biometric: .noMatch) == .lockedOut("Fingerprint is paused for 15 minutes. Use your PIN.", seconds: 900))
+        #expect(try service.biometricsAllowed() == false)
+        #expect(try service.unlock(biometric: .match) == .lockedOut("Fingerprint is paused for 15 minutes. Use your PIN.", seconds: 900),
+                "even a match waits out the pause")
+        #expect(try service.status().message.contains("Unlock with your PIN"))
+        #expect(try service.unlock(pin: "4821") == .unlocked, "the PIN still works")
+        clock.advance(900)
+        #expect(try service.biometricsAllowed())
+        #expect(try service.unlock(biometric: .match) == .unlocked)
+    }
+
+    @Test(arguments: RelockAfter.allCases)
+    func relocksAfterTheChosenIdleTime(after: RelockAfter) throws {
+        let service = try configured(relock: after)
+        guard let interval = after.interval else {
+            clock.advance(86_400 * 30)
+            #expect(try service.status().locked == false, "Never: only a restart of the kit locks it")
+            return
+        }
+        if interval > 0 {
+            clock.advance(interval - 1)
+            #expect(try service.status().locked == false)
+            try service.noteActivity()
+            clock.advance(interval - 1)
+            #expect(try service.status().locked == false, "activity restarts the idle time")
+            clock.advance(1)
+        }
+        #expect(try service.status().locked)
+    }
+
+    @Test func settingsPINChangeAndDisableNeedTheCurrentPIN() throws {
+        let service = try configured()
+        #expect(throws: FieldHALError(.permissionDenied, subject: "lock", detail: LockService.wrongCredential)) {
+            try service.changeSettings(currentPIN: "9999", relockAfter: .never)
+        }
+        #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "2580", relockAfter: .never) }
+        try service.changeSettings(currentPIN: "4821", relockAfter: .never, newPIN: ("7395", "7395"))
+        #expect(try service.status().relockAfter == .never)
+        clock.advance(60)
+        #expect(try service.unlock(pin: "4821") == .rejected(LockService.wrongCredential))
+        #expect(try service.unlock(pin: "7395") == .unlocked)
+        try service.disable(currentPIN: "7395")
+        #expect(try service.status().configured == false && service.status().locked == false)
+    }
+
+    @Test func duressPINUnlocksLikeThePINAndIsNotedOnlyInTheSealedState() throws {
+        let normalState = temporaryState(), duressState = temporaryState()
+        var outcomes: [UnlockOutcome] = []
+        var sizes: [Int] = []
+        var auditLines: [String] = []
+        for (state, pin) in [(normalState, "4821"), (duressState, "2580")] {
+            let audit = AuditLog(path: state.file("audit.log"))
+            let service = try configured(store: VaultLockStore(vault: try Vault(stateDirectory: state)), audit: audit)
+            clock.advance(3600)
+            outcomes.append(try service.unlock(pin: pin))
+            sizes.append(try FileManager.default.attributesOfItem(atPath: state.file("vault/lock-state.sealed"))[.size] as! Int)
+            let lines = try String(contentsOfFile: audit.path, encoding: .utf8).split(separator: "\n")
+            auditLines.append(String(lines.last!).replacingOccurrences(of: #""hash":"[0-9a-f]+""#, with: "", options: .regularExpression)
+                                .replacingOccurrences(of: #""prev":"[0-9a-f]+""#, with: "", options: .regularExpression)
+                                .replacingOccurrences(of: #""time":"[^"]+""#, with: "", options: .regularExpression))
+            #expect(try service.verifyAudit() == .intact(entries: 2))
+        }
+        #expect(outcomes[0] == .unlocked && outcomes[1] == .unlocked)
+        #expect(sizes[0] == sizes[1], "the sealed state has one size")
+        #expect(auditLines[0] == auditLines[1], "the audit line is the same (chain hashes and the test clock's time aside)")
+        let flows = try lock(VaultLockStore(vault: try Vault(stateDirectory: duressState)))
+        #expect(try flows.takeDuressEvents().count == 1)
+        #expect(try flows.takeDuressEvents().isEmpty, "taken once")
+        #expect(try lock(VaultLockStore(vault: try Vault(stateDirectory: normalState))).takeDuressEvents().isEmpty)
+    }
+
+    @Test func noSequenceOfWrongInputsUnlocks() throws {
+        // Property: whatever wrong PINs and fingerprint failures arrive, in any order and
+        // at any times, the lock never reports unlocked.
+        var generator = SystemRandomNumberGenerator()
+        let service = try configured(biometrics: true)
+        clock.advance(3600)
+        for _ in 0..<400 {
+            switch Int.random(in: 0..<4, using: &generator) {
+            case 0:
+                var pin = String(Int.random(in: 0...999_999, using: &generator))
+                if pin == "4821" || pin == "2580" { pin = "0001" }
+                #expect(try service.unlock(pin: pin) != .unlocked)
+            case 1: #expect(try service.unlock(biometric: .noMatch) != .unlocked)
+            case 2: #expect(try service.unlock(biometric: .retry(.retryScan)) != .unlocked)
+            default: clock.advance(Double.random(in: 0...400, using: &generator))
+            }
+            #expect(try service.status().locked)
+        }
+    }
+}
+
+@Suite("Audit log")
+struct AuditLogTests {
+    func filled(_ count: Int) throws -> (AuditLog, (count: Int, hash: String)) {
+        let log = AuditLog(path: NSTemporaryDirectory() + "fieldhal-audit-\(UUID().uuidString).log")
+        var head = (count: 0, hash: "")
+        for index in 0..<count {
+            head = try log.append(event: "unlock", detail: "method=pin result=\(index % 2 == 0 ? "ok" : "failed")",
+                                  at: Date(timeIntervalSince1970: 1_795_000_000 + Double(index)), after: head)
+        }
+        return (log, head)
+    }
+
+    func lines(_ log: AuditLog) throws -> [String] {
+        try String(contentsOfFile: log.path, encoding: .utf8).split(separator: "\n").map(String.init)
+    }
+
+    func write(_ lines: [String], to log: AuditLog) throws {
+        try (lines.joined(separator: "\n") + "\n").write(toFile: log.path, atomically: true, encoding: .utf8)
+    }
+
+    @Test func intactLogVerifies() throws {
+        let (log, head) = try filled(6)
+        #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .intact(entries: 6))
+    }
+
+    @Test func editedDeletedReorderedOrTruncatedLinesAreDetected() throws {
+        let (log, head) = try filled(6)
+        let original = try lines(log)
+
+        try write(original.enumerated().map { $0.offset == 2 ? $0.element.replacingOccurrences(of: "result=ok", with: "result=failed") : $0.element }, to: log)
+        #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .broken(line: 3, reason: "its content does not match its hash (edited)"))
+
+        try write(original.enumerated().filter { $0.offset != 3 }.map(\.element), to: log)
+        if case .broken(let line, _) = log.verify(recordedCount: head.count, recordedHead: head.hash) { #expect(line == 4) } else { Issue.record("deletion missed") }
+
+        var swapped = original
+        swapped.swapAt(1, 2)
+        try write(swapped, to: log)
+        if case .broken(let line, _) = log.verify(recordedCount: head.count, recordedHead: head.hash) { #expect(line == 2) } else { Issue.record("swap missed") }
+
+        try write(Array(original.prefix(4)), to: log)
+        #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .broken(line: 5, reason: "2 line(s) missing at the end (the lock recorded 6)"))
+
+        try write(Array(original.prefix(5)) + [String(original[5].prefix(20))], to: log)
+        #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .broken(line: 6, reason: "not an audit entry (edited or cut)"))
+    }
+
+    @Test func aLineWrittenButNotYetRecordedIsNotTampering() throws {
+        let (log, head) = try filled(3)
+        _ = try log.append(event: "unlock", detail: "method=pin result=ok", at: Date(), after: head)
+        #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .intactWithUnrecordedTail(entries: 4, extra: 1))
+    }
+}
