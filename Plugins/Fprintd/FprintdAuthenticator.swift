@@ -103,29 +103,38 @@ final class FprintdAuthenticator: BiometricAuthenticator {
     }
 
     func enroll(_ finger: Finger, progress: @Sendable (EnrollStage) -> Void) async throws {
-        // The tool run ends before this function returns, so the handler may hold `progress`.
-        try await withoutActuallyEscaping(progress) { report in
+        // Stages flow from the tool's reader thread through a stream, so `progress` is
+        // called here, in the caller's task, as each stage arrives.
+        let (stages, sink) = AsyncStream<EnrollStage>.makeStream()
+        let completed = LockedValue(false)
+        let run = Task {
+            defer { sink.finish() }
             let passed = LockedValue(0)
-            let completed = LockedValue(false)
             // Enrolling waits for several touches: give it minutes, not a verify's timeout.
-            let outcome = try await whileFprintdIsUp {
+            return try await whileFprintdIsUp {
                 try await self.run("fprintd-enroll", ["-f", finger.rawValue, self.settings.user], timeout: .seconds(300),
                                    waitingFor: "enrollment scans") { stream, line in
                     guard stream == .standardOutput, let result = FprintdOutput.result(in: line, prefix: "Enroll result: ") else { return .keepReading }
                     switch result.name {
                     case "enroll-stage-passed":
-                        report(.stagePassed(passed.withLock { $0 += 1; return $0 }))
+                        sink.yield(.stagePassed(passed.withLock { $0 += 1; return $0 }))
                     case "enroll-completed":
                         completed.withLock { $0 = true }
-                        report(.completed)
+                        sink.yield(.completed)
                         return .stop
                     default:
-                        if let reason = FprintdOutput.retryReason(result.name, prefix: "enroll-") { report(.retry(reason)) }
+                        if let reason = FprintdOutput.retryReason(result.name, prefix: "enroll-") { sink.yield(.retry(reason)) }
                     }
                     return .keepReading
                 }
             }
+        }
+        try await withTaskCancellationHandler {
+            for await stage in stages { progress(stage) }
+            let outcome = try await run.value
             if !completed.value { throw failure(of: "enroll", outcome) }
+        } onCancel: {
+            run.cancel()
         }
     }
 

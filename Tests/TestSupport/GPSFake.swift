@@ -62,23 +62,35 @@ public final class GPSFake: @unchecked Sendable {
         return list.split(separator: " ").compactMap { Int32($0) }
     }
 
-    /// A TCP port nobody is listening on right now.
+    /// Ports handed out in this process: the kernel's "free port" can be handed to two
+    /// tests in a row before either gpsd binds it, so tests take ports from a counter.
+    private static let nextPort = NSLock()
+    nonisolated(unsafe) private static var lastPort = 30_000 + Int(getpid() % 20_000)
+
+    /// A TCP port nobody is listening on, never the same twice in one test run.
     public static func freePort() throws -> Int {
+        while true {
+            let candidate: Int = nextPort.withLock {
+                lastPort = lastPort >= 60_000 ? 30_000 : lastPort + 1
+                return lastPort
+            }
+            if try isFree(candidate) { return candidate }
+        }
+    }
+
+    /// Whether `port` can be bound on 127.0.0.1 right now.
+    static func isFree(_ port: Int) throws -> Bool {
         let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socketDescriptor >= 0 else { throw GPSFakeError("socket: \(errno)") }
         defer { close(socketDescriptor) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socketDescriptor, pointer, length) == 0 && getsockname(socketDescriptor, pointer, &length) == 0
-            }
+        address.sin_port = UInt16(port).bigEndian
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) == 0 }
         }
-        guard bound else { throw GPSFakeError("bind: \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     public static func canConnectForTests(port: Int) -> Bool { canConnect(port: port) }
