@@ -20,7 +20,7 @@ struct FieldHALCommand: AsyncParsableCommand {
         version: FieldHALVersion.current,
         subcommands: [PluginsCommand.self, StatusCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
-                      LocationCommand.self, BenchCommand.self]
+                      LocationCommand.self, LockCommand.self, AuditCommand.self, BenchCommand.self]
     )
 }
 

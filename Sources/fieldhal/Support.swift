@@ -158,6 +158,8 @@ extension FieldHALSubcommand {
             try await execute(try Environment(global))
         } catch let error as CleanExit {
             throw error
+        } catch let status as ExitCode {
+            throw status  // the command already said what happened
         } catch {
             let failure = CommandFailure(error)
             FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))

@@ -18,11 +18,11 @@ struct CLI {
     struct Result { let status: Int32; let stdout: String; let stderr: String }
 
     /// Runs the binary on a thread of its own (tests must not block the cooperative pool).
-    static func run(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> Result {
-        try await offPool { try runBlocking(arguments, environment: extra) }
+    static func run(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) async throws -> Result {
+        try await offPool { try runBlocking(arguments, environment: extra, input: input) }
     }
 
-    static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:]) throws -> Result {
+    static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) throws -> Result {
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
@@ -34,7 +34,13 @@ struct CLI {
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
+        let stdin = Pipe()
+        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
         try process.run()
+        if let input {
+            stdin.fileHandleForWriting.write(Data(input.utf8))
+            try stdin.fileHandleForWriting.close()
+        }
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()

@@ -62,7 +62,9 @@ struct LocationCLITests {
         try example.replacingOccurrences(of: "port = 2947", with: "port = \(gpsd.port)")
             .write(toFile: config, atomically: true, encoding: .utf8)
 
-        let fix = try await CLI.run(["gps", "fix", "--config", config, "--json"])
+        // A generous timeout: on a loaded CI machine gpsd can take seconds to recognise the
+        // NMEA stream on its pty before it reports anything.
+        let fix = try await CLI.run(["gps", "fix", "--timeout", "20", "--config", config, "--json"])
         #expect(fix.status == 0, "\(fix.stderr)")
         let reading = try #require(try JSONSerialization.jsonObject(with: Data(fix.stdout.utf8)) as? [String: Any])
         #expect(reading["source"] as? String == "live")

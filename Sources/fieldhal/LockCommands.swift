@@ -1,0 +1,227 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALLock
+import FieldHALVault
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Environment {
+    /// The kit's lock over the vault and the audit log in the state directory.
+    func lockService() throws -> LockService {
+        try LockService(store: VaultLockStore(vault: try vault()), audit: AuditLog(path: stateDirectory.file("audit.log")))
+    }
+}
+
+/// Reads PINs from the terminal without echo, or one per line from standard input.
+struct PINReader {
+    let fromStandardInput: Bool
+
+    func read(_ prompt: String) throws -> String {
+        if fromStandardInput {
+            guard let line = readLine(strippingNewline: true) else {
+                throw FieldHALError(.invalidArgument, subject: "lock", detail: "standard input ended before every PIN was given")
+            }
+            return line
+        }
+        guard isatty(STDIN_FILENO) == 1 else {
+            throw FieldHALError(.invalidArgument, subject: "lock", detail: "no terminal to read the PIN from", advice: "use --pin-stdin")
+        }
+        var saved = termios()
+        tcgetattr(STDIN_FILENO, &saved)
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        FileHandle.standardError.write(Data(prompt.utf8))
+        tcsetattr(STDIN_FILENO, TCSANOW, &silent)
+        defer {
+            tcsetattr(STDIN_FILENO, TCSANOW, &saved)
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+        return readLine(strippingNewline: true) ?? ""
+    }
+}
+
+struct LockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock", abstract: "The kit's lock: PIN, fingerprint and duress PIN.",
+        discussion: """
+        Wrong PINs pause attempts for 30 s after 3 and 5 minutes after 5 (then 15 minutes, then an \
+        hour). Three failed fingerprints pause the sensor for 15 minutes; the PIN still works. \
+        Counters survive restarts.
+        """,
+        subcommands: [Setup.self, Unlock.self, Status.self, Settings.self, Reset.self])
+
+    struct Setup: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Set the PIN (4–6 digits), and optionally a duress PIN and the fingerprint.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Read PINs one per line from standard input: PIN, confirmation, then the duress PIN if --duress.") var pinStdin = false
+        @Flag(help: "Also set a duress PIN: it unlocks like the PIN and silently raises a duress event.") var duress = false
+        @Flag(help: "Unlock with an enrolled fingerprint too (checked with the biometrics capability).") var biometrics = false
+        @Option(help: "Relock after idle: immediate, 1m, 2m, 5m, 10m or never.") var relock: String = "5m"
+
+        func execute(_ environment: Environment) async throws {
+            guard let relockAfter = RelockAfter(rawValue: relock) else { throw ValidationError("--relock: immediate, 1m, 2m, 5m, 10m or never") }
+            let reader = PINReader(fromStandardInput: pinStdin)
+            let pin = try reader.read("New PIN: ")
+            let confirmation = try reader.read("Confirm PIN: ")
+            let duressPIN = duress ? try reader.read("Duress PIN: ") : nil
+            var availability: BiometricAvailability?
+            if biometrics {
+                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            }
+            let message = try environment.lockService().setup(pin: pin, confirmation: confirmation, duressPIN: duressPIN,
+                                                               biometrics: availability, relockAfter: relockAfter)
+            print(message)
+        }
+    }
+
+    struct Unlock: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Unlock: fingerprint first when enabled, then PIN.",
+            discussion: "Exits 0 when unlocked, 77 when refused, 75 while attempts are paused.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Read the PIN from standard input (kiosks).") var pinStdin = false
+        @Flag(help: "Skip the fingerprint and ask for the PIN.") var pinOnly = false
+        @Option(help: "Seconds to wait for each fingerprint scan.") var scanTimeout: Double = 10
+
+        func execute(_ environment: Environment) async throws {
+            let lock = try environment.lockService()
+            var outcome: UnlockOutcome?
+            if !pinOnly, try lock.biometricsAllowed() {
+                outcome = try await fingerprint(lock, environment)
+            }
+            if outcome != .unlocked {
+                switch outcome {
+                case .rejected(let message)?, .lockedOut(let message, _)?:
+                    FileHandle.standardError.write(Data("\(message)\n".utf8))
+                default:
+                    break
+                }
+                outcome = try lock.unlock(pin: try PINReader(fromStandardInput: pinStdin).read("PIN: "))
+            }
+            switch outcome! {
+            case .unlocked:
+                print("Unlocked.")
+            case .rejected(let message):
+                print(message)
+                throw ExitCode(77)
+            case .lockedOut(let message, _):
+                print(message)
+                throw ExitCode(75)
+            }
+        }
+
+        /// Up to three scans; the lock decides when the sensor is paused.
+        private func fingerprint(_ lock: LockService, _ environment: Environment) async throws -> UnlockOutcome? {
+            let wait = try duration(seconds: scanTimeout, option: "--scan-timeout")
+            return try await environment.withKit(for: .biometrics) { kit -> UnlockOutcome? in
+                guard let sensor = try? kit.biometrics() else { return nil }
+                var last: UnlockOutcome?
+                while try lock.biometricsAllowed() {
+                    if !pinStdin { FileHandle.standardError.write(Data("Touch the fingerprint sensor…\n".utf8)) }
+                    guard let result = try? await sensor.verify(timeout: wait) else { return last }
+                    last = try lock.unlock(biometric: result)
+                    if last == .unlocked { return last }
+                    if case .rejected(let message)? = last, !pinStdin { FileHandle.standardError.write(Data("\(message)\n".utf8)) }
+                }
+                return last
+            }
+        }
+    }
+
+    struct Status: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Show whether the kit is locked, and any pause on attempts.")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            let status = try environment.lockService().status()
+            try Output.emit(status, json: global.json) { status.message }
+        }
+    }
+
+    struct Settings: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change the relock time, the fingerprint, the PIN or the duress PIN, or turn the lock off; the current PIN is asked first.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Read PINs one per line from standard input: the current PIN, then new PINs in the order asked.") var pinStdin = false
+        @Option(help: "Relock after idle: immediate, 1m, 2m, 5m, 10m or never.") var relock: String?
+        @Option(help: "Fingerprint unlock: on or off.") var biometrics: String?
+        @Flag(help: "Set a new PIN.") var changePin = false
+        @Flag(help: "Set a new duress PIN.") var changeDuressPin = false
+        @Flag(help: "Turn the lock off.") var disable = false
+
+        func execute(_ environment: Environment) async throws {
+            let relockAfter = try relock.map { value -> RelockAfter in
+                guard let parsed = RelockAfter(rawValue: value) else { throw ValidationError("--relock: immediate, 1m, 2m, 5m, 10m or never") }
+                return parsed
+            }
+            if let biometrics, biometrics != "on" && biometrics != "off" { throw ValidationError("--biometrics: on or off") }
+            let reader = PINReader(fromStandardInput: pinStdin)
+            let current = try reader.read("Current PIN: ")
+            let lock = try environment.lockService()
+            if disable {
+                try lock.disable(currentPIN: current)
+                print("The lock is off.")
+                return
+            }
+            let newPIN = changePin ? (try reader.read("New PIN: "), try reader.read("Confirm PIN: ")) : nil
+            let newDuress = changeDuressPin ? try reader.read("New duress PIN: ") : nil
+            var availability: BiometricAvailability?
+            if biometrics == "on" {
+                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            } else if biometrics == "off" {
+                availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
+            }
+            try lock.changeSettings(currentPIN: current, relockAfter: relockAfter, biometrics: availability,
+                                    newPIN: newPIN.map { (pin: $0.0, confirmation: $0.1) }, newDuressPIN: newDuress)
+            print("Settings saved.")
+        }
+    }
+
+    struct Reset: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Emergency reset: erase all of this kit's FieldHAL data (keys, PINs, queues) and start fresh.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Confirm: without it, nothing is erased.") var yes = false
+
+        func execute(_ environment: Environment) async throws {
+            let directory = environment.stateDirectory.path
+            guard yes else {
+                print("This erases everything in \(directory): the lock, keys, sessions and queued evidence. Run again with --yes to confirm.")
+                throw ExitCode(64)
+            }
+            try? environment.lockService().recordEmergencyReset()
+            if FileManager.default.fileExists(atPath: directory) {
+                for entry in try FileManager.default.contentsOfDirectory(atPath: directory) {
+                    try FileManager.default.removeItem(atPath: directory + "/" + entry)
+                }
+            }
+            print("All FieldHAL data on this kit was erased. Run fieldhal lock setup to start again.")
+        }
+    }
+}
+
+struct AuditCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "audit", abstract: "The lock's tamper-evident audit log.",
+                                                    subcommands: [Verify.self])
+
+    struct Verify: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check every line of the audit log against its hash chain and the head the lock recorded.",
+            discussion: "Exits 0 when intact, 65 when a line was edited, removed, reordered or cut off.")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            switch try environment.lockService().verifyAudit() {
+            case .intact(let entries):
+                print("audit log intact: \(entries) entries")
+            case .intactWithUnrecordedTail(let entries, let extra):
+                print("audit log intact: \(entries) entries (the last \(extra) written just before an interruption)")
+            case .broken(let line, let reason):
+                throw FieldHALError(.malformedData, subject: "audit log \(environment.stateDirectory.file("audit.log"))",
+                                    detail: "line \(line): \(reason)", advice: "the log was altered; keep a copy for investigation")
+            }
+        }
+    }
+}
