@@ -32,7 +32,9 @@ public final class LockService: @unchecked Sendable {
     public static let pinLockoutSchedule: [(failures: Int, seconds: Int)] = [(3, 30), (5, 300), (7, 900), (10, 3600)]
     public static let biometricFailuresBeforeFallback = 3
     public static let biometricLockoutSeconds = 15 * 60
-    public static let emergencyResetAfterFailures = 5
+    public static let emergencyResetAfterFailures = 3  // offered from the first lockout on
+    /// Duress unlocks kept for the flows until they take them.
+    public static let pendingDuressLimit = 64
 
     public static let wrongCredential = "That didn't work. Please try again."
     public static let notSetUp = "The lock is not set up. Run fieldhal lock setup."
@@ -148,7 +150,10 @@ public final class LockService: @unchecked Sendable {
             let normal = PINHash.verify(pin, against: pinHash)
             let duress = PINHash.verify(pin, against: state.duressPINHash ?? decoyHash) && state.duressPINHash != nil
             if normal || duress {
-                if duress { state.pendingDuressEvents.append(at) }
+                if duress {
+                    // Bounded, so the padded state never outgrows its size: the newest count.
+                    state.pendingDuressEvents = Array((state.pendingDuressEvents + [at]).suffix(Self.pendingDuressLimit))
+                }
                 state.failedPINAttempts = 0
                 state.pinLockedUntil = nil
                 state.unlockedAt = at

@@ -62,6 +62,26 @@ struct LockCLITests {
         #expect(broken.status == 65 && broken.stderr.contains("line 2: its content does not match its hash (edited)"), "\(broken.stderr)")
     }
 
+    @Test func emergencyResetNeedsConfirmationThenErasesEverything() async throws {
+        let state = scratch("state")
+        let environment = ["FIELDHAL_STATE_DIR": state]
+        let config = try pinOnlyKit()
+        #expect(try await CLI.run(["lock", "setup", "--pin-stdin", "--relock", "immediate", "--config", config], environment: environment,
+                                  input: "4821\n4821\n").status == 0)
+        #expect(try await CLI.run(["keys", "show"], environment: environment).status == 0)
+        for _ in 0..<5 { _ = try await CLI.run(["lock", "unlock", "--pin-stdin", "--config", config], environment: environment, input: "9999\n") }
+        let status = try await CLI.run(["lock", "status", "--config", config], environment: environment)
+        #expect(status.stdout.contains("Forgot your PIN? fieldhal lock reset erases this kit's data and starts fresh."))
+
+        let unconfirmed = try await CLI.run(["lock", "reset"], environment: environment)
+        #expect(unconfirmed.status == 64 && FileManager.default.fileExists(atPath: state + "/vault.key"))
+        let reset = try await CLI.run(["lock", "reset", "--yes"], environment: environment)
+        #expect(reset.status == 0, "\(reset.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state).isEmpty, "keys, lock, audit: all gone")
+        let fresh = try await CLI.run(["lock", "status", "--config", config], environment: environment)
+        #expect(fresh.stdout == "The lock is off.\n")
+    }
+
     #if Fprintd
     @Test func unlockWithTheRealFprintdThenPINAfterThreeFailedScans() async throws {
         let lab = try await FprintdLab.start()

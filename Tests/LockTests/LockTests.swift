@@ -183,6 +183,16 @@ struct LockRuleTests {
         #expect(try lock(VaultLockStore(vault: try Vault(stateDirectory: normalState))).takeDuressEvents().isEmpty)
     }
 
+    @Test func manyDuressUnlocksKeepTheStateWithinItsPaddedSize() throws {
+        let store = VaultLockStore(vault: try Vault(stateDirectory: temporaryState()))
+        let service = try configured(store: store)
+        for _ in 0..<(LockService.pendingDuressLimit + 20) {
+            clock.advance(1)
+            #expect(try service.unlock(pin: "2580") == .unlocked)
+        }
+        #expect(try service.takeDuressEvents().count == LockService.pendingDuressLimit)
+    }
+
     @Test func noSequenceOfWrongInputsUnlocks() throws {
         // Property: whatever wrong PINs and fingerprint failures arrive, in any order and
         // at any times, the lock never reports unlocked.
