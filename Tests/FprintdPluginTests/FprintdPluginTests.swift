@@ -1,6 +1,9 @@
 #if Fprintd
 import FieldHAL
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import FprintdPlugin
 import TestSupport
 import Testing
@@ -108,6 +111,40 @@ struct FprintdPluginTests {
         await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .unsupported && error.advice == "run fieldhal bio enroll"
+        }
+    }
+
+    @Test func sensorClaimedByAnotherClientIsBusy() async throws {
+        let lab = try await FprintdLab.start()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+        // Another program holds the sensor: fprintd-verify run directly, waiting for a finger.
+        let other = Process()
+        other.executableURL = URL(fileURLWithPath: "/usr/bin/fprintd-verify")
+        other.arguments = ["fieldhal-test"]
+        other.environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": lab.busAddress]) { $1 }
+        other.standardOutput = FileHandle.nullDevice
+        other.standardError = FileHandle.nullDevice
+        try other.run()
+        defer { kill(other.processIdentifier, SIGKILL) }
+        while !lab.fingerNeeded() { try await Task.sleep(for: .milliseconds(50)) }
+        await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .busy && error.advice?.contains("one client at a time") == true
+        }
+    }
+
+    @Test func polkitRefusalIsPermissionDenied() async throws {
+        let lab = try await FprintdLab.start()
+        let sensor = try await open(lab)
+        _ = try await enroll(sensor, lab)
+        try lab.gdbus(["call", "--system", "-d", "org.freedesktop.PolicyKit1", "-o", "/org/freedesktop/PolicyKit1/Authority",
+                       "-m", "org.freedesktop.DBus.Mock.AllowUnknown", "false"])
+        try lab.gdbus(["call", "--system", "-d", "org.freedesktop.PolicyKit1", "-o", "/org/freedesktop/PolicyKit1/Authority",
+                       "-m", "org.freedesktop.DBus.Mock.SetAllowed", "[]"])
+        await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
+            guard let error = error as? FieldHALError else { return false }
+            return error.kind == .permissionDenied && error.advice?.contains("polkit") == true
         }
     }
 
