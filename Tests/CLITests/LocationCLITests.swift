@@ -54,9 +54,8 @@ struct LocationCLITests {
 
     #if GPS
     @Test func gpsFixReadsFromARunningGpsd() async throws {
-        let gpsd = try GPSFake(log: GPSFake.logPath("moving-3d.nmea"))
+        let gpsd = try await GPSFake.start(log: GPSFake.logPath("moving-3d.nmea"))
         defer { gpsd.kill() }
-        try await gpsd.waitUntilListening()
         let config = scratch("gpsd.toml")
         let example = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("examples/gpsd-kit.toml"), encoding: .utf8)
         try example.replacingOccurrences(of: "port = 2947", with: "port = \(gpsd.port)")

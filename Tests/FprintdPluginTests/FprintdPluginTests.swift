@@ -35,6 +35,10 @@ struct FprintdPluginTests {
     /// Starts a verify and touches the sensor with `command` once fprintd wants a finger.
     func verify(_ sensor: any BiometricAuthenticator, _ lab: FprintdLab, touching command: String?,
                 timeout: Duration = .seconds(20)) async throws -> BiometricResult {
+        // A verify that was just stopped may still be winding down in fprintd; a touch sent
+        // before it has would go to it. Wait for the sensor to be idle first.
+        let idleBy = ContinuousClock.now + .seconds(5)
+        while lab.fingerNeeded(), ContinuousClock.now < idleBy { try await Task.sleep(for: .milliseconds(50)) }
         let toucher = Task { if let command { try await lab.touch(command) } }
         defer { toucher.cancel() }
         return try await sensor.verify(timeout: timeout)

@@ -22,9 +22,7 @@ struct GpsdPluginTests {
     }
 
     func startGpsd(_ log: String, once: Bool = false, cycle: Double = 0.02, port: Int? = nil) async throws -> GPSFake {
-        let gpsd = try GPSFake(log: GPSFake.logPath(log), port: port, once: once, cycle: cycle)
-        try await gpsd.waitUntilListening()
-        return gpsd
+        try await GPSFake.start(log: GPSFake.logPath(log), port: port, once: once, cycle: cycle)
     }
 
     /// Fixes from `watch()` until `done` says so, or the timeout passes (then a failure).
@@ -133,7 +131,7 @@ struct GpsdPluginTests {
 
     @Test func lastFixIsCachedWhenTheReceiverGoes() async throws {
         // Played once: gpsd then reports the receiver gone.
-        let gpsd = try await startGpsd("moving-3d.nmea", once: true, cycle: 0.01)
+        let gpsd = try await startGpsd("moving-3d.nmea", once: true, cycle: 0.05)
         defer { gpsd.kill() }
         let gps = try await open(port: gpsd.port)
         defer { Task { await gps.close() } }

@@ -36,6 +36,61 @@ public final class GPSFake: @unchecked Sendable {
 
     deinit { kill() }
 
+    /// Starts gpsfake and waits until its gpsd is actually reporting. Under load gpsfake
+    /// sometimes leaves its gpsd without the device (it hands gpsd the pty over a control
+    /// socket); such a gpsd listens but never reports. Up to three fresh starts.
+    public static func start(log: String, port: Int? = nil, once: Bool = false, cycle: Double = 0.02) async throws -> GPSFake {
+        var lastError: any Error = GPSFakeError("gpsfake did not start")
+        for _ in 0..<3 {
+            let gpsd = try GPSFake(log: log, port: port, once: once, cycle: cycle)
+            do {
+                try await gpsd.waitUntilListening()
+                try await gpsd.waitUntilReporting()
+                return gpsd
+            } catch {
+                lastError = error
+                gpsd.kill()
+            }
+        }
+        throw lastError
+    }
+
+    /// Waits for gpsd's first TPV report, on a connection of the helper's own.
+    public func waitUntilReporting(timeout: Duration = .seconds(8)) async throws {
+        let port = self.port
+        let reporting = try await offPool { Self.sawReport(port: port, within: timeout) }
+        guard reporting else { throw GPSFakeError("gpsd on port \(port) listens but reports nothing") }
+    }
+
+    static func sawReport(port: Int, within timeout: Duration) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard connected else { return false }
+        let watch = "?WATCH={\"enable\":true,\"json\":true};\n"
+        _ = watch.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 200) >= 0 else { return false }
+            guard entry.revents != 0 else { continue }
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count <= 0 { return false }
+            received += buffer[0..<count]
+            if String(decoding: received, as: UTF8.self).contains("\"class\":\"TPV\"") { return true }
+        }
+        return false
+    }
+
     /// Waits until gpsd accepts connections on the port.
     public func waitUntilListening(timeout: Duration = .seconds(15)) async throws {
         let deadline = ContinuousClock.now + timeout
