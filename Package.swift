@@ -97,10 +97,11 @@ let package = Package(
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
+        .testTarget(name: "LibnfcPluginTests", dependencies: ["TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
-        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strictSwift),
+        .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
     ]
 )
