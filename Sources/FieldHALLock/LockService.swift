@@ -97,10 +97,17 @@ public final class LockService: @unchecked Sendable {
             if let biometrics { state.biometricsEnabled = biometrics.isEnrolled }
             if let newPIN {
                 try Self.check(newPIN.pin, newPIN.confirmation)
+                // A PIN equal to the duress PIN would raise a duress event on every unlock.
+                if let duressHash = state.duressPINHash, newDuressPIN == nil, PINHash.verify(newPIN.pin, against: duressHash) {
+                    throw FieldHALError(.invalidArgument, subject: "lock", detail: "the PIN must differ from the duress PIN")
+                }
                 state.pinHash = try PINHash.hash(newPIN.pin, cost: cost)
             }
             if let newDuressPIN {
                 if let problem = PINPolicy.problem(with: newDuressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
+                if let pinHash = state.pinHash, PINHash.verify(newDuressPIN, against: pinHash) {
+                    throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN")
+                }
                 state.duressPINHash = try PINHash.hash(newDuressPIN, cost: cost)
             }
             try record(&state, "settings-changed", biometrics: state.biometricsEnabled)

@@ -157,6 +157,22 @@ struct LockRuleTests {
         #expect(try service.status().configured == false && service.status().locked == false)
     }
 
+    @Test func settingsNeverMakeThePINAndTheDuressPINTheSame() throws {
+        let service = try configured()  // PIN 4821, duress 2580
+        #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN")) {
+            try service.changeSettings(currentPIN: "4821", newDuressPIN: "4821")
+        }
+        #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: "the PIN must differ from the duress PIN")) {
+            try service.changeSettings(currentPIN: "4821", newPIN: ("2580", "2580"))
+        }
+        try service.changeSettings(currentPIN: "4821", newPIN: ("7395", "7395"), newDuressPIN: "1397")
+        clock.advance(3600)
+        #expect(try service.unlock(pin: "7395") == .unlocked)
+        #expect(try service.takeDuressEvents().isEmpty)
+        #expect(try service.unlock(pin: "1397") == .unlocked)
+        #expect(try service.takeDuressEvents().count == 1)
+    }
+
     @Test func duressPINUnlocksLikeThePINAndIsNotedOnlyInTheSealedState() throws {
         let normalState = temporaryState(), duressState = temporaryState()
         var outcomes: [UnlockOutcome] = []
