@@ -94,10 +94,8 @@ final class FprintdAuthenticator: BiometricAuthenticator {
     }
 
     private func runGdbusMonitor(_ onLine: @escaping @Sendable (String) -> ToolProcess.Next) async throws -> ToolProcess.Outcome {
-        var environment: [String: String] = [:]
-        if let busAddress = settings.busAddress { environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress }
-        return try await ToolProcess.run("/usr/bin/gdbus", ["monitor", "--system", "--dest", "net.reactivated.Fprint"],
-                                         environment: environment, subject: subject, timeout: nil) { stream, line in
+        try await ToolProcess.run("/usr/bin/gdbus", ["monitor", "--system", "--dest", "net.reactivated.Fprint"],
+                                  environment: toolEnvironment, subject: subject, timeout: nil) { stream, line in
             stream == .standardOutput ? onLine(line) : .keepReading
         }
     }
@@ -164,40 +162,38 @@ final class FprintdAuthenticator: BiometricAuthenticator {
 
     private func run(_ tool: String, _ arguments: [String], timeout: Duration, waitingFor what: String,
                      onLine: @escaping @Sendable (ToolProcess.Stream, String) -> ToolProcess.Next = { _, _ in .keepReading }) async throws -> ToolProcess.Outcome {
-        var environment: [String: String] = [:]
-        if let busAddress = settings.busAddress { environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress }
-        return try await ToolProcess.run(settings.toolsDirectory + "/" + tool, arguments, environment: environment,
-                                         subject: subject, timeout: timeout, waitingFor: what, onLine: onLine)
+        try await ToolProcess.run(settings.toolsDirectory + "/" + tool, arguments, environment: toolEnvironment,
+                                  subject: subject, timeout: timeout, waitingFor: what, onLine: onLine)
     }
 
-    /// The typed error for a tool run that ended without an answer, from what it printed.
+    /// The tools' environment: another system bus when the configuration names one.
+    private var toolEnvironment: [String: String] {
+        settings.busAddress.map { ["DBUS_SYSTEM_BUS_ADDRESS": $0] } ?? [:]
+    }
+
+    /// The typed error for a tool run that ended without an answer, from what it printed:
+    /// the first rule whose marker (a D-Bus error name or a tool's message) appears.
     private func failure(of operation: String, _ outcome: ToolProcess.Outcome) -> FieldHALError {
         let text = (outcome.standardOutput + outcome.standardError).joined(separator: "\n")
         let last = outcome.standardError.last(where: { !$0.isEmpty }) ?? outcome.standardOutput.last ?? "no output"
-        if text.contains("removed from the system") || text.contains("verify-disconnected") || text.contains("enroll-disconnected") {
-            return FieldHALError(.disconnected, subject: subject, detail: "the sensor was unplugged during \(operation)",
-                                 advice: "plug it back in; fprintd picks it up again")
-        }
-        if text.contains("AlreadyInUse") || text.contains("already claimed") || text.contains("Device was already claimed") {
-            return FieldHALError(.busy, subject: subject, detail: "another program is using the sensor",
-                                 advice: "wait for it to finish (fprintd serves one client at a time)")
-        }
-        if text.contains("NoEnrolledPrints") || text.contains("No fingers enrolled") || text.contains("has no fingers enrolled") {
-            return FieldHALError(.unsupported, subject: subject, detail: "\(settings.user) has no enrolled fingerprints",
-                                 advice: "run fieldhal bio enroll")
-        }
-        if text.contains("PermissionDenied") || text.contains("Not Authorized") || text.contains("not authorized") {
-            return FieldHALError(.permissionDenied, subject: subject, detail: "fprintd refused \(operation) for \(settings.user)",
-                                 advice: "polkit must allow net.reactivated.fprint.device.verify/enroll for the service user")
-        }
-        if text.contains("ServiceUnknown") || text.contains("was not provided by any") || text.contains("Could not connect")
-            || text.contains("Failed to connect") || text.contains("NoReply") || text.contains("Disconnected") || text.contains("no owner") {
-            return FieldHALError(.unavailable, subject: subject, detail: "fprintd is not answering on the system bus (\(last))",
-                                 advice: "apt install fprintd; it starts on demand through D-Bus activation")
-        }
-        if text.contains("unknown-error") {
-            return FieldHALError(.protocolError, subject: subject, detail: "fprintd reported an unknown error during \(operation)",
-                                 advice: "journalctl -u fprintd says more")
+        let rules: [(markers: [String], kind: FieldHALError.Kind, detail: String, advice: String)] = [
+            (["removed from the system", "verify-disconnected", "enroll-disconnected"], .disconnected,
+             "the sensor was unplugged during \(operation)", "plug it back in; fprintd picks it up again"),
+            (["AlreadyInUse", "already claimed"], .busy,
+             "another program is using the sensor", "wait for it to finish (fprintd serves one client at a time)"),
+            (["NoEnrolledPrints", "No fingers enrolled", "has no fingers enrolled"], .unsupported,
+             "\(settings.user) has no enrolled fingerprints", "run fieldhal bio enroll"),
+            (["PermissionDenied", "Not Authorized", "not authorized"], .permissionDenied,
+             "fprintd refused \(operation) for \(settings.user)",
+             "polkit must allow net.reactivated.fprint.device.verify/enroll for the service user"),
+            (["ServiceUnknown", "was not provided by any", "Could not connect", "Failed to connect", "NoReply", "Disconnected", "no owner"],
+             .unavailable, "fprintd is not answering on the system bus (\(last))",
+             "apt install fprintd; it starts on demand through D-Bus activation"),
+            (["unknown-error"], .protocolError,
+             "fprintd reported an unknown error during \(operation)", "journalctl -u fprintd says more"),
+        ]
+        if let rule = rules.first(where: { $0.markers.contains(where: text.contains) }) {
+            return FieldHALError(rule.kind, subject: subject, detail: rule.detail, advice: rule.advice)
         }
         return FieldHALError(.protocolError, subject: subject,
                              detail: "\(operation) ended without a result (exit \(outcome.status.map(String.init) ?? "none")): \(last)")

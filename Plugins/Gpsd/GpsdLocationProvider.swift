@@ -99,23 +99,18 @@ final class GpsdLocationProvider: LocationProvider {
                 do {
                     connection = try GpsdConnection(host: settings.host, port: settings.port, device: settings.device)
                     backoff = settings.reconnectFloor
-                } catch let error as FieldHALError {
-                    report(problem: "\(error.detail); retrying")
-                    guard waitForWakeup(upTo: backoff) == false else { continue }
-                    backoff = min(backoff * 2, settings.reconnectCeiling)
-                    continue
                 } catch {
-                    report(problem: "\(error); retrying")
+                    report(problem: "\(Self.reason(error)); retrying")
+                    if waitForWakeup(upTo: backoff) { continue }  // woken: closing
+                    backoff = min(backoff * 2, settings.reconnectCeiling)
                     continue
                 }
             }
             guard let live = connection else { continue }
             do {
                 try pump(live, reportProblem: report, clearProblem: { reportedProblem = nil })
-            } catch let error as FieldHALError {
-                report(problem: "\(error.detail); reconnecting")
             } catch {
-                report(problem: "\(error); reconnecting")
+                report(problem: "\(Self.reason(error)); reconnecting")
             }
             live.close()
             connection = nil
@@ -160,6 +155,11 @@ final class GpsdLocationProvider: LocationProvider {
                 reportProblem("no report from gpsd for \(settings.silenceTimeout.secondsDescription)")
             }
         }
+    }
+
+    /// What a watcher is told: a FieldHALError's detail (its subject is this device already).
+    private static func reason(_ error: any Error) -> String {
+        (error as? FieldHALError)?.detail ?? "\(error)"
     }
 
     /// Sleeps up to `duration` unless woken; returns true when woken (the provider closing).

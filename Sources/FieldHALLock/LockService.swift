@@ -45,14 +45,23 @@ public final class LockService: @unchecked Sendable {
     private let cost: PINHash.Cost
     private let mutex = NSLock()
     /// Compared against when no duress PIN is set, so every unlock does the same work.
-    private let decoyHash: String
+    /// Made on the first unlock that needs it (an argon2id hash costs ~0.2 s and 64 MiB:
+    /// not something `lock status` should pay). Guarded by `mutex`.
+    private var decoyHash: String?
 
-    public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init) throws {
+    public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init) {
         self.store = store
         self.audit = audit
         self.cost = cost
         self.now = now
-        decoyHash = try PINHash.hash("decoy-\(UUID().uuidString)", cost: cost)
+    }
+
+    /// The decoy hash, made on first use; call with `mutex` held.
+    private func decoy() throws -> String {
+        if let decoyHash { return decoyHash }
+        let made = try PINHash.hash("decoy-\(UUID().uuidString)", cost: cost)
+        decoyHash = made
+        return made
     }
 
     // MARK: - Setup and settings
@@ -77,8 +86,7 @@ public final class LockService: @unchecked Sendable {
             state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) }
             state.biometricsEnabled = biometrics?.isEnrolled ?? false
             state.relockAfter = relockAfter
-            state.unlockedAt = now()
-            state.lastActivity = now()
+            markUnlocked(&state, at: now())
             try record(&state, "setup", biometrics: state.biometricsEnabled)
             if biometrics != nil && !state.biometricsEnabled {
                 return "Lock set up with a PIN. No fingerprints are enrolled, so the fingerprint sensor is not used."
@@ -155,16 +163,13 @@ public final class LockService: @unchecked Sendable {
             if wait > 0 { return .lockedOut(Self.lockedOutMessage(wait), seconds: wait) }
             // Both comparisons always run, so the time taken does not say which PIN it was.
             let normal = PINHash.verify(pin, against: pinHash)
-            let duress = PINHash.verify(pin, against: state.duressPINHash ?? decoyHash) && state.duressPINHash != nil
+            let duress = PINHash.verify(pin, against: try state.duressPINHash ?? decoy()) && state.duressPINHash != nil
             if normal || duress {
                 if duress {
                     // Bounded, so the padded state never outgrows its size: the newest count.
                     state.pendingDuressEvents = Array((state.pendingDuressEvents + [at]).suffix(Self.pendingDuressLimit))
                 }
-                state.failedPINAttempts = 0
-                state.pinLockedUntil = nil
-                state.unlockedAt = at
-                state.lastActivity = at
+                markUnlocked(&state, at: at)
                 try record(&state, "unlock", detail: "method=pin result=ok")
                 return .unlocked
             }
@@ -194,10 +199,7 @@ public final class LockService: @unchecked Sendable {
             switch result {
             case .match:
                 state.failedBiometricAttempts = 0
-                state.failedPINAttempts = 0
-                state.pinLockedUntil = nil
-                state.unlockedAt = at
-                state.lastActivity = at
+                markUnlocked(&state, at: at)
                 try record(&state, "unlock", detail: "method=fingerprint result=ok")
                 return .unlocked
             case .retry(let reason):
@@ -331,7 +333,7 @@ public final class LockService: @unchecked Sendable {
         let at = now()
         let wait = remaining(state.pinLockedUntil, at: at)
         if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }
-        let normal = PINHash.verify(pin, against: state.pinHash ?? decoyHash)
+        let normal = state.pinHash.map { PINHash.verify(pin, against: $0) } ?? false
         guard normal else {
             state.failedPINAttempts += 1
             if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
@@ -340,9 +342,15 @@ public final class LockService: @unchecked Sendable {
             try record(&state, "unlock", detail: "method=pin result=failed")
             throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.wrongCredential)
         }
+        markUnlocked(&state, at: at)
+    }
+
+    /// A successful unlock: failures and any PIN pause are cleared, the idle time restarts.
+    private func markUnlocked(_ state: inout LockState, at date: Date) {
         state.failedPINAttempts = 0
-        state.unlockedAt = at
-        state.lastActivity = at
+        state.pinLockedUntil = nil
+        state.unlockedAt = date
+        state.lastActivity = date
     }
 
     /// Appends to the audit log and saves the state with the new head.

@@ -10,7 +10,7 @@ import Glibc
 extension Environment {
     /// The kit's lock over the vault and the audit log in the state directory.
     func lockService() throws -> LockService {
-        try LockService(store: VaultLockStore(vault: try vault()), audit: AuditLog(path: stateDirectory.file("audit.log")))
+        LockService(store: VaultLockStore(vault: try vault()), audit: AuditLog(path: stateDirectory.file("audit.log")))
     }
 }
 

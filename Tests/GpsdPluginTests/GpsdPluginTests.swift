@@ -192,7 +192,7 @@ struct GpsdPluginTests {
         let port = try GPSFake.freePort()
         let peer = try ScriptPeer(script: GPSFake.logPath("hostile-gpsd.py"), arguments: [String(port), behaviour])
         defer { peer.stop() }
-        try await waitFor(timeout: .seconds(10)) { GPSFakeCanConnect(port) }
+        try await waitFor(timeout: .seconds(10)) { GPSFake.canConnect(port: port) }
         let gps = try await open(port: port, ["silence_timeout_ms": .integer(1000)])
         defer { Task { await gps.close() } }
 
@@ -235,8 +235,6 @@ struct GpsdPluginTests {
         }
     }
 }
-
-func GPSFakeCanConnect(_ port: Int) -> Bool { GPSFake.canConnectForTests(port: port) }
 
 /// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
 func waitFor(timeout: Duration, _ condition: @escaping @Sendable () -> Bool) async throws {

@@ -24,7 +24,7 @@ struct LockRuleTests {
 
     func lock(_ store: any LockStore = MemoryLockStore(), audit: AuditLog? = nil) throws -> LockService {
         let clock = self.clock
-        return try LockService(store: store, audit: audit, cost: .minimum, now: { clock.now })
+        return LockService(store: store, audit: audit, cost: .minimum, now: { clock.now })
     }
 
     func configured(duress: String? = "2580", biometrics: Bool = false, relock: RelockAfter = .fiveMinutes,

@@ -63,17 +63,8 @@ public final class GPSFake: @unchecked Sendable {
     }
 
     static func sawReport(port: Int, within timeout: Duration) -> Bool {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return false }
+        guard let descriptor = Loopback.socket(port: port, connect) else { return false }
         defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-        guard connected else { return false }
         let watch = "?WATCH={\"enable\":true,\"json\":true};\n"
         _ = watch.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
         let deadline = ContinuousClock.now + timeout
@@ -124,45 +115,50 @@ public final class GPSFake: @unchecked Sendable {
 
     /// A TCP port nobody is listening on, never the same twice in one test run.
     public static func freePort() throws -> Int {
-        while true {
+        for _ in 30_000..<60_000 {
             let candidate: Int = nextPort.withLock {
                 lastPort = lastPort >= 60_000 ? 30_000 : lastPort + 1
                 return lastPort
             }
-            if try isFree(candidate) { return candidate }
+            if isFree(candidate) { return candidate }
         }
+        throw GPSFakeError("no free TCP port on 127.0.0.1 between 30000 and 60000")
     }
 
     /// Whether `port` can be bound on 127.0.0.1 right now.
-    static func isFree(_ port: Int) throws -> Bool {
-        let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socketDescriptor >= 0 else { throw GPSFakeError("socket: \(errno)") }
-        defer { close(socketDescriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        return withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketDescriptor, $0, length) == 0 }
-        }
+    static func isFree(_ port: Int) -> Bool {
+        guard let descriptor = Loopback.socket(port: port, bind) else { return false }
+        close(descriptor)
+        return true
     }
 
-    public static func canConnectForTests(port: Int) -> Bool { canConnect(port: port) }
+    /// Whether something accepts connections on 127.0.0.1:`port`.
+    public static func canConnect(port: Int) -> Bool {
+        guard let descriptor = Loopback.socket(port: port, connect) else { return false }
+        close(descriptor)
+        return true
+    }
+}
 
-    static func canConnect(port: Int) -> Bool {
-        let socketDescriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socketDescriptor >= 0 else { return false }
-        defer { close(socketDescriptor) }
+/// TCP sockets on 127.0.0.1 for the test peers.
+enum Loopback {
+    /// A new TCP socket on which `operation` (`connect` or `bind`) succeeded for
+    /// 127.0.0.1:`port`; nil when either failed. The caller closes it.
+    static func socket(port: Int, _ operation: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32? {
+        let descriptor = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(socketDescriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { operation(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
+        guard status == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
     }
 }
 

@@ -23,7 +23,7 @@ struct DuressBench: AsyncParsableCommand {
     func run() async throws {
         let root = NSTemporaryDirectory() + "fieldhal-bench-duress-\(getpid())"
         defer { try? FileManager.default.removeItem(atPath: root) }
-        let lock = try LockService(store: VaultLockStore(vault: try Vault(stateDirectory: StateDirectory(path: root))),
+        let lock = LockService(store: VaultLockStore(vault: try Vault(stateDirectory: StateDirectory(path: root))),
                                    audit: AuditLog(path: root + "/audit.log"))
         try lock.setup(pin: "4821", confirmation: "4821", duressPIN: "2580", relockAfter: .immediate)
         var normal: [Double] = [], duress: [Double] = []
