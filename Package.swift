@@ -66,6 +66,11 @@ let package = Package(
         .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
         .target(name: "FprintdPlugin", dependencies: ["FieldHAL"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(
+            name: "LibnfcPlugin",
+            dependencies: ["FieldHAL", .target(name: "CNFC", condition: .when(traits: ["NFC"]))],
+            path: "Plugins/Libnfc", swiftSettings: strictSwift
+        ),
+        .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
             path: "Plugins/Gpsd", swiftSettings: strictSwift
@@ -74,7 +79,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift
@@ -97,7 +102,7 @@ let package = Package(
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
-        .testTarget(name: "LibnfcPluginTests", dependencies: ["TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 

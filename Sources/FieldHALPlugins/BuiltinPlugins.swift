@@ -2,6 +2,7 @@ import FakePlugin
 import FieldHAL
 import FprintdPlugin
 import GpsdPlugin
+import LibnfcPlugin
 
 // The real backends' C modules are linked only when their traits are on. Importing them
 // here makes `swift build` check that each enabled library's headers are installed.
@@ -28,10 +29,10 @@ public enum BuiltinPlugins {
     }
 
     /// The real backends built in. Each is nil when its trait is off; a backend whose
-    /// issue has not landed yet (libnfc, V4L2, ALSA, evdev) is not listed, so
+    /// issue has not landed yet (V4L2, ALSA, evdev) is not listed, so
     /// nothing claims hardware support it lacks.
     static var realBackends: [PluginDescriptor] {
-        [FprintdPlugin.descriptor, GpsdPlugin.descriptor].compactMap { $0 }
+        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor].compactMap { $0 }
     }
 
     /// The traits this binary was built with, for `fieldhal plugins`.

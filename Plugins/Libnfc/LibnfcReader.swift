@@ -1,0 +1,169 @@
+#if NFC
+import CNFC
+import FieldHAL
+import Foundation
+import Synchronization
+
+/// How one operation on the device thread learns that its task was cancelled: a flag it
+/// checks between libnfc calls, and a wake-up for the pause between polls. The blocking
+/// call itself is ended by `nfc_abort_command`.
+final class OperationInterrupt: Sendable {
+    private let cancelled = Atomic(false)
+    let wakeup: WakeupEvent
+
+    init() throws { wakeup = try WakeupEvent() }
+
+    var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+
+    func cancel() {
+        cancelled.store(true, ordering: .releasing)
+        wakeup.signal()
+    }
+
+    /// Sleeps for `duration` unless cancelled first; returns false when cancelled.
+    func pause(_ duration: Duration) -> Bool {
+        var entry = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        _ = poll(&entry, 1, Int32(max(0, duration.milliseconds)))
+        return !isCancelled
+    }
+}
+
+extension LibnfcDevice {
+    /// Runs `job` on the device thread; cancelling the calling task interrupts it.
+    func operation<T: Sendable>(_ job: @escaping @Sendable (OperationInterrupt) throws -> T) async throws -> T {
+        let interrupt = try OperationInterrupt()
+        return try await thread.run(interrupt: { [self] in
+            interrupt.cancel()
+            self.interrupt()
+        }) {
+            try job(interrupt)
+        }
+    }
+}
+
+/// The reader side: polls for an ISO 14443-A tag and reads or writes its NDEF message.
+final class LibnfcReader: NFCReader {
+    struct Settings: Sendable {
+        /// The pause between two polls that found nothing.
+        var pollInterval = Duration.milliseconds(100)
+        /// How long one tag command may take before the tag counts as gone.
+        var commandTimeout = Duration.milliseconds(500)
+    }
+
+    let device: LibnfcDevice
+    let settings: Settings
+
+    init(device: LibnfcDevice, settings: Settings) {
+        self.device = device
+        self.settings = settings
+    }
+
+    var deviceName: String { device.deviceName }
+
+    func readTag(timeout: Duration) async throws -> NFCTag {
+        try await device.operation { [self] interrupt in
+            let found = try waitForTag(timeout: timeout, interrupt)
+            defer { deselect() }
+            return try read(found)
+        }
+    }
+
+    func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
+        try await device.operation { [self] interrupt in
+            let found = try waitForTag(timeout: timeout, interrupt)
+            defer { deselect() }
+            guard found.type == .type2 else {
+                throw FieldHALError(.unsupported, subject: device.subject,
+                                    detail: "tag \(found.uidString) is \(found.type.rawValue); FieldHAL writes NFC Forum Type 2 tags (NTAG21x, Ultralight)")
+            }
+            try decoding(found) { try Type2NDEFAccess.writeMessage(message, transceive: transceive) }
+            return try read(found)
+        }
+    }
+
+    func close() async { await LibnfcDevices.shared.release(device) }
+
+    // MARK: On the device thread
+
+    /// Polls until a tag is in the field, the timeout passes or the task is cancelled.
+    private func waitForTag(timeout: Duration, _ interrupt: OperationInterrupt) throws -> NFCTag {
+        let deadline = ContinuousClock.now + timeout
+        try device.ensureInitiator()
+        while true {
+            guard !interrupt.isCancelled else { throw FieldHALError.cancelled(device.subject) }
+            var target = fieldhal_nfc_iso14443a()
+            let found = try device.call("tag poll", bound: .seconds(1)) { fieldhal_nfc_select_iso14443a($0, &target) }
+            if found > 0 { return Self.tag(from: target) }
+            let remaining = deadline - ContinuousClock.now
+            guard remaining > .zero else { throw FieldHALError.timeout(device.subject, after: timeout, waitingFor: "tag") }
+            guard interrupt.pause(min(settings.pollInterval, remaining)) else { throw FieldHALError.cancelled(device.subject) }
+        }
+    }
+
+    /// The tag as selected, typed from its SAK (NFC Forum Digital, 4.8.2).
+    static func tag(from target: fieldhal_nfc_iso14443a) -> NFCTag {
+        let uid = withUnsafeBytes(of: target.uid) { Array($0.prefix(target.uid_length)) }
+        let atqa = UInt16(target.atqa.0) << 8 | UInt16(target.atqa.1)
+        let type: NFCTagType = switch target.sak {
+        case 0x00: .type2                      // Ultralight family: NTAG21x, Ultralight C/EV1
+        case let sak where sak & 0x20 != 0: .type4  // ISO-DEP; the NDEF application decides
+        case 0x08, 0x09, 0x18, 0x88: .mifareClassic
+        default: .iso14443a
+        }
+        return NFCTag(type: type, uid: uid, atqa: atqa, sak: target.sak)
+    }
+
+    private func read(_ found: NFCTag) throws -> NFCTag {
+        var tag = found
+        switch found.type {
+        case .type2:
+            tag.ndef = try decoding(found) { try Type2NDEFAccess.readMessage(transceive: transceive) }
+        case .type4:
+            guard try hasNDEFApplication() else {
+                tag.type = .iso14443a  // a smart card without the NFC Forum application
+                return tag
+            }
+            tag.ndef = try decoding(found) { try Type4NDEFReader.readMessage(transceive: transceive) }
+        case .mifareClassic, .iso14443a:
+            break
+        }
+        return tag
+    }
+
+    private func hasNDEFApplication() throws -> Bool {
+        let aid = Type4TagApplication.ndefApplicationID
+        let response = try transceive([0x00, 0xA4, 0x04, 0x00, UInt8(aid.count)] + aid + [0x00])
+        return response.suffix(2) == Type4TagApplication.StatusWord.ok[...]
+    }
+
+    /// Runs an NDEF procedure; a tag whose data does not decode is a typed error naming it.
+    private func decoding<T>(_ tag: NFCTag, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as NDEFError {
+            let kind: FieldHALError.Kind = switch error {
+            case .unsupported: .unsupported
+            case .invalidArgument: .invalidArgument
+            default: .malformedData
+            }
+            throw FieldHALError(kind, subject: device.subject, detail: "tag \(tag.uidString): \(error)",
+                                advice: kind == .malformedData ? "rewrite the tag with `fieldhal nfc write`" : nil)
+        }
+    }
+
+    /// Sends one command to the selected tag (CRC and ISO-DEP framing by the chip).
+    private func transceive(_ command: [UInt8]) throws -> [UInt8] {
+        var reply = [UInt8](repeating: 0, count: 264)
+        let timeout = settings.commandTimeout
+        let count = try device.call("tag command 0x\(String(command[0], radix: 16))", bound: timeout + LibnfcDevice.watchdogGrace) { device in
+            nfc_initiator_transceive_bytes(device, command, command.count, &reply, reply.count, timeout.milliseconds)
+        }
+        return Array(reply.prefix(Int(count)))
+    }
+
+    private func deselect() {
+        guard device.isOpen else { return }  // dropped after an error: nothing to release
+        _ = try? device.call("deselect", bound: .seconds(1)) { nfc_initiator_deselect_target($0) }
+    }
+}
+#endif

@@ -1,0 +1,320 @@
+#if NFC
+import FieldHAL
+import Foundation
+@testable import LibnfcPlugin
+import TestSupport
+import Testing
+
+/// The libnfc plugin against libnfc's real pn532_uart driver, talking to the PN532
+/// emulator on a pty: every simulated tag, writes, emulation, faults and recovery.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct LibnfcPluginTests {
+    static let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+
+    static func parameters(_ connstring: String, _ extra: [String: ConfigValue] = [:]) -> PluginParameters {
+        var values: [String: ConfigValue] = ["connstring": .string(connstring)]
+        values.merge(extra) { $1 }
+        return PluginParameters(values)
+    }
+
+    func reader(_ connstring: String, _ extra: [String: ConfigValue] = [:]) async throws -> any NFCReader {
+        let descriptor = try #require(LibnfcPlugin.descriptor)
+        guard case .nfcReader(let reader) = try await descriptor.open(.nfcReader, Self.parameters(connstring, extra), Self.context) else {
+            throw GPSFakeError("the libnfc plugin did not open a reader")
+        }
+        return reader
+    }
+
+    func tagEmulator(_ connstring: String) async throws -> any NFCTagEmulator {
+        let descriptor = try #require(LibnfcPlugin.descriptor)
+        guard case .nfcEmulator(let emulator) = try await descriptor.open(.nfcEmulator, Self.parameters(connstring), Self.context) else {
+            throw GPSFakeError("the libnfc plugin did not open a tag emulator")
+        }
+        return emulator
+    }
+
+    /// The error `body` throws, or a failure when it throws none.
+    func failure(_ body: () async throws -> Void) async -> FieldHALError? {
+        do {
+            try await body()
+            Issue.record("expected an error")
+            return nil
+        } catch let error as FieldHALError {
+            return error
+        } catch {
+            Issue.record("not a FieldHALError: \(error)")
+            return nil
+        }
+    }
+
+    // MARK: Reader
+
+    @Test func readsTheNTAG213sTextRecord() async throws {
+        let emulator = try await PN532Emulator.start(["--text", "trf:duress:alert-42"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        #expect(nfc.deviceName == "PN532 v1.6 on \(emulator.connstring())")
+        let tag = try await nfc.readTag(timeout: .seconds(3))
+        #expect(tag.type == .type2)
+        #expect(tag.uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(tag.atqa == 0x0044)
+        #expect(tag.sak == 0x00)
+        #expect(try tag.ndef?.records.first?.content() == .text("trf:duress:alert-42", language: "en"))
+    }
+
+    @Test func readsATextRecordSpanningManyPages() async throws {
+        let text = String(repeating: "long evidence note ", count: 6)  // 114 bytes: 8 READs
+        let emulator = try await PN532Emulator.start(["--text", text])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let tag = try await nfc.readTag(timeout: .seconds(3))
+        #expect(try tag.ndef?.records.first?.content() == .text(text, language: "en"))
+    }
+
+    @Test func readsATypeFourTagThroughISODEP() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "type4", "--uri", "trf:duress:alert-7"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let tag = try await nfc.readTag(timeout: .seconds(3))
+        #expect(tag.type == .type4)
+        #expect(tag.uidString == "04:11:22:33:44:55:66")
+        #expect(tag.atqa == 0x0344)
+        #expect(tag.sak == 0x20)
+        #expect(try tag.ndef?.records.first?.content() == .uri("trf:duress:alert-7"))
+    }
+
+    @Test func noTagTimesOutWithinItsBound() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "none"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let started = ContinuousClock.now
+        let error = await failure { _ = try await nfc.readTag(timeout: .milliseconds(600)) }
+        let elapsed = ContinuousClock.now - started
+        #expect(error?.kind == .timeout)
+        #expect(elapsed >= .milliseconds(600) && elapsed < .milliseconds(1500), "took \(elapsed)")
+    }
+
+    @Test func cancellingAWaitEndsItPromptly() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "none"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let wait = Task { try await nfc.readTag(timeout: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let cancelled = ContinuousClock.now
+        wait.cancel()
+        let result = await wait.result
+        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        #expect((result.failure as? FieldHALError)?.kind == .cancelled)
+        // The reader is still usable afterwards: nothing was left half-done in libnfc.
+        let error = await failure { _ = try await nfc.readTag(timeout: .milliseconds(200)) }
+        #expect(error?.kind == .timeout)
+    }
+
+    @Test func aTagThatLeavesMidReadIsATypedError() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "vanishing"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let error = await failure { _ = try await nfc.readTag(timeout: .seconds(3)) }
+        #expect(error?.kind == .disconnected)
+        #expect(error?.description.contains("left the field") == true, "\(String(describing: error))")
+        // The tag is gone: the next read waits for one and times out.
+        let next = await failure { _ = try await nfc.readTag(timeout: .milliseconds(300)) }
+        #expect(next?.kind == .timeout)
+    }
+
+    @Test func anOversizedTLVIsMalformedDataNotACrash() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "corrupt"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let error = await failure { _ = try await nfc.readTag(timeout: .seconds(3)) }
+        #expect(error?.kind == .malformedData)
+        #expect(error?.description.contains("04:A1:B2:C3:D4:E5:F6") == true)
+        #expect(error?.description.contains("144-byte data area") == true, "\(String(describing: error))")
+    }
+
+    @Test func aChipThatStopsAnsweringIsATimeoutNotAHang() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "mute"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let started = ContinuousClock.now
+        let error = await failure { _ = try await nfc.readTag(timeout: .seconds(10)) }
+        #expect(error?.kind == .timeout)
+        #expect(error?.description.contains("stopped answering (tag poll)") == true, "\(String(describing: error))")
+        #expect(ContinuousClock.now - started < .seconds(2), "a hung chip fails the poll, the wait does not run to 10 s")
+        #expect(await emulator.waitForEvent("hung", timeout: .seconds(1)) != nil)
+    }
+
+    // MARK: Writing
+
+    @Test func writesThenReadsBackTextAndURIRecords() async throws {
+        let emulator = try await PN532Emulator.start(["--text", "old"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let uri = NDEFMessage.uri("https://example.org/alerts/\(String(repeating: "x", count: 60))")
+        let written = try await nfc.write(uri, timeout: .seconds(3))
+        #expect(written.ndef == uri)
+        #expect(try await nfc.readTag(timeout: .seconds(3)).ndef == uri)
+        let text = try NDEFMessage.text("trf:duress:alert-9")
+        _ = try await nfc.write(text, timeout: .seconds(3))
+        #expect(try await nfc.readTag(timeout: .seconds(3)).ndef == text)
+        // nfc-mfultralight, through its own libnfc stack, sees what the plugin wrote.
+        await nfc.close()
+        let dump = NSTemporaryDirectory() + "fieldhal-written-\(UUID().uuidString).mfd"
+        let read = try await emulator.runTool("/usr/bin/nfc-mfultralight", ["r", dump])
+        #expect(read.status == 0, "\(read.output)")
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: dump)))
+        #expect(Array(bytes[16..<18]) == [0x03, UInt8(try text.encoded().count)], "NDEF TLV on page 4")
+        #expect(bytes.firstRange(of: Array("trf:duress:alert-9".utf8)) != nil)
+    }
+
+    @Test func aMessageLargerThanTheTagIsRefusedAndTheTagKept() async throws {
+        let emulator = try await PN532Emulator.start(["--text", "kept"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let tooLarge = try NDEFMessage.text(String(repeating: "y", count: 200))
+        let error = await failure { _ = try await nfc.write(tooLarge, timeout: .seconds(3)) }
+        #expect(error?.kind == .invalidArgument)
+        #expect(error?.description.contains("holds 144") == true, "\(String(describing: error))")
+        #expect(try await nfc.readTag(timeout: .seconds(3)).ndef == (try .text("kept")))
+    }
+
+    @Test func writingATypeFourTagIsUnsupported() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "type4"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await nfc.close() } }
+        let error = await failure { _ = try await nfc.write(.uri("https://example.org"), timeout: .seconds(3)) }
+        #expect(error?.kind == .unsupported)
+    }
+
+    // MARK: Tag emulation
+
+    @Test func anExternalReaderReadsTheEmulatedTypeFourTag() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "none", "--reader", "forum", "--reader-delay-ms", "200"])
+        defer { emulator.stop() }
+        let tag = try await tagEmulator(emulator.connstring())
+        defer { Task { await tag.close() } }
+        let message = NDEFMessage.uri("trf:duress:alert-42")
+        let outcome = try await tag.emulate(message, timeout: .seconds(5))
+        #expect(outcome.wasRead)
+        #expect(outcome.commandCount == 6, "select app, select CC, read CC, select NDEF, read NLEN, read body")
+        let read = await emulator.waitForEvent("read")
+        #expect(read?.fields["ndef"] == (try message.encoded()).map { String(format: "%02x", $0) }.joined())
+    }
+
+    @Test func emulationWithNoReaderEndsAtItsTimeout() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "none"])
+        defer { emulator.stop() }
+        let tag = try await tagEmulator(emulator.connstring())
+        defer { Task { await tag.close() } }
+        let started = ContinuousClock.now
+        let outcome = try await tag.emulate(.uri("trf:duress:x"), timeout: .milliseconds(800))
+        let elapsed = ContinuousClock.now - started
+        #expect(!outcome.wasRead)
+        #expect(elapsed >= .milliseconds(700) && elapsed < .seconds(2), "took \(elapsed)")
+    }
+
+    @Test func cancellingEmulationEndsItAndTheChipReadsAgain() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "ntag213"])
+        defer { emulator.stop() }
+        // One chip, two capabilities: they share one libnfc device.
+        let tag = try await tagEmulator(emulator.connstring())
+        let nfc = try await reader(emulator.connstring())
+        defer { Task { await tag.close(); await nfc.close() } }
+        let emulation = Task { try await tag.emulate(.uri("trf:duress:x"), timeout: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let cancelled = ContinuousClock.now
+        emulation.cancel()
+        let result = await emulation.result
+        #expect(ContinuousClock.now - cancelled < .milliseconds(800))
+        #expect((result.failure as? FieldHALError)?.kind == .cancelled)
+        #expect(await emulator.waitForEvent("aborted", timeout: .seconds(1)) != nil, "libnfc sent the abort ACK")
+        // Back to initiator mode on the same chip.
+        #expect(try await nfc.readTag(timeout: .seconds(3)).type == .type2)
+    }
+
+    // MARK: Two libnfc stacks through the bridge
+
+    @Test func twoChipsExchangeAnAlertThroughTheBridge() async throws {
+        let bridge = try await PN532Emulator.start(["--bridge"])
+        defer { bridge.stop() }
+        let tag = try await tagEmulator(bridge.connstring(0))
+        let nfc = try await reader(bridge.connstring(1))
+        defer { Task { await tag.close(); await nfc.close() } }
+        let message = try NDEFMessage.text("trf:duress:alert-5")
+        let emulation = Task { try await tag.emulate(message, timeout: .seconds(10)) }
+        let read = try await nfc.readTag(timeout: .seconds(5))
+        let outcome = try await emulation.value
+        #expect(read.type == .type4)
+        #expect(read.uid.count == 4 && read.uid[0] == 0x08, "a random 4-byte UID, as the PN532 emulates")
+        #expect(read.ndef == message)
+        #expect(outcome.wasRead)
+    }
+
+    // MARK: Unplug and recovery
+
+    @Test func anUnpluggedReaderIsReportedAndReopenedWhenItComesBack() async throws {
+        let link = NSTemporaryDirectory() + "fieldhal-pn532-\(UUID().uuidString)"
+        defer { unlink(link) }
+        let first = try await PN532Emulator.start(["--link", link, "--tag", "none"])
+        let nfc = try await reader("pn532_uart:\(link)")
+        defer { Task { await nfc.close() } }
+        let wait = Task { try await nfc.readTag(timeout: .seconds(20)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let unplugged = ContinuousClock.now
+        first.stop()
+        let result = await wait.result
+        #expect(ContinuousClock.now - unplugged < .seconds(2))
+        let error = result.failure as? FieldHALError
+        #expect(error?.kind == .disconnected, "\(String(describing: error))")
+        #expect(error?.advice?.contains("reopens") == true)
+        // Still unplugged: a clear error at once, no hang.
+        let missing = await failure { _ = try await nfc.readTag(timeout: .seconds(1)) }
+        #expect(missing?.kind == .unavailable || missing?.kind == .deviceNotFound, "\(String(describing: missing))")
+        // Plugged back in at the same path: the same reader object reads again.
+        let second = try await PN532Emulator.start(["--link", link, "--text", "back again"])
+        defer { second.stop() }
+        let tag = try await nfc.readTag(timeout: .seconds(3))
+        #expect(try tag.ndef?.records.first?.content() == .text("back again", language: "en"))
+    }
+
+    @Test func aMissingSerialPortIsDeviceNotFoundWithAdvice() async throws {
+        let descriptor = try #require(LibnfcPlugin.descriptor)
+        do {
+            _ = try await descriptor.open(.nfcReader, Self.parameters("pn532_uart:/dev/fieldhal-no-such-port"), Self.context)
+            Issue.record("opened a missing port")
+        } catch let error as FieldHALError {
+            #expect(error.kind == .deviceNotFound)
+            #expect(error.description.contains("/dev/fieldhal-no-such-port does not exist"))
+        }
+    }
+
+    @Test func badParametersAreRefusedBeforeOpening() async throws {
+        let descriptor = try #require(LibnfcPlugin.descriptor)
+        do {
+            _ = try await descriptor.open(.nfcReader, Self.parameters("pn532_uart:/dev/null", ["poll_interval_ms": .integer(1)]), Self.context)
+            Issue.record("accepted poll_interval_ms = 1")
+        } catch let error as FieldHALError {
+            #expect(error.kind == .invalidArgument)
+            #expect(error.description.contains("poll_interval_ms"))
+        }
+    }
+}
+
+extension Result {
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}
+#endif
