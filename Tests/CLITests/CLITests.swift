@@ -76,6 +76,9 @@ struct CLITests {
         #if Fprintd
         built.append("fprintd")
         #endif
+        #if NFC
+        built.append("libnfc")
+        #endif
         #expect(names == built.sorted())
     }
 

@@ -33,6 +33,27 @@ struct PN532EmulatorTests {
         #expect(bytes.firstRange(of: text) != nil, "the NDEF Text record's payload")
     }
 
+    @Test func nfcListSeesTheTypeFourCardWithItsATS() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "type4"])
+        defer { emulator.stop() }
+        let listing = try await emulator.runTool("/usr/bin/nfc-list", [])
+        #expect(listing.output.contains("ATQA (SENS_RES): 03  44"), "\(listing.output)")
+        #expect(listing.output.contains("SAK (SEL_RES): 20"))
+        #expect(listing.output.contains("ATS: 75  77  81  02  80"))
+    }
+
+    /// Target mode, proved with libnfc's own tag emulator: the scripted reader runs the
+    /// Type 4 procedure against nfc-emulate-forum-tag4 and reads its NDEF message.
+    @Test func theScriptedReaderReadsLibnfcsOwnEmulatedTag() async throws {
+        let emulator = try await PN532Emulator.start(["--tag", "none", "--reader", "forum"])
+        defer { emulator.stop() }
+        let run = try await emulator.runTool("/usr/bin/nfc-emulate-forum-tag4", [])
+        #expect(run.output.contains("In: 00  a4  04  00  07  d2  76  00  00  85  01  01"), "\(run.output)")
+        let read = await emulator.waitForEvent("read", timeout: .seconds(2))
+        // nfc-emulate-forum-tag4's default message: a Smart Poster for libnfc.org.
+        #expect(read?.fields["ndef"]?.hasPrefix("d1021c5370") == true, "\(emulator.events.map(\.name))")
+    }
+
     @Test func noTagMeansNoTarget() async throws {
         let emulator = try await PN532Emulator.start(["--tag", "none"])
         defer { emulator.stop() }

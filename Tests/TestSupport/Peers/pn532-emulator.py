@@ -472,7 +472,7 @@ def serve(chips, field):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tag", default="ntag213",
                         choices=["ntag213", "type4", "vanishing", "corrupt", "mute", "none"])
     parser.add_argument("--text", default="trf:duress:demo-alert-1")
