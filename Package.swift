@@ -27,6 +27,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "fieldhal", targets: ["fieldhal"]),
+        .executable(name: "fieldhal-labserver", targets: ["fieldhal-labserver"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
     ],
     traits: [
@@ -41,6 +42,9 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        // The lab server only: an HTTP server on SwiftNIO, and SQLite for its state.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // The core: protocols, values, errors, configuration, registry, NDEF, state files.
@@ -85,6 +89,24 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // The Transrify API: its wire types and a client over URLSession (no server libraries).
+        .target(name: "Transrify", swiftSettings: strictSwift),
+        // A faithful, persistent Transrify server for labs and tests, and its executable.
+        .target(
+            name: "TransrifyLabServer",
+            dependencies: [
+                "Transrify", "CSodium",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        .executableTarget(
+            name: "fieldhal-labserver",
+            dependencies: ["TransrifyLabServer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSwift
+        ),
+
         .executableTarget(
             name: "fieldhal",
             dependencies: [
@@ -103,6 +125,7 @@ let package = Package(
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 

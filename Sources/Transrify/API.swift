@@ -1,0 +1,206 @@
+/// The Transrify API's wire types (seed 000, Requirements 3, 18–20, 24–27): what the
+/// client sends and the lab server answers. JSON, camelCase.
+public enum TransrifyAPI {
+    public static let loginPath = "/v1/sessions/login"
+    public static let verifyPath = "/v1/sessions/verify"
+    public static let duressAlertPath = "/v1/alerts/duress"
+    public static let nearbyAlertsPath = "/v1/alerts/nearby"
+    public static let ackPath = "/v1/alerts/ack"
+    public static let presignPath = "/v1/evidence/presign"
+    /// The seed's path, without `/v1` (Req 20.1); configurable in the client.
+    public static let finalizePath = "/evidence/finalize"
+}
+
+public enum Verdict: String, Codable, Sendable {
+    case normal = "NORMAL"
+    case duress = "DURESS"
+    case fail = "FAIL"
+}
+
+public struct Geolocation: Codable, Sendable, Equatable {
+    public var lat: Double
+    public var lon: Double
+    public init(lat: Double, lon: Double) {
+        self.lat = lat
+        self.lon = lon
+    }
+}
+
+public struct DeviceInfo: Codable, Sendable, Equatable {
+    /// "linux" for FieldHAL (the seed's "ios" / "android", Req 3.3).
+    public var platform: String
+    public var version: String
+    public init(platform: String = "linux", version: String) {
+        self.platform = platform
+        self.version = version
+    }
+}
+
+public struct LoginRequest: Codable, Sendable {
+    public var tenantKey: String
+    public var customerRef: String
+    public var pin: String
+    public var device: DeviceInfo
+    public var geo: Geolocation?
+    public init(tenantKey: String, customerRef: String, pin: String, device: DeviceInfo, geo: Geolocation?) {
+        self.tenantKey = tenantKey
+        self.customerRef = customerRef
+        self.pin = pin
+        self.device = device
+        self.geo = geo
+    }
+}
+
+public struct LoginResponse: Codable, Sendable, Equatable {
+    public var verdict: Verdict
+    public var recommendedAction: String?
+    public var sessionId: String?
+    public var token: String?
+    public init(verdict: Verdict, recommendedAction: String?, sessionId: String?, token: String?) {
+        self.verdict = verdict
+        self.recommendedAction = recommendedAction
+        self.sessionId = sessionId
+        self.token = token
+    }
+}
+
+public struct VerifyResponse: Codable, Sendable, Equatable {
+    public var valid: Bool
+    public init(valid: Bool) { self.valid = valid }
+}
+
+public struct DuressAlertRequest: Codable, Sendable {
+    public var sessionId: String
+    public var tenantKey: String
+    public var alertKind: String
+    public var geo: Geolocation?
+    public var device: DeviceInfo
+    public init(sessionId: String, tenantKey: String, geo: Geolocation?, device: DeviceInfo) {
+        self.sessionId = sessionId
+        self.tenantKey = tenantKey
+        self.alertKind = "DURESS"
+        self.geo = geo
+        self.device = device
+    }
+}
+
+public struct DuressAlertResponse: Codable, Sendable, Equatable {
+    public var alertId: String
+    public init(alertId: String) { self.alertId = alertId }
+}
+
+public struct NearbyAlertsRequest: Codable, Sendable {
+    public var tenantKey: String
+    public var geo: Geolocation?
+    public var radiusMeters: Int
+    /// Unix milliseconds.
+    public var timestamp: Int64
+    public init(tenantKey: String, geo: Geolocation?, radiusMeters: Int, timestamp: Int64) {
+        self.tenantKey = tenantKey
+        self.geo = geo
+        self.radiusMeters = radiusMeters
+        self.timestamp = timestamp
+    }
+}
+
+public struct Alert: Codable, Sendable, Equatable {
+    public var alertId: String
+    public var alertKind: String
+    public var customerRef: String
+    public var geo: Geolocation?
+    /// Unix milliseconds.
+    public var createdAt: Int64
+    public init(alertId: String, alertKind: String, customerRef: String, geo: Geolocation?, createdAt: Int64) {
+        self.alertId = alertId
+        self.alertKind = alertKind
+        self.customerRef = customerRef
+        self.geo = geo
+        self.createdAt = createdAt
+    }
+}
+
+public struct NearbyAlertsResponse: Codable, Sendable, Equatable {
+    public var alerts: [Alert]
+    public init(alerts: [Alert]) { self.alerts = alerts }
+}
+
+public enum AckMethod: String, Codable, Sendable {
+    case push = "PUSH", inApp = "INAPP", nfc = "NFC"
+}
+
+public struct AckRequest: Codable, Sendable {
+    public var tenantKey: String
+    public var alertId: String
+    public var customerRef: String
+    public var method: AckMethod
+    public init(tenantKey: String, alertId: String, customerRef: String, method: AckMethod) {
+        self.tenantKey = tenantKey
+        self.alertId = alertId
+        self.customerRef = customerRef
+        self.method = method
+    }
+}
+
+public struct AckResponse: Codable, Sendable, Equatable {
+    public var acknowledged: Bool
+    public init(acknowledged: Bool) { self.acknowledged = acknowledged }
+}
+
+public enum EvidenceKind: String, Codable, Sendable, CaseIterable {
+    case video = "VIDEO", audio = "AUDIO", photo = "PHOTO", nearby = "NEARBY", text = "TEXT"
+}
+
+public struct PresignRequest: Codable, Sendable {
+    public var tenantKey: String
+    public var incidentId: String
+    public var contentType: String
+    public init(tenantKey: String, incidentId: String, contentType: String) {
+        self.tenantKey = tenantKey
+        self.incidentId = incidentId
+        self.contentType = contentType
+    }
+}
+
+public struct PresignResponse: Codable, Sendable, Equatable {
+    /// A signed, expiring PUT URL.
+    public var url: String
+    /// The object's key, for finalize.
+    public var key: String
+    public init(url: String, key: String) {
+        self.url = url
+        self.key = key
+    }
+}
+
+public struct FinalizeRequest: Codable, Sendable {
+    public var tenantKey: String
+    public var incidentId: String
+    public var kind: EvidenceKind
+    public var key: String
+    public var size: Int64
+    /// Lower-case hex.
+    public var sha256: String
+    public init(tenantKey: String, incidentId: String, kind: EvidenceKind, key: String, size: Int64, sha256: String) {
+        self.tenantKey = tenantKey
+        self.incidentId = incidentId
+        self.kind = kind
+        self.key = key
+        self.size = size
+        self.sha256 = sha256
+    }
+}
+
+public struct FinalizeResponse: Codable, Sendable, Equatable {
+    public var evidenceId: String
+    public init(evidenceId: String) { self.evidenceId = evidenceId }
+}
+
+/// The body of every non-2xx answer.
+public struct APIErrorBody: Codable, Sendable, Equatable {
+    public var code: String
+    public var message: String
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+}
