@@ -107,10 +107,13 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // The product's flows: duress sign-in, the background work after it, evidence.
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify"], swiftSettings: strictSwift),
+
         .executableTarget(
             name: "fieldhal",
             dependencies: [
-                "FieldHAL", "FieldHALVault", "FieldHALLock", "FieldHALPlugins",
+                "FieldHAL", "FieldHALVault", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSwift

@@ -20,10 +20,11 @@ struct FieldHALCommand: AsyncParsableCommand {
         version: FieldHALVersion.current,
         subcommands: [PluginsCommand.self, StatusCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
-                      LocationCommand.self, LockCommand.self, AuditCommand.self, BenchCommand.self]
+                      LocationCommand.self, LockCommand.self, AuditCommand.self, TenantCommand.self, SignInCommand.self,
+                      SessionCommand.self, SignOutCommand.self, AfterSignInCommand.self, BenchCommand.self]
     )
 }
 
 enum FieldHALVersion {
-    static let current = "0.1.0"
+    static let current = "0.3.0"
 }

@@ -1,5 +1,7 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALFlows
+import Transrify
 import FieldHALPlugins
 import FieldHALVault
 import Foundation
@@ -80,7 +82,7 @@ struct Environment {
 
     /// The sections besides the capabilities': the core's `[kit]` and the flows' own.
     static let settings: [String: [ParameterSpec]] = KitConfiguration.coreSettings.merging(
-        ["location_sharing": LocationSharingSettings.specs]) { $1 }
+        ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs]) { $1 }
 
     /// Opens the vault in the state directory.
     func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }
@@ -128,10 +130,29 @@ struct CommandFailure: Error, CustomStringConvertible {
     let exitCode: Int32
 
     init(_ error: any Error) {
-        description = "\(error)"
+        var description = "\(error)"
+        let exitCode: Int32
         switch error {
         case is ConfigError:
             exitCode = 78
+        case let failure as SignInFailure:
+            // The seed's words only: the detail could tell a bystander more than the screen may.
+            description = failure.message
+            exitCode = switch failure.kind {
+            case .invalidInput: 64
+            case .invalidCredentials: 77
+            case .api(.network), .api(.rateLimited): 75
+            case .api(.missingTenantKey), .api(.http(_, "INVALID_TENANT_KEY")): 78
+            case .api(.http(_, "TENANT_SUSPENDED")): 69
+            default: 1
+            }
+        case let error as TransrifyError:
+            description = error.description
+            exitCode = switch error.kind {
+            case .network, .rateLimited: 75
+            case .missingTenantKey: 78
+            default: 1
+            }
         case let error as FieldHALError:
             exitCode = switch error.kind {
             case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
@@ -143,6 +164,8 @@ struct CommandFailure: Error, CustomStringConvertible {
         default:
             exitCode = 1
         }
+        self.description = description
+        self.exitCode = exitCode
     }
 }
 

@@ -1,0 +1,227 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALFlows
+import FieldHALVault
+import Foundation
+import Transrify
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `[transrify]`: which API the flows talk to (Req 16.2, 16.4). The tenant key is not here:
+/// it lives in the vault (`fieldhal tenant set-key`).
+enum TransrifySettings {
+    static let specs: [ParameterSpec] = [
+        ParameterSpec("environment", .string, help: "development (default), staging or production"),
+        ParameterSpec("development_url", .string, help: "API base URL in development (default http://127.0.0.1:8787, the lab server)"),
+        ParameterSpec("staging_url", .string, help: "API base URL in staging"),
+        ParameterSpec("production_url", .string, help: "API base URL in production"),
+        ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
+    ]
+
+    static let defaultDevelopmentURL = "http://127.0.0.1:8787"
+
+    /// The base URL of the configured environment.
+    static func baseURL(in configuration: KitConfiguration) throws -> URL {
+        let section = configuration.settings["transrify"]
+        let environment = section?.string("environment") ?? "development"
+        guard ["development", "staging", "production"].contains(environment) else {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] environment",
+                                detail: "\"\(environment)\" is not development, staging or production")
+        }
+        let text = section?.string("\(environment)_url") ?? (environment == "development" ? defaultDevelopmentURL : nil)
+        guard let text else {
+            throw FieldHALError(.notConfigured, subject: "[transrify]", detail: "no \(environment)_url for the \(environment) environment",
+                                advice: "add \(environment)_url = \"https://…\" to [transrify]")
+        }
+        guard let url = URL(string: text), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] \(environment)_url", detail: "\"\(text)\" is not an http(s) URL")
+        }
+        return url
+    }
+}
+
+extension Environment {
+    /// The API client: the configured base URL and the tenant key from the vault.
+    func transrifyClient() throws -> TransrifyClient {
+        var client = TransrifyClient(baseURL: try TransrifySettings.baseURL(in: configuration),
+                                     tenantKey: try TenantKeyStore(vault: try vault()).load())
+        if let path = configuration.settings["transrify"]?.string("finalize_path") { client.finalizePath = path }
+        return client
+    }
+
+    func sessionStore() throws -> SessionStore { SessionStore(vault: try vault()) }
+
+    static let deviceInfo = DeviceInfo(platform: "linux", version: FieldHALVersion.current)
+}
+
+struct TenantCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "tenant", abstract: "The organisation's Transrify tenant key.",
+                                                    subcommands: [SetKey.self, Show.self])
+
+    struct SetKey: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-key", abstract: "Store the tenant key in the vault (asked without echo, or one line on stdin).",
+            discussion: "Never pass the key as an argument: other users can read command lines.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Read the key from standard input.") var keyStdin = false
+
+        func execute(_ environment: Environment) async throws {
+            let key = try PINReader(fromStandardInput: keyStdin).read("Tenant key: ")
+            try TenantKeyStore(vault: try environment.vault()).save(key)
+            print("Tenant key stored.")
+        }
+    }
+
+    struct Show: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Say whether a tenant key is stored (its last 4 characters only).")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            guard let key = try TenantKeyStore(vault: try environment.vault()).load() else {
+                FileHandle.standardError.write(Data("fieldhal: no tenant key stored — run fieldhal tenant set-key\n".utf8))
+                throw ExitCode(78)
+            }
+            print("Tenant key …\(key.suffix(4)) stored; API \(try TransrifySettings.baseURL(in: environment.configuration))")
+        }
+    }
+}
+
+/// What `signin` and `session` print: the same lines whatever the session's mode (Req 7, 9).
+struct SessionReport: Encodable {
+    let customerRef: String
+    let session: String
+
+    init(_ record: SessionRecord) {
+        customerRef = record.customerRef
+        session = "…" + record.sessionIdSuffix
+    }
+
+    var text: String { "You're signed in.\n\(customerRef) · session \(session)" }
+}
+
+struct SignInCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signin", abstract: "Sign in to Transrify with a customer reference and PIN.",
+        discussion: """
+        The PIN is asked without echo, or read from standard input with --pin-stdin (kiosks). \
+        The location comes from the kit's GPS (5 s, then a cached fix, then none). Exit status: \
+        0 signed in; 77 invalid credentials; 64 malformed reference or PIN; 75 network or rate \
+        limit (try again); 78 configuration (no tenant key, invalid key); 69 tenant suspended.
+        """)
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "The customer reference (asked when omitted).") var customerRef: String?
+    @Flag(help: "Read the PIN (and the reference, if not given) from standard input.") var pinStdin = false
+
+    func execute(_ environment: Environment) async throws {
+        let reader = PINReader(fromStandardInput: pinStdin)
+        let reference = try customerRef ?? readReference(pinStdin)
+        let pin = try reader.read("PIN: ")
+        let kit = await environment.loadKit(only: [.location])
+        let flow = SignInFlow(client: try environment.transrifyClient(), location: try? kit.location(),
+                              sessions: try environment.sessionStore(), device: Environment.deviceInfo)
+        let outcome = await Result { try await flow.signIn(customerRef: reference, pin: pin) }
+        await kit.close()
+        let record = try outcome.get()
+        // The same background run after every sign-in; it alone knows the mode.
+        BackgroundRun.start(["after-signin"] + global.forwarded)
+        let report = SessionReport(record)
+        try Output.emit(report, json: global.json) { report.text }
+    }
+
+    private func readReference(_ fromStandardInput: Bool) throws -> String {
+        if !fromStandardInput { FileHandle.standardError.write(Data("Customer reference: ".utf8)) }
+        guard let line = readLine(strippingNewline: true) else {
+            throw FieldHALError(.invalidArgument, subject: "signin", detail: "no customer reference given")
+        }
+        return line.trimmingCharacters(in: .whitespaces)
+    }
+}
+
+struct SessionCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(
+        commandName: "session", abstract: "Show who is signed in (customer reference, last 4 of the session id).",
+        discussion: "--verify asks the API first: an invalid session is cleared; a network error keeps it (exit 75).")
+    @OptionGroup var global: GlobalOptions
+    @Flag(help: "Verify the session with the API first.") var verify = false
+
+    func execute(_ environment: Environment) async throws {
+        let sessions = try environment.sessionStore()
+        if verify {
+            switch try await SessionVerifier(client: try environment.transrifyClient(), sessions: sessions).verify() {
+            case .cleared:
+                FileHandle.standardError.write(Data("fieldhal: the session is no longer valid; signed out\n".utf8))
+                throw ExitCode(1)
+            case .kept(let reason):
+                FileHandle.standardError.write(Data("fieldhal: Network error. Please check your connection. (\(reason))\n".utf8))
+                throw ExitCode(75)
+            case .valid, .signedOut:
+                break
+            }
+        }
+        guard let record = try sessions.load() else {
+            FileHandle.standardError.write(Data("fieldhal: not signed in — run fieldhal signin\n".utf8))
+            throw ExitCode(1)
+        }
+        let report = SessionReport(record)
+        try Output.emit(report, json: global.json) { report.text }
+    }
+}
+
+struct SignOutCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(commandName: "signout", abstract: "Sign out: clear the session, token and mode (Req 8).")
+    @OptionGroup var global: GlobalOptions
+
+    func execute(_ environment: Environment) async throws {
+        try environment.sessionStore().clear()
+        print("Signed out.")
+    }
+}
+
+/// The background run after a sign-in (not for people: `signin` starts it).
+struct AfterSignInCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(commandName: "after-signin", shouldDisplay: false)
+    @OptionGroup var global: GlobalOptions
+
+    func execute(_ environment: Environment) async throws {
+        let work = AfterSignIn(client: try environment.transrifyClient(), sessions: try environment.sessionStore(),
+                               device: Environment.deviceInfo)
+        await work.run()
+    }
+}
+
+extension GlobalOptions {
+    /// The options a background run needs to see the same configuration and state.
+    var forwarded: [String] {
+        (config.map { ["--config", Self.absolute($0)] } ?? []) + (stateDir.map { ["--state-dir", Self.absolute($0)] } ?? [])
+    }
+
+    private static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    }
+}
+
+/// Starts this executable again, detached (its own session, stdio on /dev/null), so that
+/// work can go on after the command has answered and exited.
+enum BackgroundRun {
+    /// glibc's POSIX_SPAWN_SETSID (spawn.h, __USE_GNU), which Swift's Glibc does not export.
+    private static let spawnSetSID: Int16 = 0x80
+
+    static func start(_ arguments: [String]) {
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, spawnSetSID)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for descriptor: Int32 in 0...2 {
+            posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        let executable = "/proc/self/exe"
+        let argv = (["fieldhal"] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        _ = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+    }
+}
