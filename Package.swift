@@ -108,7 +108,7 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify"], swiftSettings: strictSwift),
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "CSodium"], swiftSettings: strictSwift),
 
         .executableTarget(
             name: "fieldhal",
@@ -123,7 +123,7 @@ let package = Package(
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport", "Transrify", "TransrifyLabServer"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 

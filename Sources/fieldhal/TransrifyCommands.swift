@@ -17,6 +17,7 @@ enum TransrifySettings {
         ParameterSpec("staging_url", .string, help: "API base URL in staging"),
         ParameterSpec("production_url", .string, help: "API base URL in production"),
         ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
+        ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
     ]
 
     static let defaultDevelopmentURL = "http://127.0.0.1:8787"
@@ -178,15 +179,30 @@ struct SignOutCommand: FieldHALSubcommand {
     }
 }
 
-/// The background run after a sign-in (not for people: `signin` starts it).
+/// The background run after a sign-in (not for people: `signin` starts it). Both verdicts
+/// open the evidence queue and flush what is pending from earlier runs; only limited mode
+/// sends the alert and captures, which `AfterSignIn` decides from the sealed session.
 struct AfterSignInCommand: FieldHALSubcommand {
     static let configuration = CommandConfiguration(commandName: "after-signin", shouldDisplay: false)
     @OptionGroup var global: GlobalOptions
 
     func execute(_ environment: Environment) async throws {
-        let work = AfterSignIn(client: try environment.transrifyClient(), sessions: try environment.sessionStore(),
-                               device: Environment.deviceInfo)
+        let client = try environment.transrifyClient()
+        let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+        var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
+        let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
+        work.limitedMode = { record in
+            guard let queue else { return }
+            let kit = await environment.loadKit(only: [.camera, .microphone, .location])
+            var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(),
+                                          location: try? kit.location())
+            capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
+            let note = "Duress sign-in by \(record.customerRef) at \(ISO8601DateFormatter().string(from: record.signedInAt))."
+            _ = await capture.capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId, note: note)
+            await kit.close()
+        }
         await work.run()
+        if let queue { await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: .seconds(900)) }
     }
 }
 
@@ -217,6 +233,14 @@ enum BackgroundRun {
         defer { posix_spawn_file_actions_destroy(&actions) }
         for descriptor: Int32 in 0...2 {
             posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        // Nothing else inherited either: a pipe that a caller gave this process (a kiosk
+        // wrapper reading until EOF) must close when this process exits, or the caller
+        // would wait for the background run — and that wait is longer after a duress
+        // sign-in, which is exactly what must not show.
+        let inherited = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.compactMap { Int32($0) } ?? []
+        for descriptor in inherited where descriptor > 2 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
         }
         let executable = "/proc/self/exe"
         let argv = (["fieldhal"] + arguments).map { strdup($0) } + [nil]

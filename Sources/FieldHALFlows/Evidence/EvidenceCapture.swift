@@ -1,0 +1,73 @@
+import FieldHAL
+import Foundation
+import Transrify
+
+/// Captures evidence through whatever the kit has (Req 19, 21) and queues it. A kind whose
+/// device is missing or fails is recorded in the queue as an error for that kind; the
+/// other kinds go on (Req 21.5). Nothing is printed.
+public struct EvidenceCapture: Sendable {
+    public var queue: EvidenceQueue
+    public var camera: (any Camera)?
+    public var microphone: (any Microphone)?
+    public var location: (any LocationProvider)?
+    public var audioDuration: Duration = .seconds(10)
+
+    public init(queue: EvidenceQueue, camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
+        self.queue = queue
+        self.camera = camera
+        self.microphone = microphone
+        self.location = location
+    }
+
+    /// Captures each kind in turn; returns what went into the queue (items and errors).
+    public func capture(_ kinds: [EvidenceKind], incidentId: String, note: String) async -> [EvidenceItem] {
+        var items: [EvidenceItem] = []
+        for kind in kinds {
+            do {
+                items.append(try await capture(kind, incidentId: incidentId, note: note))
+            } catch {
+                if let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)") {
+                    items.append(item)
+                }
+            }
+        }
+        return items
+    }
+
+    public func capture(_ kind: EvidenceKind, incidentId: String, note: String) async throws -> EvidenceItem {
+        switch kind {
+        case .photo:
+            guard let camera else { throw Self.missing("camera") }
+            let photo = try await camera.captureStill(PhotoRequest())
+            return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg)
+        case .audio:
+            guard let microphone else { throw Self.missing("microphone") }
+            let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).wav"
+            defer { unlink(scratch) }
+            _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
+            return try queue.add(kind: .audio, contentType: "audio/wav", incidentId: incidentId, file: scratch)
+        case .video:
+            guard camera != nil else { throw Self.missing("camera") }
+            throw FieldHALError(.unsupported, subject: "evidence", detail: "this kit's camera backend records no video yet")
+        case .text:
+            return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8))
+        case .nearby:
+            struct Nearby: Encodable { var capturedAt: Date; var latitude, longitude, accuracyMeters: Double?; var source: String }
+            var record = Nearby(capturedAt: Date(), source: "none")
+            if let location, let reading = try? await location.currentFix(FixRequest(timeout: .seconds(5), maxAge: .seconds(900))) {
+                record.latitude = reading.fix.latitude
+                record.longitude = reading.fix.longitude
+                record.accuracyMeters = reading.fix.horizontalAccuracy
+                record.source = reading.source.rawValue
+            }
+            let encoder = JSONEncoder()
+            encoder.dateEncodingStrategy = .iso8601
+            encoder.outputFormatting = [.sortedKeys]
+            return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: Array(try encoder.encode(record)))
+        }
+    }
+
+    static func missing(_ device: String) -> FieldHALError {
+        FieldHALError(.notConfigured, subject: "evidence", detail: "no \(device) in this kit")
+    }
+}

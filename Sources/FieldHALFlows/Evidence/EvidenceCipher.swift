@@ -1,0 +1,122 @@
+import CSodium
+import FieldHAL
+import Foundation
+
+/// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per
+/// message, the last one tagged FINAL (so a truncated file is detected). While
+/// sealing, it hashes the plaintext with SHA-256 — the digest the server will check — so a
+/// file of any size is read once, with memory bounded by one chunk.
+enum EvidenceCipher {
+    static let chunkSize = 64 * 1024
+    static let keySize = Int(crypto_secretstream_xchacha20poly1305_KEYBYTES)
+    static let headerSize = Int(crypto_secretstream_xchacha20poly1305_HEADERBYTES)
+    static let overhead = Int(crypto_secretstream_xchacha20poly1305_ABYTES)
+
+    static func newKey() -> [UInt8] {
+        var key = [UInt8](repeating: 0, count: keySize)
+        crypto_secretstream_xchacha20poly1305_keygen(&key)
+        return key
+    }
+
+    struct Sealed: Sendable { var size: Int64; var sha256: String }
+
+    /// Seals everything `read` returns (an empty array ends the input) into `output`.
+    static func seal(key: [UInt8], read: () throws -> [UInt8], into output: AtomicFileWriter) throws -> Sealed {
+        var state = crypto_secretstream_xchacha20poly1305_state()
+        var header = [UInt8](repeating: 0, count: headerSize)
+        crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
+        try output.write(header)
+        var hash = crypto_hash_sha256_state()
+        crypto_hash_sha256_init(&hash)
+        var size: Int64 = 0
+        var cipher = [UInt8](repeating: 0, count: chunkSize + overhead)
+        func push(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
+            var written: UInt64 = 0
+            let tag = final ? UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL) : 0
+            chunk.withUnsafeBufferPointer { plain in
+                _ = crypto_secretstream_xchacha20poly1305_push(&state, &cipher, &written, plain.baseAddress, UInt64(plain.count), nil, 0, tag)
+            }
+            try cipher.withUnsafeBytes { try output.write(UnsafeRawBufferPointer(rebasing: $0[0..<Int(written)])) }
+        }
+        // Every message but the last holds exactly `chunkSize` bytes, and the last (tagged
+        // FINAL, possibly empty) at most that: a reader takes frames of one fixed size.
+        var buffer: [UInt8] = []
+        while true {
+            let chunk = try read()
+            if chunk.isEmpty { break }
+            crypto_hash_sha256_update(&hash, chunk, UInt64(chunk.count))
+            size += Int64(chunk.count)
+            buffer += chunk
+            while buffer.count > chunkSize {
+                try push(buffer[0..<chunkSize], final: false)
+                buffer.removeFirst(chunkSize)
+            }
+        }
+        try push(buffer[...], final: true)
+        var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
+        crypto_hash_sha256_final(&hash, &digest)
+        return Sealed(size: size, sha256: hex(digest))
+    }
+
+    /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.
+    /// Throws `malformedData` if anything was altered, reordered or cut short.
+    static func open(key: [UInt8], path: String, write: ([UInt8]) throws -> Void) throws {
+        guard let input = FileHandle(forReadingAtPath: path) else {
+            throw FieldHALError(.io, subject: path, detail: "cannot open sealed evidence")
+        }
+        defer { try? input.close() }
+        let header = [UInt8](try input.read(upToCount: headerSize) ?? Data())
+        var state = crypto_secretstream_xchacha20poly1305_state()
+        guard header.count == headerSize, crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key) == 0 else {
+            throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence header is damaged")
+        }
+        var plain = [UInt8](repeating: 0, count: chunkSize)
+        while true {
+            let cipher = [UInt8](try input.read(upToCount: chunkSize + overhead) ?? Data())
+            guard cipher.count >= overhead else {
+                throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence is cut short (no final chunk)")
+            }
+            var length: UInt64 = 0, tag: UInt8 = 0
+            guard crypto_secretstream_xchacha20poly1305_pull(&state, &plain, &length, &tag, cipher, UInt64(cipher.count), nil, 0) == 0 else {
+                throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence fails authentication")
+            }
+            if length > 0 { try write(Array(plain[0..<Int(length)])) }
+            if tag == UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL) { return }
+        }
+    }
+
+    /// One short message (an item's metadata) sealed the same way, in memory.
+    static func sealMessage(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        var state = crypto_secretstream_xchacha20poly1305_state()
+        var header = [UInt8](repeating: 0, count: headerSize)
+        crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
+        var cipher = [UInt8](repeating: 0, count: message.count + overhead)
+        var written: UInt64 = 0
+        crypto_secretstream_xchacha20poly1305_push(&state, &cipher, &written, message, UInt64(message.count), nil, 0,
+                                                   UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL))
+        return header + cipher
+    }
+
+    static func openMessage(key: [UInt8], _ sealed: [UInt8]) -> [UInt8]? {
+        guard sealed.count >= headerSize + overhead else { return nil }
+        var state = crypto_secretstream_xchacha20poly1305_state()
+        guard crypto_secretstream_xchacha20poly1305_init_pull(&state, Array(sealed[0..<headerSize]), key) == 0 else { return nil }
+        let cipher = Array(sealed[headerSize...])
+        var plain = [UInt8](repeating: 0, count: cipher.count - overhead)
+        var length: UInt64 = 0, tag: UInt8 = 0
+        guard crypto_secretstream_xchacha20poly1305_pull(&state, &plain, &length, &tag, cipher, UInt64(cipher.count), nil, 0) == 0,
+              tag == UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL) else { return nil }
+        return Array(plain[0..<Int(length)])
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,136 @@
+import FieldHAL
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Transrify
+
+/// Moves queued evidence to the server (Req 19–20): presign → PUT the plaintext to the
+/// signed URL → finalize with incident, kind, key, size and SHA-256, finalize retried up to
+/// twice with exponential backoff. An item's progress is saved after each step, so a
+/// restart goes on where it stopped; an item leaves the queue only with an evidence id.
+public struct EvidenceUploader: Sendable {
+    public struct Report: Sendable, Equatable {
+        public var uploaded: [String: String] = [:]  // item id → evidence id
+        public var deferred: [String: String] = [:]  // item id → why
+        public var waiting = 0                       // not due yet (backoff)
+    }
+
+    public var client: TransrifyClient
+    public var queue: EvidenceQueue
+    public var clock: any RetryClock = ContinuousRetryClock()
+    public var now: @Sendable () -> Date = { Date() }
+    public var putTimeout: TimeInterval = 120
+
+    public init(client: TransrifyClient, queue: EvidenceQueue) {
+        self.client = client
+        self.queue = queue
+    }
+
+    /// The wait after an item's `attempts`-th failure: 2 s doubling, at most 5 minutes.
+    public static func retryDelay(afterAttempts attempts: Int) -> TimeInterval {
+        min(300, 2 * pow(2, Double(max(0, attempts - 1))))
+    }
+
+    /// Uploads every item that is due (all of them with `ignoringBackoff`). Stops at the
+    /// first network failure: the others would fail the same way.
+    public func flush(ignoringBackoff: Bool = false) async throws -> Report {
+        var report = Report()
+        for item in try queue.items() {
+            if !ignoringBackoff, let next = item.nextAttemptAt, next > now() {
+                report.waiting += 1
+                continue
+            }
+            var current = item
+            do {
+                if current.phase == .queued {
+                    let presigned = try await client.presign(incidentId: current.incidentId, contentType: current.contentType)
+                    try await put(current, to: presigned.url)
+                    current.phase = .uploaded
+                    current.objectKey = presigned.key
+                    try queue.save(current)
+                }
+                let evidenceId = try await finalize(current)
+                try queue.remove(current.id)
+                report.uploaded[current.id] = evidenceId
+            } catch let error as TransrifyError {
+                current.attempts += 1
+                current.nextAttemptAt = now().addingTimeInterval(Self.retryDelay(afterAttempts: current.attempts))
+                current.lastError = error.detail
+                if Self.needsNewUpload(error) {  // the object is missing, expired or does not match: upload again
+                    current.phase = .queued
+                    current.objectKey = nil
+                }
+                try queue.save(current)
+                report.deferred[current.id] = error.detail
+                if error.kind == .network { break }
+            } catch let error as FieldHALError {  // a damaged sealed file: keep it, say why, go on
+                current.attempts += 1
+                current.nextAttemptAt = now().addingTimeInterval(Self.retryDelay(afterAttempts: current.attempts))
+                current.lastError = error.description
+                try queue.save(current)
+                report.deferred[current.id] = error.description
+            }
+        }
+        return report
+    }
+
+    /// Finalize, and up to two more tries after 1 s and 2 s (Req 20.5). A 4xx that says the
+    /// object is wrong is not retried here: the item goes back to be uploaded again.
+    private func finalize(_ item: EvidenceItem) async throws -> String {
+        var attempt = 0
+        while true {
+            do {
+                return try await client.finalize(incidentId: item.incidentId, kind: item.kind, key: item.objectKey ?? "",
+                                                 size: item.size, sha256: item.sha256).evidenceId
+            } catch let error as TransrifyError where attempt < 2 && !Self.needsNewUpload(error) {
+                attempt += 1
+                try await clock.sleep(for: .seconds(1 << (attempt - 1)))
+            }
+        }
+    }
+
+    static func needsNewUpload(_ error: TransrifyError) -> Bool {
+        guard case .http(let status, let code) = error.kind else { return false }
+        return status == 403 || code == "OBJECT_MISMATCH" || code == "OBJECT_NOT_FOUND" || code == "OBJECT_NOT_UPLOADED"
+    }
+
+    /// PUTs the plaintext, decrypted beside the queue (0600, in the 0700 queue directory)
+    /// and streamed from the file by URLSession, then removed: memory stays bounded.
+    private func put(_ item: EvidenceItem, to address: String) async throws {
+        guard let url = URL(string: address) else {
+            throw TransrifyError(.malformedResponse, detail: "presign returned a URL that does not parse")
+        }
+        let plaintext = queue.directory + "/\(item.id).upload"
+        defer { unlink(plaintext) }
+        try queue.decrypt(item, to: plaintext)
+        var request = URLRequest(url: url, timeoutInterval: putTimeout)
+        request.httpMethod = "PUT"
+        request.setValue(item.contentType, forHTTPHeaderField: "Content-Type")
+        let response: URLResponse, body: Data
+        do {
+            (body, response) = try await URLSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
+        } catch {
+            throw TransrifyError(.network, detail: "PUT \(url.path): \(error.localizedDescription)")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            let code = (try? JSONDecoder().decode(APIErrorBody.self, from: body))?.code
+            throw TransrifyError(.http(status: status, code: code), detail: "PUT \(url.path): HTTP \(status)\(code.map { " \($0)" } ?? "")")
+        }
+    }
+
+    /// Flushes until nothing uploadable is left or `window` has passed, sleeping until the
+    /// next item is due in between (a background run after a sign-in, the daemon).
+    public func uploadUntilDone(within window: Duration) async {
+        let deadline = ContinuousClock.now + window
+        while ContinuousClock.now < deadline {
+            guard (try? await flush()) != nil, let items = try? queue.items() else { return }
+            let pending = items
+            guard !pending.isEmpty else { return }
+            let nextDue = pending.compactMap(\.nextAttemptAt).min() ?? now()
+            let wait = max(0.2, nextDue.timeIntervalSince(now()))
+            try? await Task.sleep(for: .milliseconds(Int(wait * 1000)))
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALFlows
+import Foundation
+import Transrify
+
+struct EvidenceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "evidence", abstract: "Capture evidence into the encrypted queue, list it, upload it.",
+        discussion: """
+        Evidence is sealed with libsodium's secretstream in <state>/evidence as it is captured, \
+        with its SHA-256 and size; it leaves the queue only when the server has confirmed it \
+        (presign → PUT → finalize). Uploads resume after a restart or when the network returns.
+        """,
+        subcommands: [Capture.self, Queue.self, Flush.self])
+
+    struct Capture: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Capture one piece of evidence into the queue.")
+        @OptionGroup var global: GlobalOptions
+        @Argument(help: "photo, audio, video, text or nearby.") var kind: String
+        @Option(help: "The note, for text.") var text: String?
+        @Option(help: "Seconds of audio.") var seconds: Int = 10
+        @Option(help: "The incident (default: the signed-in session's).") var incident: String?
+
+        func execute(_ environment: Environment) async throws {
+            guard let evidenceKind = EvidenceKind(rawValue: kind.uppercased()) else {
+                throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "\"\(kind)\" is not photo, audio, video, text or nearby")
+            }
+            if evidenceKind == .text, text == nil {
+                throw FieldHALError(.invalidArgument, subject: "evidence capture text", detail: "give the note with --text")
+            }
+            let session = try environment.sessionStore().load()
+            guard let incidentId = incident ?? session.map({ $0.alertId ?? $0.sessionId }) else {
+                throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "no incident: sign in first or pass --incident")
+            }
+            let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+            let kit = await environment.loadKit(only: [.camera, .microphone, .location])
+            var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())
+            capture.audioDuration = .seconds(max(1, min(seconds, 600)))
+            let result = await Result { try await capture.capture(evidenceKind, incidentId: incidentId, note: text ?? "") }
+            await kit.close()
+            let item = try result.get()
+            let report = ItemReport(item)
+            try Output.emit(report, json: global.json) { "queued \(report.line)" }
+        }
+    }
+
+    struct Queue: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "List the evidence waiting to be uploaded.")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
+            let items = try queue.items().map(ItemReport.init)
+            try Output.emit(items, json: global.json) {
+                items.isEmpty ? "the evidence queue is empty" : items.map(\.line).joined(separator: "\n")
+            }
+        }
+    }
+
+    struct Flush: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Upload every queued item now, ignoring backoff.",
+            discussion: "Exit status 0 when the queue is empty afterwards, 75 when items remain (offline, server errors).")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+            let report = try await EvidenceUploader(client: try environment.transrifyClient(), queue: queue).flush(ignoringBackoff: true)
+            let remaining = try queue.items()
+            struct Flushed: Encodable { var uploaded: [String: String]; var remaining: Int; var errors: [String: String] }
+            let flushed = Flushed(uploaded: report.uploaded, remaining: remaining.count, errors: report.deferred)
+            try Output.emit(flushed, json: global.json) {
+                var lines = ["uploaded \(report.uploaded.count), remaining \(remaining.count)"]
+                lines += report.deferred.sorted { $0.key < $1.key }.map { "  \($0.key.prefix(18)): \($0.value)" }
+                return lines.joined(separator: "\n")
+            }
+            if !remaining.isEmpty { throw ExitCode(75) }
+        }
+    }
+
+    struct ItemReport: Encodable {
+        var id, kind, incident, phase: String
+        var size: Int64
+        var sha256: String
+        var attempts: Int
+        var lastError: String?
+        /// The kind whose capture failed, when this TEXT item reports it.
+        var failedKind: String?
+
+        init(_ item: EvidenceItem) {
+            id = item.id
+            kind = item.kind.rawValue
+            incident = item.incidentId
+            phase = switch item.phase {
+            case .queued: "waiting to upload"
+            case .uploaded: "uploaded, waiting to finalize"
+            }
+            failedKind = item.failedKind?.rawValue
+            size = item.size
+            sha256 = item.sha256
+            attempts = item.attempts
+            lastError = item.lastError
+        }
+
+        var line: String {
+            var text = "\(id.prefix(18))  \(kind.padding(toLength: 6, withPad: " ", startingAt: 0))  \(phase)"
+            if let failedKind { text += "  (reports: \(failedKind) not captured)" }
+            text += "  \(size) bytes  sha256 \(sha256.prefix(16))…"
+            if attempts > 0 { text += "  attempts \(attempts)" }
+            if let lastError { text += "  (\(lastError))" }
+            return text
+        }
+    }
+}

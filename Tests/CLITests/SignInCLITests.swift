@@ -1,0 +1,167 @@
+import Foundation
+import TestSupport
+import Testing
+import Transrify
+import TransrifyLabServer
+
+/// A lab server in this process, and a kit configuration that points `fieldhal` at it.
+struct SignInLab {
+    static let tenantKey = "tenant-cli-key"
+    static let user = (ref: "alice01", pin: "2468", duress: "1357")
+    let running: RunningLabServer
+    let config: String
+
+    static func start() async throws -> SignInLab {
+        let server = try LabServer(LabServer.Configuration(directory: scratch("lab")))
+        try server.addTenant(key: tenantKey, name: "CLI tenant")
+        try server.addUser(tenantKey: tenantKey, customerRef: user.ref, pin: user.pin, duressPin: user.duress)
+        let running = try await server.start()
+        let config = scratch("signin.toml")
+        let fakeKit = try String(contentsOfFile: CLI.exampleConfig, encoding: .utf8)
+        try """
+        [transrify]
+        development_url = "\(running.baseURL.absoluteString)"
+        evidence_audio_seconds = 1
+
+        \(fakeKit)
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        return SignInLab(running: running, config: config)
+    }
+
+    /// A state directory with the tenant key stored.
+    func stateDirectory() async throws -> String {
+        let directory = scratch("state")
+        let stored = try await CLI.run(["tenant", "set-key", "--key-stdin", "--config", config, "--state-dir", directory],
+                                       input: Self.tenantKey + "\n")
+        #expect(stored.status == 0, "\(stored.stderr)")
+        return directory
+    }
+
+    func signIn(_ pin: String, state: String) async throws -> (CLI.Result, Duration) {
+        let started = ContinuousClock.now
+        let result = try await CLI.run(["signin", "--customer-ref", Self.user.ref, "--pin-stdin", "--config", config, "--state-dir", state],
+                                       input: pin + "\n")
+        return (result, ContinuousClock.now - started)
+    }
+}
+
+/// Waits until no `fieldhal after-signin` for `state` is running (the background run).
+func waitForBackgroundRuns(_ state: String, timeout: Duration = .seconds(15)) async throws {
+    try await offPool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let running = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.contains { entry in
+                guard Int32(entry) != nil, let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return false }
+                let text = String(decoding: command, as: UTF8.self)
+                return text.contains("after-signin") && text.contains(state)
+            } ?? false
+            if !running { return }
+            usleep(20_000)
+        }
+        Issue.record("the background run for \(state) did not finish")
+    }
+}
+
+/// What someone at the device could compare: every file under the state directory, with
+/// its size and mode (contents are sealed).
+func stateListing(_ root: String) throws -> [String] {
+    var lines: [String] = []
+    let enumerator = FileManager.default.enumerator(atPath: root)
+    while let relative = enumerator?.nextObject() as? String {
+        let attributes = try FileManager.default.attributesOfItem(atPath: root + "/" + relative)
+        let mode = (attributes[.posixPermissions] as? Int).map { String($0, radix: 8) } ?? "?"
+        let size = (attributes[.type] as? FileAttributeType) == .typeDirectory ? "-" : "\(attributes[.size] ?? "?")"
+        lines.append("\(relative) \(mode) \(size)")
+    }
+    return lines.sorted()
+}
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct SignInCLITests {
+    /// Req 4.4, 9, 24.5: a duress sign-in is indistinguishable at the device from a normal
+    /// one — same stdout (but for the random session-id suffix, which differs between any
+    /// two sessions), same stderr, exit status, files and timing — while the server gets
+    /// its silent alert.
+    @Test func duressSignInIsIndistinguishableFromNormal() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        var normalTimes: [Duration] = [], duressTimes: [Duration] = []
+        var listings: [String: [String]] = [:]
+        for round in 0..<6 {
+            for (mode, pin) in [("normal", SignInLab.user.pin), ("duress", SignInLab.user.duress)] {
+                let state = try await lab.stateDirectory()
+                let (result, elapsed) = try await lab.signIn(pin, state: state)
+                #expect(result.status == 0, "\(mode): \(result.stderr)")
+                #expect(result.stderr.isEmpty, "\(mode) wrote to stderr: \(result.stderr)")
+                let masked = result.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
+                #expect(masked == "You're signed in.\nalice01 · session …XXXX\n", "\(mode): \(result.stdout)")
+                if round > 0 { (mode == "normal" ? { normalTimes.append(elapsed) } : { duressTimes.append(elapsed) })() }
+                try await waitForBackgroundRuns(state)
+                listings[mode] = try stateListing(state)
+                let session = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
+                #expect(session.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
+                        == "You're signed in.\nalice01 · session …XXXX\n")
+            }
+        }
+        #expect(listings["normal"] == listings["duress"], "files differ:\n\(listings)")
+        #expect(listings["normal"]?.allSatisfy { !$0.contains(" 644 ") && !$0.contains(" 755 ") } == true, "nothing readable by others")
+        let median = { (times: [Duration]) in times.sorted()[times.count / 2] }
+        let normal = median(normalTimes), duress = median(duressTimes)
+        let difference = normal > duress ? normal - duress : duress - normal
+        #expect(difference < .milliseconds(40) || difference < max(normal, duress) * 0.25,
+                "median sign-in: normal \(normal), duress \(duress)")
+        // The server side: one silent alert per duress sign-in, none for the normal ones.
+        let alerts = try lab.running.server.alerts(tenantKey: SignInLab.tenantKey)
+        #expect(alerts.count == 6, "\(alerts.count) alerts")
+        #expect(alerts.allSatisfy { $0.customerRef == "alice01" && $0.alertKind == "DURESS" && $0.geo != nil })
+        // Each duress sign-in's evidence arrived, finalized once per object: TEXT, NEARBY,
+        // PHOTO, AUDIO, and a TEXT saying VIDEO could not be captured on the fake kit.
+        let evidence = try lab.running.server.evidence()
+        #expect(evidence.count == 6 * 5, "\(evidence.count) evidence records")
+        #expect(Set(evidence.map(\.incidentId)) == Set(alerts.map(\.alertId)), "incident = the alert")
+        #expect(Dictionary(grouping: evidence, by: \.kind).mapValues(\.count) == ["TEXT": 12, "NEARBY": 6, "PHOTO": 6, "AUDIO": 6])
+        print("stealth: median sign-in normal \(normal), duress \(duress); files compared: \(listings["normal"]?.count ?? 0)")
+    }
+
+    @Test func failAndErrorMessagesAreTheSeedsWords() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let state = try await lab.stateDirectory()
+        let (wrong, _) = try await lab.signIn("0000", state: state)
+        #expect(wrong.status == 77)
+        #expect(wrong.stderr == "fieldhal: Invalid credentials. Please try again.\n")
+        let (malformed, _) = try await lab.signIn("12", state: state)
+        #expect(malformed.status == 64)
+        let noKey = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", lab.config,
+                                       "--state-dir", scratch("no-key")], input: "2468\n")
+        #expect(noKey.status == 78)
+        #expect(noKey.stderr == "fieldhal: Configuration error. Please contact support.\n")
+        try lab.running.server.setSuspended(tenantKey: SignInLab.tenantKey, true)
+        let (suspended, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+        #expect(suspended.status == 69)
+        #expect(suspended.stderr == "fieldhal: Service unavailable. Please contact support.\n")
+        await lab.running.stop()
+        let (offline, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+        #expect(offline.status == 75)
+        #expect(offline.stderr == "fieldhal: Network error. Please check your connection.\n")
+    }
+
+    @Test func signOutClearsAndVerifyKeepsOnNetworkErrors() async throws {
+        let lab = try await SignInLab.start()
+        let state = try await lab.stateDirectory()
+        let (signedIn, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+        #expect(signedIn.status == 0)
+        try await waitForBackgroundRuns(state)
+        let verified = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
+        #expect(verified.status == 0, "\(verified.stderr)")
+        await lab.running.stop()
+        let offline = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
+        #expect(offline.status == 75, "Req 18.5: a network error keeps the session")
+        #expect(try await CLI.run(["session", "--config", lab.config, "--state-dir", state]).status == 0)
+        let out = try await CLI.run(["signout", "--config", lab.config, "--state-dir", state])
+        #expect(out.stdout == "Signed out.\n")
+        let after = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
+        #expect(after.status == 1)
+        #expect(!FileManager.default.fileExists(atPath: state + "/vault/transrify-session.sealed"))
+    }
+}
