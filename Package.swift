@@ -128,6 +128,8 @@ let package = Package(
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyLabServer", "CSodium", "FakePlugin"],
+                    swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),

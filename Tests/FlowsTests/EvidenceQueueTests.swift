@@ -1,0 +1,189 @@
+import CSodium
+import FieldHAL
+@testable import FieldHALFlows
+import FieldHALVault
+import Foundation
+import Synchronization
+import Testing
+import Transrify
+import TransrifyLabServer
+
+final class RecordingClock: RetryClock {
+    let waits = Mutex<[Duration]>([])
+    func sleep(for duration: Duration) async throws { waits.withLock { $0.append(duration) } }
+}
+
+func scratchDirectory(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-flows-\(UUID().uuidString)-\(name)" }
+
+func sha256Hex(_ bytes: [UInt8]) -> String {
+    var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
+    crypto_hash_sha256(&digest, bytes, UInt64(bytes.count))
+    return digest.map { String(format: "%02x", $0) }.joined()
+}
+
+func randomBytes(_ count: Int) -> [UInt8] {
+    var bytes = [UInt8](repeating: 0, count: count)
+    randombytes_buf(&bytes, count)
+    return bytes
+}
+
+func openQueue(_ state: String) throws -> EvidenceQueue {
+    let directory = StateDirectory(path: state)
+    return try EvidenceQueue(stateDirectory: directory, vault: try Vault(stateDirectory: directory))
+}
+
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct EvidenceQueueTests {
+    static let tenantKey = "tenant-flows"
+
+    func startLab(port: Int = 0, directory: String = scratchDirectory("lab")) async throws -> RunningLabServer {
+        var configuration = LabServer.Configuration(directory: directory)
+        configuration.port = port
+        let server = try LabServer(configuration)
+        try server.addTenant(key: Self.tenantKey, name: "Flows")
+        return try await server.start()
+    }
+
+    func uploader(_ queue: EvidenceQueue, _ lab: RunningLabServer, port: Int? = nil) -> EvidenceUploader {
+        var client = TransrifyClient(baseURL: port.map { URL(string: "http://127.0.0.1:\($0)")! } ?? lab.baseURL, tenantKey: Self.tenantKey)
+        client.clock = RecordingClock()
+        var uploader = EvidenceUploader(client: client, queue: queue)
+        uploader.clock = RecordingClock()
+        return uploader
+    }
+
+    @Test(arguments: [0, 1, 65_535, 65_536, 65_537, 300_000])
+    func sealedEvidenceOpensToTheSameBytesAndDigest(_ size: Int) throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let content = randomBytes(size)
+        let source = state + "/source.bin"
+        try Data(content).write(to: URL(fileURLWithPath: source))
+        let item = try queue.add(kind: .video, contentType: "video/x-matroska", incidentId: "i-1", file: source)
+        #expect(item.size == Int64(size))
+        #expect(item.sha256 == sha256Hex(content))
+        let sealed = try [UInt8](Data(contentsOf: URL(fileURLWithPath: queue.dataPath(item.id))))
+        #expect(sealed.firstRange(of: content.prefix(64)) == nil || size == 0, "nothing in clear at rest")
+        let out = state + "/out.bin"
+        try queue.decrypt(item, to: out)
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: out))) == content)
+        #expect(try openQueue(state + "-other").items().isEmpty)
+    }
+
+    @Test func alteredOrTruncatedEvidenceIsRefusedAndKept() throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let item = try queue.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: randomBytes(100_000))
+        var sealed = try [UInt8](Data(contentsOf: URL(fileURLWithPath: queue.dataPath(item.id))))
+        sealed[sealed.count / 2] ^= 1
+        try Data(sealed).write(to: URL(fileURLWithPath: queue.dataPath(item.id)))
+        #expect(throws: FieldHALError.self) { try queue.decrypt(item, to: state + "/out") }
+        try Data(sealed.prefix(sealed.count - 40)).write(to: URL(fileURLWithPath: queue.dataPath(item.id)))
+        #expect(throws: FieldHALError.self) { try queue.decrypt(item, to: state + "/out") }
+        #expect(try queue.items().map(\.id) == [item.id], "a damaged item stays in the queue")
+    }
+
+    @Test func aSecondProcessCannotWorkOnTheQueueAtTheSameTime() throws {
+        let state = scratchDirectory("state")
+        let first = try openQueue(state)
+        #expect(throws: FieldHALError.self) { _ = try openQueue(state) }
+        let reader = try EvidenceQueue(stateDirectory: StateDirectory(path: state), vault: try Vault(stateDirectory: StateDirectory(path: state)), exclusive: false)
+        #expect(try reader.items().isEmpty)
+        _ = first
+    }
+
+    @Test func leftoversOfAKilledAddAreRemovedOnOpen() throws {
+        let state = scratchDirectory("state")
+        var queue: EvidenceQueue? = try openQueue(state)
+        let kept = try queue!.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("kept".utf8))
+        let directory = queue!.directory
+        queue = nil
+        // A payload whose item never landed, a temporary file, a decrypted upload.
+        for name in ["0000000000000-orphan.data", ".0000000000000-x.data.tmp-1-2", "\(kept.id).upload"] {
+            _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("x".utf8))
+        }
+        queue = try openQueue(state)
+        let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
+        #expect(names == ["\(kept.id).data", "\(kept.id).item", "queue.lock"])
+        #expect(try queue!.items().map(\.id) == [kept.id])
+    }
+
+    @Test func serverDownThenUpEveryItemArrivesOnce() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        var expected: Set<String> = []
+        for size in [10, 70_000, 250_000] {
+            expected.insert(try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: "inc-1", bytes: randomBytes(size)).sha256)
+        }
+        // Down: the lab server's port, nobody listening.
+        let labDirectory = scratchDirectory("lab")
+        let probe = try await startLab(directory: labDirectory)
+        let port = probe.port
+        await probe.stop()
+        let offline = try await uploader(queue, probe, port: port).flush()
+        #expect(offline.uploaded.isEmpty)
+        #expect(offline.deferred.count == 1, "the flush stops at the first network failure")
+        #expect(try queue.items().count == 3)
+        #expect(try queue.items().first?.attempts == 1)
+        #expect(try queue.items().first?.nextAttemptAt != nil)
+        // Up again, same port, same database.
+        let lab = try await startLab(port: port, directory: labDirectory)
+        defer { Task { await lab.stop() } }
+        let online = try await uploader(queue, lab).flush(ignoringBackoff: true)
+        #expect(online.uploaded.count == 3)
+        #expect(try queue.items().isEmpty)
+        let evidence = try lab.server.evidence()
+        #expect(Set(evidence.map(\.sha256)) == expected)
+        #expect(evidence.allSatisfy { $0.finalizeCalls == 1 && $0.incidentId == "inc-1" && $0.kind == "PHOTO" })
+    }
+
+    @Test func finalizeIsRetriedTwiceWithBackoffThenResumesWithoutReupload() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let lab = try await startLab()
+        defer { Task { await lab.stop() } }
+        try queue.add(kind: .audio, contentType: "audio/wav", incidentId: "inc-2", bytes: randomBytes(1000))
+        // Two failures: the retries (after 1 s and 2 s, on the fake clock) get it through.
+        lab.server.injectFailures(TransrifyAPI.finalizePath, statuses: [503, 503])
+        var first = uploader(queue, lab)
+        let clock = RecordingClock()
+        first.clock = clock
+        #expect(try await first.flush().uploaded.count == 1)
+        #expect(clock.waits.withLock { $0 } == [.seconds(1), .seconds(2)])
+        // Three failures: the item stays, uploaded but not finalized; the next flush only finalizes.
+        try queue.add(kind: .audio, contentType: "audio/wav", incidentId: "inc-2", bytes: randomBytes(1000))
+        lab.server.injectFailures(TransrifyAPI.finalizePath, statuses: [503, 503, 503])
+        #expect(try await uploader(queue, lab).flush().uploaded.isEmpty)
+        let waiting = try #require(try queue.items().first)
+        #expect(waiting.phase == .uploaded && waiting.objectKey != nil)
+        lab.server.injectFailures(TransrifyAPI.presignPath, statuses: [500])  // would break a re-upload
+        #expect(try await uploader(queue, lab).flush(ignoringBackoff: true).uploaded.count == 1)
+        #expect(try lab.server.evidence().count == 2)
+    }
+
+    @Test func aMismatchedObjectIsUploadedAgain() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let lab = try await startLab()
+        defer { Task { await lab.stop() } }
+        try queue.add(kind: .text, contentType: "text/plain", incidentId: "inc-3", bytes: Array("note".utf8))
+        lab.server.injectFailures("/lab/objects", statuses: [403])  // the signed URL refused
+        let refused = try await uploader(queue, lab).flush()
+        #expect(refused.uploaded.isEmpty)
+        #expect(try queue.items().first?.phase == .queued)
+        #expect(try await uploader(queue, lab).flush(ignoringBackoff: true).uploaded.count == 1)
+    }
+
+    @Test func missingDevicesAreReportedAndTheOtherKindsGoOn() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let capture = EvidenceCapture(queue: queue, camera: nil, microphone: nil, location: nil)
+        let items = await capture.capture([.text, .photo, .audio, .nearby], incidentId: "inc-4", note: "note")
+        #expect(items.map(\.kind) == [.text, .text, .text, .nearby])
+        #expect(items.map(\.failedKind) == [nil, .photo, .audio, nil])
+        #expect(items[1].lastError == nil)
+        let out = state + "/photo-error.txt"
+        try queue.decrypt(items[1], to: out)
+        #expect(try String(contentsOfFile: out, encoding: .utf8) == "PHOTO evidence not captured: evidence: no camera in this kit")
+    }
+}
