@@ -45,6 +45,8 @@ let package = Package(
         // The lab server only: an HTTP server on SwiftNIO, and SQLite for its state.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // SHA-256 of evidence at hardware speed (BoringSSL's SHA-NI/AVX2 code); libsodium's is portable C.
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         // The core: protocols, values, errors, configuration, registry, NDEF, state files.
@@ -108,7 +110,8 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "CSodium"], swiftSettings: strictSwift),
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "CSodium",
+                                                     .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strictSwift),
 
         .executableTarget(
             name: "fieldhal",

@@ -204,3 +204,38 @@ public struct APIErrorBody: Codable, Sendable, Equatable {
         self.message = message
     }
 }
+
+/// The lab server's own view of a tenant (`GET /lab/v1/state`, header `X-Tenant-Key`): not
+/// part of the Transrify API, for demos and lab checks.
+public struct LabState: Codable, Sendable {
+    public struct Session: Codable, Sendable {
+        public var sessionId: String, customerRef: String, mode: String
+        public init(sessionId: String, customerRef: String, mode: String) {
+            (self.sessionId, self.customerRef, self.mode) = (sessionId, customerRef, mode)
+        }
+    }
+
+    public struct Ack: Codable, Sendable {
+        public var alertId: String, customerRef: String, method: String
+        public init(alertId: String, customerRef: String, method: String) {
+            (self.alertId, self.customerRef, self.method) = (alertId, customerRef, method)
+        }
+    }
+
+    public struct Evidence: Codable, Sendable {
+        public var evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int
+        public init(evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int) {
+            (self.evidenceId, self.incidentId, self.kind, self.key) = (evidenceId, incidentId, kind, key)
+            (self.size, self.sha256, self.finalizeCalls) = (size, sha256, finalizeCalls)
+        }
+    }
+
+    public var sessions: [Session]
+    public var alerts: [Alert]
+    public var acks: [Ack]
+    public var evidence: [Evidence]
+
+    public init(sessions: [Session], alerts: [Alert], acks: [Ack], evidence: [Evidence]) {
+        (self.sessions, self.alerts, self.acks, self.evidence) = (sessions, alerts, acks, evidence)
+    }
+}

@@ -129,6 +129,12 @@ public struct TransrifyClient: Sendable {
                               body: FinalizeRequest(tenantKey: key, incidentId: incidentId, kind: kind, key: objectKey, size: size, sha256: sha256))
     }
 
+    /// The lab server's view of this tenant (not a Transrify endpoint: labs and demos only).
+    public func labState() async throws -> LabState {
+        let key = try requireTenantKey()
+        return try await send("GET", "/lab/v1/state", body: nil as LoginRequest?, headers: ["X-Tenant-Key": key])
+    }
+
     // MARK: The generic request
 
     private func requireTenantKey() throws -> String {
@@ -141,7 +147,7 @@ public struct TransrifyClient: Sendable {
     /// Sends JSON, decodes JSON; retries 429 with backoff; maps everything else to
     /// `TransrifyError`.
     public func send<Body: Encodable, Response: Decodable>(
-        _ method: String, _ path: String, query: [URLQueryItem] = [], body: Body?
+        _ method: String, _ path: String, query: [URLQueryItem] = [], body: Body?, headers: [String: String] = [:]
     ) async throws -> Response {
         var components = URLComponents(url: baseURL.appendingPathComponent(path), resolvingAgainstBaseURL: false)
         if !query.isEmpty { components?.queryItems = query }
@@ -150,6 +156,7 @@ public struct TransrifyClient: Sendable {
         request.httpMethod = method
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         if let body { request.httpBody = try JSONEncoder().encode(body) }
 
         var attempt = 0

@@ -135,6 +135,15 @@ public final class LabServer: Sendable {
         router.put("/lab/objects/:key") { [self] request, context in
             try await handle("/lab/objects") { try await storeObject(request, key: context.parameters.get("key") ?? "") }
         }
+        router.get("/lab/v1/state") { [self] request, _ in
+            try await handle("/lab/v1/state") {
+                let key = request.headers[.init("X-Tenant-Key")!] ?? ""
+                guard try store.tenant(key) != nil else { throw APIError(.unauthorized, "INVALID_TENANT_KEY", "unknown tenant key") }
+                var state = try store.state(tenantKey: key)
+                state.alerts = try alerts(tenantKey: key)
+                return try json(state)
+            }
+        }
         router.post(.init(TransrifyAPI.finalizePath)) { [self] request, context in
             try await handle(TransrifyAPI.finalizePath) { try await finalize(request.decode(as: FinalizeRequest.self, context: context)) }
         }

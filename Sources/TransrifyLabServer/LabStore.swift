@@ -213,6 +213,23 @@ public final class LabStore: Sendable {
         }
     }
 
+    /// Everything the lab holds for one tenant, oldest first.
+    func state(tenantKey: String) throws -> LabState {
+        try database.read { db in
+            let sessions = try Row.fetchAll(db, sql: "SELECT sessionId, customerRef, mode FROM session WHERE tenantKey = ? ORDER BY createdAt",
+                                            arguments: [tenantKey])
+                .map { LabState.Session(sessionId: $0["sessionId"], customerRef: $0["customerRef"], mode: $0["mode"]) }
+            let acks = try Row.fetchAll(db, sql: "SELECT ack.* FROM ack JOIN alert USING (alertId) WHERE alert.tenantKey = ? ORDER BY at",
+                                        arguments: [tenantKey])
+                .map { LabState.Ack(alertId: $0["alertId"], customerRef: $0["customerRef"], method: $0["method"]) }
+            let evidence = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE tenantKey = ? ORDER BY at", arguments: [tenantKey]).map {
+                LabState.Evidence(evidenceId: $0["evidenceId"], incidentId: $0["incidentId"], kind: $0["kind"], key: $0["key"],
+                                  size: $0["size"], sha256: $0["sha256"], finalizeCalls: $0["finalizeCalls"])
+            }
+            return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence)
+        }
+    }
+
     // MARK: Helpers
 
     /// Lab cost: the minimum argon2id parameters (a lab server checks many PINs quickly).

@@ -165,3 +165,16 @@ struct SignInCLITests {
         #expect(!FileManager.default.fileExists(atPath: state + "/vault/transrify-session.sealed"))
     }
 }
+
+@Suite(.timeLimit(.minutes(2)))
+struct DemoCLITests {
+    /// README command 1's main job: the whole story, checked by the demo itself.
+    @Test func theDemoRunsTheWholeStoryAndChecksIt() async throws {
+        let demo = try await CLI.run(["demo"])
+        #expect(demo.status == 0, "\(demo.stdout)\(demo.stderr)")
+        #expect(demo.stdout.contains("[lab]    session …"))
+        #expect(demo.stdout.contains("silent DURESS alert"))
+        #expect(demo.stdout.contains("both sign-ins showed the same two lines"))
+        #expect(demo.stdout.contains("Done: the device showed the same thing twice"))
+    }
+}

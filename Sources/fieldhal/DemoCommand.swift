@@ -1,0 +1,176 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALFlows
+import FieldHALVault
+import Foundation
+import Transrify
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `fieldhal demo`: the Transrify story end to end on the kit (the built-in fake kit by
+/// default) against a lab server it starts on a free loopback port, told from both sides.
+struct DemoCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Run the Transrify flows end to end against a private lab server, and narrate them.",
+        discussion: """
+        Starts fieldhal-labserver (from beside this executable) on 127.0.0.1 with a demo tenant, \
+        then: a normal sign-in; a duress sign-in that shows exactly the same; the silent duress \
+        alert; evidence captured through the kit, sealed in the queue and uploaded; the server \
+        confirming every size and SHA-256. Exit 0 when every check held. Nothing outside a \
+        scratch directory is touched (the kit's state directory is not used).
+        """)
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "Seconds of audio evidence.") var audioSeconds = 2
+
+    func execute(_ environment: Environment) async throws {
+        let scratch = NSTemporaryDirectory() + "fieldhal-demo-\(getpid())"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let lab = try LabProcess.start(directory: scratch + "/lab")
+        defer { lab.stop() }
+        let say = Narrator()
+        say.line("FieldHAL demo: the Transrify flows on \(environment.configuration.settings["kit"]?.string("name") ?? environment.configuration.file), against a lab server at \(lab.baseURL)")
+        say.side("lab", "tenant \(lab.tenantKey); user \(lab.customerRef) (PIN \(lab.pin), duress PIN \(lab.duressPin))")
+
+        let state = StateDirectory(path: scratch + "/state")
+        let vault = try Vault(stateDirectory: state)
+        try TenantKeyStore(vault: vault).save(lab.tenantKey)
+        let client = TransrifyClient(baseURL: lab.baseURL, tenantKey: lab.tenantKey)
+        let sessions = SessionStore(vault: vault)
+        let kit = await environment.loadKit(only: [.location, .camera, .microphone])
+        defer { Task { await kit.close() } }
+        let flow = SignInFlow(client: client, location: try? kit.location(), sessions: sessions, device: Environment.deviceInfo)
+
+        var shown: [String] = []
+        var queued: [EvidenceItem] = []
+        for (step, (title, pin)) in [("normal", lab.pin), ("duress", lab.duressPin)].enumerated() {
+            say.line("\n\(step + 1). Sign-in with the \(title) PIN")
+            let record = try await flow.signIn(customerRef: lab.customerRef, pin: pin)
+            let screen = SessionReport(record).text
+            shown.append(screen.replacingOccurrences(of: "…" + record.sessionIdSuffix, with: "…XXXX"))
+            for line in screen.split(separator: "\n") { say.side("device", String(line)) }
+            // What `signin` starts in the background, run here in the open.
+            let queue = try EvidenceQueue(stateDirectory: state, vault: vault)
+            let captured = LockedValue<[EvidenceItem]>([])
+            var after = AfterSignIn(client: client, sessions: sessions, device: Environment.deviceInfo)
+            after.limitedMode = { record in
+                var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(),
+                                              location: try? kit.location())
+                capture.audioDuration = .seconds(max(1, min(audioSeconds, 60)))
+                let items = await capture.capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId,
+                                                  note: "Duress sign-in by \(record.customerRef).")
+                captured.withLock { $0 = items }
+            }
+            await after.run()
+            let items = captured.withLock { $0 }
+            queued += items
+            for item in items {
+                let what = item.failedKind.map { "TEXT: \($0.rawValue) could not be captured" } ?? item.kind.rawValue
+                say.side("kit", "sealed in the queue: \(what), \(item.size) bytes, SHA-256 \(item.sha256.prefix(16))…")
+            }
+            let report = try await EvidenceUploader(client: client, queue: queue).flush()
+            if !report.uploaded.isEmpty { say.side("kit", "uploaded \(report.uploaded.count) items: presign → PUT → finalize") }
+            let server = try await client.labState()
+            let session = server.sessions.first { $0.sessionId == record.sessionId }
+            say.side("lab", "session …\(record.sessionIdSuffix): \(session?.mode ?? "missing")")
+            if let alert = server.alerts.first(where: { $0.alertId == (try? sessions.load())??.alertId }) {
+                let place = alert.geo.map { String(format: "%.5f, %.5f", $0.lat, $0.lon) } ?? "no location"
+                say.side("lab", "silent DURESS alert \(alert.alertId.prefix(8))… for \(alert.customerRef) at \(place)")
+            } else {
+                say.side("lab", "no alert")
+            }
+        }
+
+        say.line("\n3. What each side ends up with")
+        let identical = shown.count == 2 && shown[0] == shown[1]
+        say.side("device", identical ? "both sign-ins showed the same two lines (the session suffix aside)" : "THE SIGN-INS DIFFERED")
+        let server = try await client.labState()
+        var confirmed = 0
+        for item in queued {
+            let match = server.evidence.first { $0.sha256 == item.sha256 && $0.size == item.size }
+            if match != nil { confirmed += 1 }
+            say.side("lab", "\(item.kind.rawValue) \(item.size) bytes SHA-256 \(item.sha256.prefix(16))… \(match != nil ? "confirmed" : "MISSING")")
+        }
+        let passed = identical && !queued.isEmpty && confirmed == queued.count && server.alerts.count == 1
+        say.line(passed
+            ? "\nDone: the device showed the same thing twice; the lab has the alert and all \(confirmed) pieces of evidence, SHA-256 checked."
+            : "\nFAILED: see the lines above.")
+        if !passed { throw ExitCode(1) }
+    }
+}
+
+/// Prints the story, one side per line.
+struct Narrator {
+    func line(_ text: String) { print(text) }
+    func side(_ side: String, _ text: String) { print("  [\(side)]".padding(toLength: 11, withPad: " ", startingAt: 0) + text) }
+}
+
+/// `fieldhal-labserver` as a child process: seeded, listening on a free port.
+final class LabProcess: @unchecked Sendable {
+    let process: Process
+    let baseURL: URL
+    let tenantKey: String, customerRef: String, pin: String, duressPin: String
+
+    static func start(directory: String) throws -> LabProcess {
+        let executable = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+            .deletingLastPathComponent().appendingPathComponent("fieldhal-labserver").path
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw FieldHALError(.unavailable, subject: "demo", detail: "\(executable) is missing", advice: "build it: swift build")
+        }
+        let seed = try run(executable, ["seed", "--directory", directory])
+        func value(after prefix: String) -> String? {
+            seed.split(separator: "\n").first { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
+        }
+        guard let tenantKey = value(after: "tenant key: "),
+              let user = seed.split(separator: "\n").first(where: { $0.hasPrefix("user ") }) else {
+            throw FieldHALError(.protocolError, subject: "demo", detail: "fieldhal-labserver seed printed no tenant and user")
+        }
+        // "user alice01: PIN 2468, duress PIN 1357"
+        let words = user.replacingOccurrences(of: ":", with: "").replacingOccurrences(of: ",", with: "").split(separator: " ").map(String.init)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["serve", "--directory", directory, "--port", "0"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line = [UInt8]()
+        while line.last != 10 {
+            guard let byte = output.fileHandleForReading.readData(ofLength: 1).first else {
+                throw FieldHALError(.unavailable, subject: "demo", detail: "fieldhal-labserver exited before listening")
+            }
+            line.append(byte)
+        }
+        let text = String(decoding: line.dropLast(), as: UTF8.self)
+        guard let address = text.split(separator: " ").last, let url = URL(string: String(address)) else {
+            throw FieldHALError(.protocolError, subject: "demo", detail: "unexpected line from fieldhal-labserver: \(text)")
+        }
+        return LabProcess(process: process, baseURL: url, tenantKey: tenantKey, customerRef: words[1], pin: words[3], duressPin: words[6])
+    }
+
+    private init(process: Process, baseURL: URL, tenantKey: String, customerRef: String, pin: String, duressPin: String) {
+        self.process = process
+        self.baseURL = baseURL
+        (self.tenantKey, self.customerRef, self.pin, self.duressPin) = (tenantKey, customerRef, pin, duressPin)
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    private static func run(_ executable: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
