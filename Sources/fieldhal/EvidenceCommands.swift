@@ -93,6 +93,8 @@ struct EvidenceCommand: AsyncParsableCommand {
             kind = item.kind.rawValue
             incident = item.incidentId
             phase = switch item.phase {
+            case .queued where item.uploadingSince != nil:
+                "uploading (for \(Int(Date().timeIntervalSince(item.uploadingSince!))) s)"
             case .queued: "waiting to upload"
             case .uploaded: "uploaded, waiting to finalize"
             }

@@ -31,6 +31,9 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
     public var lastError: String?
     /// Set on the TEXT item that reports a failed capture of this kind.
     public var failedKind: EvidenceKind?
+    /// Set while a process PUTs the payload (cleared when the PUT ends either way), so that
+    /// `evidence queue` can show an upload in flight.
+    public var uploadingSince: Date?
 }
 
 /// The durable evidence queue in `<state>/evidence` (0700): per item a sealed payload

@@ -45,6 +45,9 @@ public struct EvidenceUploader: Sendable {
             do {
                 if current.phase == .queued {
                     let presigned = try await client.presign(incidentId: current.incidentId, contentType: current.contentType)
+                    current.uploadingSince = now()
+                    try queue.save(current)
+                    current.uploadingSince = nil
                     try await put(current, to: presigned.url)
                     current.phase = .uploaded
                     current.objectKey = presigned.key
