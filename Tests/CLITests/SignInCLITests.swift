@@ -146,6 +146,23 @@ struct SignInCLITests {
         #expect(offline.stderr == "fieldhal: Network error. Please check your connection.\n")
     }
 
+    @Test func theEnvironmentChoosesTheBaseURL() async throws {
+        let config = scratch("env.toml")
+        try "[transrify]\nenvironment = \"production\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let missing = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
+        #expect(missing.status == 69)
+        #expect(missing.stderr.contains("no production_url for the production environment"), "\(missing.stderr)")
+        try "[transrify]\nenvironment = \"prod\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let wrong = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
+        #expect(wrong.status == 64)
+        #expect(wrong.stderr.contains("\"prod\" is not development, staging or production"))
+        try "[transrify]\nenvironment = \"staging\"\nstaging_url = \"http://127.0.0.1:9\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let state = scratch("env-state")
+        _ = try await CLI.run(["tenant", "set-key", "--key-stdin", "--config", config, "--state-dir", state], input: "k\n")
+        let shown = try await CLI.run(["tenant", "show", "--config", config, "--state-dir", state])
+        #expect(shown.stdout == "Tenant key …k stored; API http://127.0.0.1:9\n", "\(shown.stdout)\(shown.stderr)")
+    }
+
     @Test func signOutClearsAndVerifyKeepsOnNetworkErrors() async throws {
         let lab = try await SignInLab.start()
         let state = try await lab.stateDirectory()

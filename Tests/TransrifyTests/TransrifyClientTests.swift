@@ -187,6 +187,22 @@ struct TransrifyClientTests {
         #expect((refused as? HTTPURLResponse)?.statusCode == 403)
     }
 
+    @Test func anExpiredPresignedURLIsRefused() async throws {
+        var configuration = LabServer.Configuration(directory: NSTemporaryDirectory() + "fieldhal-lab-\(UUID().uuidString)")
+        configuration.presignLifetime = .seconds(-1)
+        let server = try LabServer(configuration)
+        try server.addTenant(key: Lab.tenantKey, name: "Expired")
+        let running = try await server.start()
+        defer { Task { await running.stop() } }
+        let client = TransrifyClient(baseURL: running.baseURL, tenantKey: Lab.tenantKey)
+        let presigned = try await client.presign(incidentId: "i", contentType: "text/plain")
+        var put = URLRequest(url: URL(string: presigned.url)!)
+        put.httpMethod = "PUT"
+        let (body, response) = try await URLSession.shared.upload(for: put, from: Data("late".utf8))
+        #expect((response as? HTTPURLResponse)?.statusCode == 403)
+        #expect(try JSONDecoder().decode(APIErrorBody.self, from: body).code == "URL_EXPIRED")
+    }
+
     @Test func hostileRepliesAreTypedErrorsNotCrashes() async throws {
         let lab = try await Lab.start()
         defer { Task { await lab.stop() } }
