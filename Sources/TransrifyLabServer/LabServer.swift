@@ -77,9 +77,9 @@ public final class LabServer: Sendable {
     // MARK: Running
 
     /// Serves until the task is cancelled; `onListening` gets the bound port.
-    public func run(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+    public func run(logLevel: Logger.Level = .warning, onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         var logger = Logger(label: "fieldhal-labserver")
-        logger.logLevel = .warning
+        logger.logLevel = logLevel
         let app = Application(
             router: makeRouter(),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fieldhal-labserver"),
@@ -93,12 +93,14 @@ public final class LabServer: Sendable {
         try await app.runService(gracefulShutdownSignals: [])
     }
 
-    /// Starts serving in a task of its own and returns once it listens.
+    /// Starts serving in a task of its own and returns once it listens. In-process servers
+    /// (tests, demos) log only critical errors: stopping one cancels its connections, which
+    /// Hummingbird reports as errors.
     public func start() async throws -> RunningLabServer {
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let task = Task { [self] in
             defer { continuation.finish() }
-            try await run { continuation.yield($0) }
+            try await run(logLevel: .critical) { continuation.yield($0) }
         }
         for await port in ports { return RunningLabServer(port: port, task: task, server: self) }
         _ = try await task.value

@@ -18,6 +18,10 @@ enum TransrifySettings {
         ParameterSpec("production_url", .string, help: "API base URL in production"),
         ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
         ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
+        ParameterSpec("alert_radius_meters", .integer, help: "nearby alerts within this radius, 100–10000 (default 1000; env ALERT_RADIUS_METERS)"),
+        ParameterSpec("alert_poll_interval_ms", .integer, help: "poll for nearby alerts this often (default 15000; env ALERT_POLL_INTERVAL_MS)"),
+        ParameterSpec("nfc_enabled", .boolean, help: "NFC acknowledgement and the duressed kit's tag (default false)"),
+        ParameterSpec("nfc_emulation_s", .integer, help: "how long a duressed kit offers its tag after sign-in (default 1800)"),
     ]
 
     static let defaultDevelopmentURL = "http://127.0.0.1:8787"
@@ -191,7 +195,13 @@ struct AfterSignInCommand: FieldHALSubcommand {
         let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
+        let offering = LockedValue<Task<Void, Never>?>(nil)
         work.limitedMode = { record in
+            // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
+            if environment.nfcEnabled, let alertId = record.alertId {
+                let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
+                offering.withLock { $0 = Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) } }
+            }
             guard let queue else { return }
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
             var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(),
@@ -203,6 +213,30 @@ struct AfterSignInCommand: FieldHALSubcommand {
         }
         await work.run()
         if let queue { await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: .seconds(900)) }
+        await offering.withLock { $0 }?.value
+    }
+}
+
+/// The duressed kit's tag (Req 32): the kit's NFC emulator presents `trf:duress:<alertId>`
+/// to any reader that comes, again and again, until the time is up. Errors end nothing
+/// and show nothing (Req 32.5): the emulator is retried a second later.
+enum DuressTag {
+    static func offer(alertId: String, for window: Duration, _ environment: Environment) async {
+        guard let message = try? DuressTagPayload.message(alertId: alertId) else { return }
+        let kit = await environment.loadKit(only: [.nfcEmulator])
+        guard let emulator = try? kit.nfcEmulator() else {  // no [nfc_emulator] in this kit: nothing to offer
+            await kit.close()
+            return
+        }
+        let deadline = ContinuousClock.now + window
+        while ContinuousClock.now < deadline, !Task.isCancelled {
+            do {
+                _ = try await emulator.emulate(message, timeout: min(deadline - ContinuousClock.now, .seconds(60)))
+            } catch {
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        await kit.close()
     }
 }
 
