@@ -87,7 +87,7 @@ struct SignInCLITests {
         defer { Task { await lab.running.stop() } }
         var normalTimes: [Duration] = [], duressTimes: [Duration] = []
         var listings: [String: [String]] = [:]
-        for round in 0..<6 {
+        for round in 0..<10 {
             for (mode, pin) in [("normal", SignInLab.user.pin), ("duress", SignInLab.user.duress)] {
                 let state = try await lab.stateDirectory()
                 let (result, elapsed) = try await lab.signIn(pin, state: state)
@@ -105,22 +105,27 @@ struct SignInCLITests {
         }
         #expect(listings["normal"] == listings["duress"], "files differ:\n\(listings)")
         #expect(listings["normal"]?.allSatisfy { !$0.contains(" 644 ") && !$0.contains(" 755 ") } == true, "nothing readable by others")
-        let median = { (times: [Duration]) in times.sorted()[times.count / 2] }
-        let normal = median(normalTimes), duress = median(duressTimes)
-        let difference = normal > duress ? normal - duress : duress - normal
-        #expect(difference < .milliseconds(40) || difference < max(normal, duress) * 0.25,
-                "median sign-in: normal \(normal), duress \(duress)")
+        // Timing: each duress run is paired with the normal run just before it, so that a
+        // loaded machine (other suites run in parallel) slows both sides of a pair alike.
+        let seconds = { (duration: Duration) in Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
+        let median = { (times: [Double]) in times.sorted()[times.count / 2] }
+        let normal = median(normalTimes.map(seconds)), duress = median(duressTimes.map(seconds))
+        let pairedDifference = median(zip(duressTimes, normalTimes).map { seconds($0 - $1) })
+        // Alone, the difference is a few milliseconds (docs/reliability.md); the bound is wide
+        // because the other suites load the machine meanwhile.
+        #expect(abs(pairedDifference) < max(0.050, 0.35 * normal),
+                "median sign-in: normal \(normal) s, duress \(duress) s, median paired difference \(pairedDifference) s")
         // The server side: one silent alert per duress sign-in, none for the normal ones.
         let alerts = try lab.running.server.alerts(tenantKey: SignInLab.tenantKey)
-        #expect(alerts.count == 6, "\(alerts.count) alerts")
+        #expect(alerts.count == 10, "\(alerts.count) alerts")
         #expect(alerts.allSatisfy { $0.customerRef == "alice01" && $0.alertKind == "DURESS" && $0.geo != nil })
         // Each duress sign-in's evidence arrived, finalized once per object: TEXT, NEARBY,
         // PHOTO, AUDIO, and a TEXT saying VIDEO could not be captured on the fake kit.
         let evidence = try lab.running.server.evidence()
-        #expect(evidence.count == 6 * 5, "\(evidence.count) evidence records")
+        #expect(evidence.count == 10 * 5, "\(evidence.count) evidence records")
         #expect(Set(evidence.map(\.incidentId)) == Set(alerts.map(\.alertId)), "incident = the alert")
-        #expect(Dictionary(grouping: evidence, by: \.kind).mapValues(\.count) == ["TEXT": 12, "NEARBY": 6, "PHOTO": 6, "AUDIO": 6])
-        print("stealth: median sign-in normal \(normal), duress \(duress); files compared: \(listings["normal"]?.count ?? 0)")
+        #expect(Dictionary(grouping: evidence, by: \.kind).mapValues(\.count) == ["TEXT": 20, "NEARBY": 10, "PHOTO": 10, "AUDIO": 10])
+        print("stealth: median sign-in normal \(normal) s, duress \(duress) s, paired difference \(pairedDifference) s; files compared: \(listings["normal"]?.count ?? 0)")
     }
 
     @Test func failAndErrorMessagesAreTheSeedsWords() async throws {
