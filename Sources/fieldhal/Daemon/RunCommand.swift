@@ -1,0 +1,164 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALFlows
+import FieldHALLock
+import Foundation
+import Logging
+import ServiceLifecycle
+import Transrify
+import UnixSignals
+
+/// `fieldhal run`: the long-running service of a kiosk or kit (issue 8, first part).
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run as a service: nearby alerts, evidence uploads, session checks, the lock's idle relock.",
+        discussion: """
+        Logs to standard output, one line per event (journald adds time and unit). SIGHUP \
+        reloads the configuration; SIGTERM or SIGINT stops it gracefully: the evidence queue \
+        keeps every item whose upload was interrupted (each step is saved), and devices are \
+        released. Under systemd: systemd/fieldhal.service.
+        """)
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "Seconds between evidence-queue flushes.") var uploadInterval = 15
+    @Option(help: "Seconds between session checks (Req 18).") var verifyInterval = 300
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardOutput(label: label)
+            handler.logLevel = .info
+            return handler
+        }
+        let logger = Logger(label: "fieldhal")
+        let daemon = try Daemon(options: global, logger: logger,
+                                uploadInterval: .seconds(max(1, uploadInterval)), verifyInterval: .seconds(max(5, verifyInterval)))
+        let group = ServiceGroup(configuration: .init(services: [.init(service: daemon)],
+                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+        logger.info("fieldhal stopped")
+    }
+}
+
+/// The daemon's loops, all reading the current configuration (replaced on SIGHUP).
+///
+/// Nothing here logs anything that depends on the session's mode: uploads and the sealed
+/// session are handled silently, so the journal of a duressed kit reads like any other's.
+final class Daemon: Service, Sendable {
+    let environment: LockedValue<Environment>
+    let options: GlobalOptions
+    let logger: Logger
+    let uploadInterval: Duration
+    let verifyInterval: Duration
+
+    init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
+        self.options = options
+        self.environment = LockedValue(try Environment(options))
+        self.logger = logger
+        self.uploadInterval = uploadInterval
+        self.verifyInterval = verifyInterval
+    }
+
+    func run() async throws {
+        // Trap SIGHUP before saying "running": a reload asked for from then on is never lost
+        // (and never kills the process, which is SIGHUP's default).
+        let hangUps = await UnixSignalsSequence(trapping: .sighup)
+        logger.info("fieldhal \(FieldHALVersion.current) running; state \(current.stateDirectory.path)")
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.reloadOnHangUp(hangUps) }
+                group.addTask { await self.watchAlerts() }
+                group.addTask { await self.uploadEvidence() }
+                group.addTask { await self.verifySession() }
+                group.addTask { await self.watchLock() }
+            }
+        }
+    }
+
+    private var current: Environment { environment.withLock { $0 } }
+
+    private func reloadOnHangUp(_ hangUps: UnixSignalsSequence) async {
+        for await _ in hangUps {
+            do {
+                let fresh = try Environment(options)
+                environment.withLock { $0 = fresh }
+                logger.info("configuration reloaded")
+            } catch {
+                logger.error("configuration not reloaded, the old one stays: \(CommandFailure(error).description)")
+            }
+        }
+    }
+
+    /// Req 25, 26, 29: poll while signed in; a banner per new alert, the haptic "warning".
+    private func watchAlerts() async {
+        var lastProblem: String?
+        while !Task.isCancelled {
+            let environment = current
+            var interval: Duration = .seconds(15)
+            do {
+                let settings = try environment.alertSettings()
+                interval = settings.pollInterval
+                if let session = try environment.sessionStore().load() {
+                    let watcher = watchers.withLock { cache -> AlertWatcher in
+                        if let cached = cache, cached.settings == settings { return cached }
+                        let fresh = AlertWatcher(client: (try? environment.transrifyClient()) ?? TransrifyClient(baseURL: URL(string: "http://127.0.0.1:1")!, tenantKey: nil),
+                                                 settings: settings)
+                        cache = fresh
+                        return fresh
+                    }
+                    let kit = await environment.loadKit(only: [.location, .haptics])
+                    let poll = try await watcher.poll(here: await environment.here(kit), excluding: session.alertId)
+                    for banner in poll.announce {
+                        logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
+                        try? await kit.haptics().play(.warning)
+                    }
+                    await kit.close()
+                    lastProblem = nil
+                }
+            } catch {
+                let problem = (error as? TransrifyError)?.userMessage ?? CommandFailure(error).description
+                if problem != lastProblem { logger.warning("alerts: \(problem)") }
+                lastProblem = problem
+            }
+            try? await Task.sleep(for: interval)
+        }
+    }
+
+    private let watchers = LockedValue<AlertWatcher?>(nil)
+
+    /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
+    /// `signin`'s background run and `evidence capture` can use it in between. Silent.
+    private func uploadEvidence() async {
+        while !Task.isCancelled {
+            let environment = current
+            if let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault()),
+               let items = try? queue.items(), !items.isEmpty, let client = try? environment.transrifyClient() {
+                _ = try? await EvidenceUploader(client: client, queue: queue).flush()
+            }
+            try? await Task.sleep(for: uploadInterval)
+        }
+    }
+
+    /// Req 18: periodically; invalid → signed out, network error → kept.
+    private func verifySession() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: verifyInterval)
+            let environment = current
+            guard let client = try? environment.transrifyClient(), let sessions = try? environment.sessionStore() else { continue }
+            if case .cleared? = try? await SessionVerifier(client: client, sessions: sessions).verify() {
+                logger.info("the session is no longer valid; signed out")
+            }
+        }
+    }
+
+    /// The lock relocks by itself when idle (it is computed on read); this notes the moment.
+    private func watchLock() async {
+        var wasLocked: Bool?
+        while !Task.isCancelled {
+            if let status = try? current.lockService().status(), status.configured {
+                if wasLocked == false, status.locked { logger.info("locked (idle)") }
+                wasLocked = status.locked
+            }
+            try? await Task.sleep(for: .seconds(5))
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import TestSupport
+import Testing
+import Transrify
+import TransrifyLabServer
+
+/// `fieldhal run` as a process, the way systemd runs it.
+final class DaemonProcess: @unchecked Sendable {
+    let process = Process()
+    private let lines = LockedLines()
+    let started = ContinuousClock.now
+
+    init(_ arguments: [String]) throws {
+        process.executableURL = CLI.binary
+        process.arguments = ["run"] + arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let handle = output.fileHandleForReading, lines = self.lines
+        Thread {
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer += chunk
+                while let newline = buffer.firstIndex(of: 10) {
+                    lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self), at: ContinuousClock.now)
+                    buffer = Data(buffer[(newline + 1)...])
+                }
+            }
+        }.start()
+    }
+
+    var output: [String] { lines.all.map(\.0) }
+
+    /// The first line containing `text`, and when it was read; nil after `timeout`.
+    func waitForLine(containing text: String, timeout: Duration) async -> (String, ContinuousClock.Instant)? {
+        let lines = self.lines
+        return try? await offPool {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                if let line = lines.all.first(where: { $0.0.contains(text) }) { return line }
+                usleep(10_000)
+            }
+            return nil
+        }
+    }
+
+    /// Sends `signal` and waits for the exit; returns the status and how long it took.
+    func stop(_ signal: Int32 = SIGTERM) async -> (status: Int32, took: Duration) {
+        let process = self.process
+        return (try? await offPool { () -> (Int32, Duration) in
+            let sent = ContinuousClock.now
+            kill(process.processIdentifier, signal)
+            let deadline = sent + .seconds(10)
+            while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+            return (process.terminationStatus, ContinuousClock.now - sent)
+        }) ?? (-1, .zero)
+    }
+}
+
+final class LockedLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [(String, ContinuousClock.Instant)] = []
+    var all: [(String, ContinuousClock.Instant)] { lock.withLock { stored } }
+    func append(_ line: String, at instant: ContinuousClock.Instant) { lock.withLock { stored.append((line, instant)) } }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct DaemonCLITests {
+    /// Kit B runs the daemon; kit A signs in under duress; B's journal shows the banner
+    /// within one poll interval. SIGTERM then stops it cleanly.
+    @Test func aDuressAlertReachesTheDaemonWithinOnePollInterval() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        try lab.running.server.addUser(tenantKey: SignInLab.tenantKey, customerRef: "bob02", pin: "8024", duressPin: "9753")
+        let config = scratch("daemon.toml")
+        try (try String(contentsOfFile: lab.config, encoding: .utf8))
+            .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\nalert_poll_interval_ms = 1000")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let stateA = try await lab.stateDirectory(), stateB = try await lab.stateDirectory()
+        let signInB = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", config, "--state-dir", stateB], input: "8024\n")
+        #expect(signInB.status == 0)
+        try await waitForBackgroundRuns(stateB)
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", stateB])
+        #expect(await daemon.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemon.output)")
+
+        let signedIn = ContinuousClock.now
+        let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config, "--state-dir", stateA], input: "1357\n")
+        #expect(signInA.status == 0)
+        let banner = await daemon.waitForLine(containing: "Nearby Duress Alert — alice01", timeout: .seconds(10))
+        #expect(banner != nil, "\(daemon.output)")
+        if let banner {
+            let latency = banner.1 - signedIn
+            #expect(latency < .seconds(3), "one 1 s poll interval plus the background run's start: \(latency)")
+            print("alert latency, duress sign-in on A → banner in B's daemon (polling every 1 s): \(latency)")
+        }
+        #expect(!daemon.output.contains { $0.contains("alice01") && !$0.contains("Nearby Duress Alert") })
+        let stopped = await daemon.stop(SIGTERM)
+        #expect(stopped.status == 0, "\(daemon.output)")
+        #expect(stopped.took < .seconds(3), "graceful stop took \(stopped.took)")
+        #expect(daemon.output.last?.contains("fieldhal stopped") == true, "\(daemon.output)")
+        try await waitForBackgroundRuns(stateA)
+    }
+
+    /// SIGTERM while the daemon uploads evidence: a clean exit, and every item arrives once.
+    @Test func sigtermDuringUploadsLosesNothing() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let state = try await lab.stateDirectory()
+        let options = ["--config", lab.config, "--state-dir", state]
+        for seconds in [20, 25, 30] {
+            let captured = try await CLI.run(["evidence", "capture", "audio", "--seconds", "\(seconds)", "--incident", "inc-term"] + options)
+            #expect(captured.status == 0, "\(captured.stderr)")
+        }
+        let daemon = try DaemonProcess(["--upload-interval", "1"] + options)
+        _ = await daemon.waitForLine(containing: "running; state", timeout: .seconds(10))
+        try await Task.sleep(for: .milliseconds(150))
+        let stopped = await daemon.stop(SIGTERM)
+        #expect(stopped.status == 0, "\(daemon.output)")
+        let uploadedByDaemon = try lab.running.server.evidence().count
+        let flush = try await CLI.run(["evidence", "flush"] + options)
+        #expect(flush.status == 0, "\(flush.stdout)\(flush.stderr)")
+        let evidence = try lab.running.server.evidence()
+        #expect(evidence.count == 3, "every item exactly once (\(uploadedByDaemon) before SIGTERM)")
+        #expect(Set(evidence.map(\.key)).count == 3)
+    }
+
+    @Test func sighupReloadsTheConfiguration() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let state = try await lab.stateDirectory()
+        let daemon = try DaemonProcess(["--config", lab.config, "--state-dir", state])
+        _ = await daemon.waitForLine(containing: "running; state", timeout: .seconds(10))
+        try "[kit]\nbroken = ".write(toFile: lab.config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "configuration not reloaded, the old one stays", timeout: .seconds(5)) != nil, "\(daemon.output)")
+        try "[kit]\nname = \"reloaded\"\n".write(toFile: lab.config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "configuration reloaded", timeout: .seconds(5)) != nil, "\(daemon.output)")
+        #expect(await daemon.stop().status == 0)
+    }
+}
