@@ -224,3 +224,26 @@ func sha256Hex(_ data: Data) -> String {
     crypto_hash_sha256(&digest, bytes, UInt64(bytes.count))
     return digest.map { String(format: "%02x", $0) }.joined()
 }
+
+@Suite struct UncancellableTests {
+    /// A cancelled caller returns at once; the operation itself is not cancelled.
+    @Test func cancellationReachesTheCallerNotTheOperation() async throws {
+        let operationSawCancellation = Mutex<Bool?>(nil)
+        let caller = Task {
+            try await uncancellable {
+                try? await Task.sleep(for: .milliseconds(300))
+                operationSawCancellation.withLock { $0 = Task.isCancelled }
+                return 1
+            }
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        let cancelled = ContinuousClock.now
+        caller.cancel()
+        let result = await caller.result
+        #expect(ContinuousClock.now - cancelled < .milliseconds(200))
+        #expect(throws: CancellationError.self) { try result.get() }
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(operationSawCancellation.withLock { $0 } == false)
+        #expect(try await uncancellable { 7 } == 7)
+    }
+}

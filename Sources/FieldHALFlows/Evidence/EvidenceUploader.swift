@@ -112,7 +112,12 @@ public struct EvidenceUploader: Sendable {
         request.setValue(item.contentType, forHTTPHeaderField: "Content-Type")
         let response: URLResponse, body: Data
         do {
-            (body, response) = try await URLSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
+            // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
+            (body, response) = try await uncancellable { [request] in
+                try await URLSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
+            }
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
             throw TransrifyError(.network, detail: "PUT \(url.path): \(error.localizedDescription)")
         }

@@ -1,0 +1,46 @@
+import Foundation
+import Synchronization
+
+/// Runs `operation` in a task of its own that is never cancelled, and waits for it — unless
+/// the caller is cancelled, in which case this throws `CancellationError` at once and leaves
+/// the operation to finish (or to die with the process).
+///
+/// Why: on Linux, cancelling a URLSession upload task can crash the process
+/// (swift-corelibs-foundation, EasyHandle.swift: a `try!` on libcurl error 43, seen when a
+/// daemon's SIGTERM cancelled a PUT). Requests therefore never see task cancellation.
+public func uncancellable<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+    let state = Mutex<(CheckedContinuation<T, any Error>?, Result<T, any Error>?)>((nil, nil))
+    let work = Task.detached {
+        let result = await Result { try await operation() }
+        let waiting = state.withLock { state -> CheckedContinuation<T, any Error>? in
+            defer { state.0 = nil }
+            if state.0 == nil { state.1 = result }
+            return state.0
+        }
+        waiting?.resume(with: result)
+    }
+    _ = work
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { continuation in
+            let finished = state.withLock { state -> Result<T, any Error>? in
+                if let result = state.1 { return result }
+                state.0 = continuation
+                return nil
+            }
+            if let finished { continuation.resume(with: finished) }
+        }
+    } onCancel: {
+        let waiting = state.withLock { state -> CheckedContinuation<T, any Error>? in
+            defer { state.0 = nil }
+            state.1 = .failure(CancellationError())
+            return state.0
+        }
+        waiting?.resume(throwing: CancellationError())
+    }
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
