@@ -37,37 +37,18 @@ public struct SessionRecord: Codable, Sendable, Equatable {
 public struct SessionStore: Sendable {
     public static let entry = "transrify-session"
     public static let paddedSize = 4096
-    let vault: Vault
+    let stored: PaddedVaultEntry<SessionRecord>
 
-    public init(vault: Vault) { self.vault = vault }
-
-    public func load() throws -> SessionRecord? {
-        guard let bytes = try vault.load(Self.entry) else { return nil }
-        guard let end = bytes.lastIndex(where: { $0 != 0x20 }) else { return nil }
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        do {
-            return try decoder.decode(SessionRecord.self, from: Data(bytes[...end]))
-        } catch {
-            throw FieldHALError(.malformedData, subject: "session", detail: "the sealed session does not decode",
-                                advice: "run fieldhal signout, then sign in again")
-        }
+    public init(vault: Vault) {
+        stored = PaddedVaultEntry(Self.entry, size: Self.paddedSize, in: vault, subject: "session",
+                                  advice: "run fieldhal signout, then sign in again")
     }
 
-    public func save(_ record: SessionRecord) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        encoder.dateEncodingStrategy = .secondsSince1970
-        var bytes = Array(try encoder.encode(record))
-        guard bytes.count <= Self.paddedSize else {
-            throw FieldHALError(.io, subject: "session", detail: "the session outgrew \(Self.paddedSize) bytes")
-        }
-        bytes += [UInt8](repeating: 0x20, count: Self.paddedSize - bytes.count)
-        try vault.store(bytes, as: Self.entry)
-    }
+    public func load() throws -> SessionRecord? { try stored.load() }
+    public func save(_ record: SessionRecord) throws { try stored.save(record) }
 
     /// Signs out: removes the session and with it the limited-mode flag (Req 8, 17.4).
-    public func clear() throws { try vault.remove(Self.entry) }
+    public func clear() throws { try stored.remove() }
 }
 
 /// The tenant's API key, in the vault (Req 16.1, 16.3): never in source or config.

@@ -15,34 +15,15 @@ public struct VaultLockStore: LockStore {
     public static let entry = "lock-state"
     /// Room for the state with dozens of pending duress events; larger states are refused.
     public static let paddedSize = 8192
-    let vault: Vault
+    let stored: PaddedVaultEntry<LockState>
 
-    public init(vault: Vault) { self.vault = vault }
-
-    public func load() throws -> LockState? {
-        guard let bytes = try vault.load(Self.entry) else { return nil }
-        guard let end = bytes.lastIndex(where: { $0 != 0x20 }) else { return nil }
-        do {
-            let decoder = JSONDecoder()
-            decoder.dateDecodingStrategy = .secondsSince1970
-            return try decoder.decode(LockState.self, from: Data(bytes[...end]))
-        } catch {
-            throw FieldHALError(.malformedData, subject: "lock state", detail: "the sealed lock state does not decode",
-                                advice: "restore the state directory from backup, or run fieldhal lock reset")
-        }
+    public init(vault: Vault) {
+        stored = PaddedVaultEntry(Self.entry, size: Self.paddedSize, in: vault, subject: "lock state",
+                                  advice: "restore the state directory from backup, or run fieldhal lock reset")
     }
 
-    public func save(_ state: LockState) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        encoder.dateEncodingStrategy = .secondsSince1970
-        var bytes = Array(try encoder.encode(state))
-        guard bytes.count <= Self.paddedSize else {
-            throw FieldHALError(.io, subject: "lock state", detail: "the state outgrew \(Self.paddedSize) bytes")
-        }
-        bytes += [UInt8](repeating: 0x20, count: Self.paddedSize - bytes.count)  // JSON ignores trailing spaces
-        try vault.store(bytes, as: Self.entry)
-    }
+    public func load() throws -> LockState? { try stored.load() }
+    public func save(_ state: LockState) throws { try stored.save(state) }
 }
 
 /// A store in memory, for tests and for flows that keep nothing.

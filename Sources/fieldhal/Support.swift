@@ -169,6 +169,20 @@ struct CommandFailure: Error, CustomStringConvertible {
     }
 }
 
+/// A command that is not a `FieldHALSubcommand` (the benchmarks) reports errors the same
+/// way: one line on stderr and the code for the error.
+func reportingFailures(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let status as ExitCode {
+        throw status
+    } catch {
+        let failure = CommandFailure(error)
+        FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
+        throw ExitCode(failure.exitCode)
+    }
+}
+
 /// Every command's body runs through this: errors become one line on stderr and a code.
 protocol FieldHALSubcommand: AsyncParsableCommand {
     var global: GlobalOptions { get }

@@ -28,13 +28,7 @@ struct EvidenceBench: AsyncParsableCommand {
 
     func run() async throws {
         if let seal { return try sealOnce(seal) }
-        do {
-            try measure()
-        } catch {
-            let failure = CommandFailure(error)
-            FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
-            throw ExitCode(failure.exitCode)
-        }
+        try await reportingFailures { try measure() }
     }
 
     private func sealOnce(_ path: String) throws {

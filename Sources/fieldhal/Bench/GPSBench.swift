@@ -31,13 +31,7 @@ struct GPSBench: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() async throws {
-        do {
-            try await measure()
-        } catch {
-            let failure = CommandFailure(error)
-            FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
-            throw ExitCode(failure.exitCode)
-        }
+        try await reportingFailures { try await measure() }
     }
 
     struct Report: Encodable {
