@@ -30,13 +30,20 @@ final class OperationInterrupt: Sendable {
 
 extension LibnfcDevice {
     /// Runs `job` on the device thread; cancelling the calling task interrupts it.
+    /// Once cancelled, the operation reports `cancelled` whatever the aborted libnfc call
+    /// returned: an abort can land mid-exchange and surface as a timeout or an I/O error.
     func operation<T: Sendable>(_ job: @escaping @Sendable (OperationInterrupt) throws -> T) async throws -> T {
         let interrupt = try OperationInterrupt()
         return try await thread.run(interrupt: { [self] in
             interrupt.cancel()
             self.interrupt()
-        }) {
-            try job(interrupt)
+        }) { [self] in
+            do {
+                return try job(interrupt)
+            } catch {
+                if interrupt.isCancelled { throw FieldHALError.cancelled(subject) }
+                throw error
+            }
         }
     }
 }
