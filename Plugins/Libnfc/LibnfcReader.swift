@@ -2,51 +2,6 @@
 import CNFC
 import FieldHAL
 import Foundation
-import Synchronization
-
-/// How one operation on the device thread learns that its task was cancelled: a flag it
-/// checks between libnfc calls, and a wake-up for the pause between polls. The blocking
-/// call itself is ended by `nfc_abort_command`.
-final class OperationInterrupt: Sendable {
-    private let cancelled = Atomic(false)
-    let wakeup: WakeupEvent
-
-    init() throws { wakeup = try WakeupEvent() }
-
-    var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
-
-    func cancel() {
-        cancelled.store(true, ordering: .releasing)
-        wakeup.signal()
-    }
-
-    /// Sleeps for `duration` unless cancelled first; returns false when cancelled.
-    func pause(_ duration: Duration) -> Bool {
-        var entry = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
-        _ = poll(&entry, 1, Int32(max(0, duration.milliseconds)))
-        return !isCancelled
-    }
-}
-
-extension LibnfcDevice {
-    /// Runs `job` on the device thread; cancelling the calling task interrupts it.
-    /// Once cancelled, the operation reports `cancelled` whatever the aborted libnfc call
-    /// returned: an abort can land mid-exchange and surface as a timeout or an I/O error.
-    func operation<T: Sendable>(_ job: @escaping @Sendable (OperationInterrupt) throws -> T) async throws -> T {
-        let interrupt = try OperationInterrupt()
-        return try await thread.run(interrupt: { [self] in
-            interrupt.cancel()
-            self.interrupt()
-        }) { [self] in
-            do {
-                return try job(interrupt)
-            } catch {
-                if interrupt.isCancelled { throw FieldHALError.cancelled(subject) }
-                throw error
-            }
-        }
-    }
-}
 
 /// The reader side: polls for an ISO 14443-A tag and reads or writes its NDEF message.
 final class LibnfcReader: NFCReader {

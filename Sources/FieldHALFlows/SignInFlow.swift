@@ -33,8 +33,7 @@ public struct SignInFlow: Sendable {
     public var sessions: SessionStore
     public var device: DeviceInfo
     /// Req 10.4: live location for up to 5 s, then a cached fix, then none.
-    public var locationTimeout: Duration = .seconds(5)
-    public var cachedLocationMaxAge: Duration = .seconds(900)
+    public var locationRequest = FixRequest.flows
 
     public init(client: TransrifyClient, location: (any LocationProvider)?, sessions: SessionStore, device: DeviceInfo) {
         self.client = client
@@ -60,7 +59,7 @@ public struct SignInFlow: Sendable {
         guard Self.isValidPIN(pin) else {
             throw SignInFailure(kind: .invalidInput, message: "Enter a PIN of 4 to 8 digits.", detail: "invalid PIN format")
         }
-        let geo = await currentLocation()
+        let geo = await location?.geolocation(locationRequest)
         let response: LoginResponse
         do {
             response = try await client.login(customerRef: customerRef, pin: pin, device: device, geo: geo)
@@ -91,13 +90,5 @@ public struct SignInFlow: Sendable {
     static func message(for error: TransrifyError) -> String {
         if error.kind == .rateLimited { return "Too many attempts. Please wait a minute." }
         return error.userMessage
-    }
-
-    func currentLocation() async -> Geolocation? {
-        guard let location else { return nil }
-        let request = FixRequest(timeout: locationTimeout, maxAge: cachedLocationMaxAge)
-        guard let reading = try? await location.currentFix(request),
-              let lat = reading.fix.latitude, let lon = reading.fix.longitude else { return nil }
-        return Geolocation(lat: lat, lon: lon)
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The Transrify API's wire types (seed 000, Requirements 3, 18–20, 24–27): what the
 /// client sends and the lab server answers. JSON, camelCase.
 public enum TransrifyAPI {
@@ -23,6 +25,17 @@ public struct Geolocation: Codable, Sendable, Equatable {
     public init(lat: Double, lon: Double) {
         self.lat = lat
         self.lon = lon
+    }
+}
+
+extension Geolocation {
+    /// Great-circle distance in metres (haversine, mean Earth radius): the lab server's
+    /// `nearby` radius and a responder's banner use the same figure.
+    public func distanceMeters(to other: Geolocation) -> Double {
+        let radius = 6_371_008.8, toRadians = Double.pi / 180
+        let dLat = (other.lat - lat) * toRadians, dLon = (other.lon - lon) * toRadians
+        let h = sin(dLat / 2) * sin(dLat / 2) + cos(lat * toRadians) * cos(other.lat * toRadians) * sin(dLon / 2) * sin(dLon / 2)
+        return 2 * radius * asin(min(1, sqrt(h)))
     }
 }
 

@@ -10,8 +10,9 @@ import Synchronization
 /// daemon's SIGTERM cancelled a PUT). Requests therefore never see task cancellation.
 public func uncancellable<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
     let state = Mutex<(CheckedContinuation<T, any Error>?, Result<T, any Error>?)>((nil, nil))
-    let work = Task.detached {
-        let result = await Result { try await operation() }
+    Task.detached {
+        let result: Result<T, any Error>
+        do { result = .success(try await operation()) } catch { result = .failure(error) }
         let waiting = state.withLock { state -> CheckedContinuation<T, any Error>? in
             defer { state.0 = nil }
             if state.0 == nil { state.1 = result }
@@ -19,7 +20,6 @@ public func uncancellable<T: Sendable>(_ operation: @escaping @Sendable () async
         }
         waiting?.resume(with: result)
     }
-    _ = work
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { continuation in
             let finished = state.withLock { state -> Result<T, any Error>? in
@@ -36,11 +36,5 @@ public func uncancellable<T: Sendable>(_ operation: @escaping @Sendable () async
             return state.0
         }
         waiting?.resume(throwing: CancellationError())
-    }
-}
-
-extension Result where Failure == any Error {
-    init(catching body: () async throws -> Success) async {
-        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }

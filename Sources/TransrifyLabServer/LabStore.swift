@@ -136,7 +136,7 @@ public final class LabStore: Sendable {
         guard let geo else { return alerts }
         return alerts.filter { alert in
             guard let there = alert.geo else { return true }
-            return Self.distanceMeters(geo, there) <= Double(radiusMeters)
+            return geo.distanceMeters(to: there) <= Double(radiusMeters)
         }
     }
 
@@ -256,14 +256,6 @@ public final class LabStore: Sendable {
     }
 
     static func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
-
-    /// Great-circle distance (haversine, mean Earth radius).
-    public static func distanceMeters(_ a: Geolocation, _ b: Geolocation) -> Double {
-        let radius = 6_371_008.8, toRadians = Double.pi / 180
-        let dLat = (b.lat - a.lat) * toRadians, dLon = (b.lon - a.lon) * toRadians
-        let h = sin(dLat / 2) * sin(dLat / 2) + cos(a.lat * toRadians) * cos(b.lat * toRadians) * sin(dLon / 2) * sin(dLon / 2)
-        return 2 * radius * asin(min(1, sqrt(h)))
-    }
 }
 
 enum LabError: Error {

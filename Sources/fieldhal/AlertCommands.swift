@@ -33,12 +33,7 @@ extension Environment {
     }
 
     /// The kit's position for alert requests: live within 5 s, else cached, else none.
-    func here(_ kit: Kit) async -> Geolocation? {
-        guard let location = try? kit.location(),
-              let reading = try? await location.currentFix(FixRequest(timeout: .seconds(5), maxAge: .seconds(900))),
-              let lat = reading.fix.latitude, let lon = reading.fix.longitude else { return nil }
-        return Geolocation(lat: lat, lon: lon)
-    }
+    func here(_ kit: Kit) async -> Geolocation? { await (try? kit.location())?.geolocation() }
 }
 
 struct AlertsCommand: AsyncParsableCommand {

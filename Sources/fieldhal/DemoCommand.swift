@@ -56,11 +56,9 @@ struct DemoCommand: FieldHALSubcommand {
             let captured = LockedValue<[EvidenceItem]>([])
             var after = AfterSignIn(client: client, sessions: sessions, device: Environment.deviceInfo)
             after.limitedMode = { record in
-                var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(),
-                                              location: try? kit.location())
+                var capture = EvidenceCapture(queue: queue, kit: kit)
                 capture.audioDuration = .seconds(max(1, min(audioSeconds, 60)))
-                let items = await capture.capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId,
-                                                  note: "Duress sign-in by \(record.customerRef).")
+                let items = await capture.captureDuressEvidence(for: record)
                 captured.withLock { $0 = items }
             }
             await after.run()

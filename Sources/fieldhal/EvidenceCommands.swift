@@ -35,7 +35,7 @@ struct EvidenceCommand: AsyncParsableCommand {
             }
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-            var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())
+            var capture = EvidenceCapture(queue: queue, kit: kit)
             capture.audioDuration = .seconds(max(1, min(seconds, 600)))
             let result = await Result { try await capture.capture(evidenceKind, incidentId: incidentId, note: text ?? "") }
             await kit.close()

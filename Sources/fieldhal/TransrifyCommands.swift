@@ -204,11 +204,9 @@ struct AfterSignInCommand: FieldHALSubcommand {
             }
             guard let queue else { return }
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-            var capture = EvidenceCapture(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(),
-                                          location: try? kit.location())
+            var capture = EvidenceCapture(queue: queue, kit: kit)
             capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
-            let note = "Duress sign-in by \(record.customerRef) at \(ISO8601DateFormatter().string(from: record.signedInAt))."
-            _ = await capture.capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId, note: note)
+            _ = await capture.captureDuressEvidence(for: record)
             await kit.close()
         }
         await work.run()

@@ -38,7 +38,7 @@ public struct AlertBanner: Sendable, Equatable {
 
     public init(alert: Alert, here: Geolocation?) {
         self.alert = alert
-        if let here, let there = alert.geo { distanceMeters = Geodesy.distanceMeters(here, there) } else { distanceMeters = nil }
+        if let here, let there = alert.geo { distanceMeters = here.distanceMeters(to: there) } else { distanceMeters = nil }
     }
 
     /// "Nearby Duress Alert — alice01, about 450 m away".
@@ -51,16 +51,6 @@ public struct AlertBanner: Sendable, Equatable {
     static func format(_ meters: Double) -> String {
         if meters < 1000 { return "\(Int((meters / 10).rounded()) * 10) m" }
         return String(format: "%.1f km", meters / 1000)
-    }
-}
-
-public enum Geodesy {
-    /// Great-circle distance (haversine, mean Earth radius).
-    public static func distanceMeters(_ a: Geolocation, _ b: Geolocation) -> Double {
-        let radius = 6_371_008.8, toRadians = Double.pi / 180
-        let dLat = (b.lat - a.lat) * toRadians, dLon = (b.lon - a.lon) * toRadians
-        let h = sin(dLat / 2) * sin(dLat / 2) + cos(a.lat * toRadians) * cos(b.lat * toRadians) * sin(dLon / 2) * sin(dLon / 2)
-        return 2 * radius * asin(min(1, sqrt(h)))
     }
 }
 

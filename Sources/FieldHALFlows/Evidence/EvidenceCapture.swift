@@ -19,6 +19,18 @@ public struct EvidenceCapture: Sendable {
         self.location = location
     }
 
+    /// The kit's camera, microphone and GPS, whichever it has.
+    public init(queue: EvidenceQueue, kit: Kit) {
+        self.init(queue: queue, camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())
+    }
+
+    /// Limited mode's capture (Req 19, 21): every kind, filed under the duress alert's
+    /// incident (the session's, if the alert has not gone out yet).
+    public func captureDuressEvidence(for record: SessionRecord) async -> [EvidenceItem] {
+        let note = "Duress sign-in by \(record.customerRef) at \(ISO8601DateFormatter().string(from: record.signedInAt))."
+        return await capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId, note: note)
+    }
+
     /// Captures each kind in turn; returns what went into the queue (items and errors).
     public func capture(_ kinds: [EvidenceKind], incidentId: String, note: String) async -> [EvidenceItem] {
         var items: [EvidenceItem] = []
@@ -54,7 +66,7 @@ public struct EvidenceCapture: Sendable {
         case .nearby:
             struct Nearby: Encodable { var capturedAt: Date; var latitude, longitude, accuracyMeters: Double?; var source: String }
             var record = Nearby(capturedAt: Date(), source: "none")
-            if let location, let reading = try? await location.currentFix(FixRequest(timeout: .seconds(5), maxAge: .seconds(900))) {
+            if let location, let reading = try? await location.currentFix(.flows) {
                 record.latitude = reading.fix.latitude
                 record.longitude = reading.fix.longitude
                 record.accuracyMeters = reading.fix.horizontalAccuracy

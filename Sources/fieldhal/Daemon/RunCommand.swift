@@ -44,7 +44,9 @@ struct RunCommand: AsyncParsableCommand {
 /// Nothing here logs anything that depends on the session's mode: uploads and the sealed
 /// session are handled silently, so the journal of a duressed kit reads like any other's.
 final class Daemon: Service, Sendable {
-    let environment: LockedValue<Environment>
+    /// The configuration in force, and how many times it was loaded: loops that keep
+    /// devices open reopen them when the generation changes.
+    let configuration: LockedValue<(environment: Environment, generation: Int)>
     let options: GlobalOptions
     let logger: Logger
     let uploadInterval: Duration
@@ -52,7 +54,7 @@ final class Daemon: Service, Sendable {
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
-        self.environment = LockedValue(try Environment(options))
+        self.configuration = LockedValue((try Environment(options), 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
         self.verifyInterval = verifyInterval
@@ -74,13 +76,13 @@ final class Daemon: Service, Sendable {
         }
     }
 
-    private var current: Environment { environment.withLock { $0 } }
+    private var current: Environment { configuration.withLock { $0.environment } }
 
     private func reloadOnHangUp(_ hangUps: UnixSignalsSequence) async {
         for await _ in hangUps {
             do {
                 let fresh = try Environment(options)
-                environment.withLock { $0 = fresh }
+                configuration.withLock { $0 = (fresh, $0.generation + 1) }
                 logger.info("configuration reloaded")
             } catch {
                 logger.error("configuration not reloaded, the old one stays: \(CommandFailure(error).description)")
@@ -89,29 +91,30 @@ final class Daemon: Service, Sendable {
     }
 
     /// Req 25, 26, 29: poll while signed in; a banner per new alert, the haptic "warning".
+    /// The kit and the watcher (with its debounce memory) are kept between polls and made
+    /// again only when SIGHUP brings a new configuration.
     private func watchAlerts() async {
         var lastProblem: String?
+        var opened: (generation: Int, kit: Kit, watcher: AlertWatcher)?
         while !Task.isCancelled {
-            let environment = current
+            let (generation, environment) = configuration.withLock { ($0.generation, $0.environment) }
             var interval: Duration = .seconds(15)
             do {
                 let settings = try environment.alertSettings()
                 interval = settings.pollInterval
                 if let session = try environment.sessionStore().load() {
-                    let watcher = watchers.withLock { cache -> AlertWatcher in
-                        if let cached = cache, cached.settings == settings { return cached }
-                        let fresh = AlertWatcher(client: (try? environment.transrifyClient()) ?? TransrifyClient(baseURL: URL(string: "http://127.0.0.1:1")!, tenantKey: nil),
-                                                 settings: settings)
-                        cache = fresh
-                        return fresh
+                    if opened?.generation != generation {
+                        await opened?.kit.close()
+                        opened = (generation, await environment.loadKit(only: [.location, .haptics]),
+                                  AlertWatcher(client: try environment.transrifyClient(), settings: settings))
                     }
-                    let kit = await environment.loadKit(only: [.location, .haptics])
-                    let poll = try await watcher.poll(here: await environment.here(kit), excluding: session.alertId)
-                    for banner in poll.announce {
-                        logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
-                        try? await kit.haptics().play(.warning)
+                    if let (_, kit, watcher) = opened {
+                        let poll = try await watcher.poll(here: await environment.here(kit), excluding: session.alertId)
+                        for banner in poll.announce {
+                            logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
+                            try? await kit.haptics().play(.warning)
+                        }
                     }
-                    await kit.close()
                     lastProblem = nil
                 }
             } catch {
@@ -121,9 +124,8 @@ final class Daemon: Service, Sendable {
             }
             try? await Task.sleep(for: interval)
         }
+        await opened?.kit.close()
     }
-
-    private let watchers = LockedValue<AlertWatcher?>(nil)
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
     /// `signin`'s background run and `evidence capture` can use it in between. Silent.
