@@ -67,7 +67,7 @@ let package = Package(
         // C libraries of the real backends, each built only when its trait is on.
         .systemLibrary(name: "CNFC", pkgConfig: "libnfc", providers: [.apt(["libnfc-dev"])]),
         .systemLibrary(name: "CGPS", pkgConfig: "libgps", providers: [.apt(["libgps-dev"])]),
-        .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev"])]),
+        .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev", "libturbojpeg0-dev"])]),
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CEvdev"),
 
@@ -80,6 +80,11 @@ let package = Package(
             path: "Plugins/Libnfc", swiftSettings: strictSwift
         ),
         .target(
+            name: "V4L2Plugin",
+            dependencies: ["FieldHAL", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
+            path: "Plugins/V4L2", swiftSettings: strictSwift
+        ),
+        .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
             path: "Plugins/Gpsd", swiftSettings: strictSwift
@@ -88,7 +93,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift

@@ -35,6 +35,26 @@ actor FakeCamera: Camera {
         return Photo(jpeg: jpeg, width: request.width, height: request.height, capturedAt: Date())
     }
 
+    /// Writes `duration × framesPerSecond` frames of the test pattern (its band changes
+    /// shade each frame) without waiting in real time: the fake kit is for flows and demos.
+    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+        try request.validate(subject: "camera \(deviceName)")
+        let frames = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
+        let writer = try MJPEGAVIWriter(path: path, width: request.width, height: request.height)
+        let encoder = BaselineJPEGEncoder(quality: request.quality)
+        for _ in 0..<frames {
+            try Task.checkCancellation()
+            frameNumber += 1
+            let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
+            let jpeg = encoder.encode(rgb: pixels, width: request.width, height: request.height)
+            if writer.wouldExceedLimit(frameSize: jpeg.count) { break }
+            try jpeg.withUnsafeBytes { try writer.append(jpeg: $0) }
+        }
+        let bytes = try writer.finish(duration: request.duration)
+        return VideoRecording(path: path, width: request.width, height: request.height, frames: writer.frameCount,
+                              durationSeconds: request.duration.seconds, bytes: bytes)
+    }
+
     /// SMPTE-like bars (white, yellow, cyan, green, magenta, red, blue, black) on the top
     /// two thirds, a horizontal grey ramp below, and a band whose shade follows the frame.
     static func testPattern(width: Int, height: Int, frame: Int) -> [UInt8] {

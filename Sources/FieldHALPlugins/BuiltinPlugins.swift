@@ -3,6 +3,7 @@ import FieldHAL
 import FprintdPlugin
 import GpsdPlugin
 import LibnfcPlugin
+import V4L2Plugin
 
 // The real backends' C modules are linked only when their traits are on. Importing them
 // here makes `swift build` check that each enabled library's headers are installed.
@@ -32,7 +33,7 @@ public enum BuiltinPlugins {
     /// issue has not landed yet (V4L2, ALSA, evdev) is not listed, so
     /// nothing claims hardware support it lacks.
     static var realBackends: [PluginDescriptor] {
-        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor].compactMap { $0 }
+        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor].compactMap { $0 }
     }
 
     /// The traits this binary was built with, for `fieldhal plugins`.

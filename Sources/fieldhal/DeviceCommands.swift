@@ -3,7 +3,8 @@ import FieldHAL
 import Foundation
 
 struct CameraCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "camera", abstract: "Capture stills.", subcommands: [Snap.self])
+    static let configuration = CommandConfiguration(commandName: "camera", abstract: "Capture stills and video.",
+                                                    subcommands: [Snap.self, Record.self, Formats.self])
 
     struct Snap: FieldHALSubcommand {
         static let configuration = CommandConfiguration(abstract: "Capture one still to a JPEG file.")
@@ -22,6 +23,51 @@ struct CameraCommand: AsyncParsableCommand {
             let report = Report(path: output.absolutePath, width: photo.width, height: photo.height, bytes: photo.jpeg.count,
                                 capturedAt: photo.capturedAt)
             try Output.emit(report, json: global.json) { "\(report.path): \(report.width)x\(report.height) JPEG, \(report.bytes) bytes" }
+        }
+    }
+}
+
+extension CameraCommand {
+    struct Record: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Record video to a Motion-JPEG AVI file.",
+            discussion: "The camera picks the nearest size and rate it offers; the report says what it recorded. "
+                + "Frames are streamed to disk; the file appears only when the recording is complete.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Length of the recording in seconds.") var seconds: Double
+        @Option(name: .shortAndLong, help: "The AVI file to write.") var output: String
+        @Option(help: "Width in pixels.") var width = 640
+        @Option(help: "Height in pixels.") var height = 480
+        @Option(help: "Frames per second to ask the camera for.") var fps = 30
+        @Option(help: "JPEG quality, 1–100, for frames FieldHAL encodes.") var quality = 80
+
+        func execute(_ environment: Environment) async throws {
+            let request = VideoRequest(duration: try duration(seconds: seconds, option: "--seconds"), width: width, height: height,
+                                       framesPerSecond: fps, quality: quality)
+            let path = output.absolutePath
+            let video = try await environment.withKit(for: .camera) { kit in try await kit.camera().recordVideo(request, to: path) }
+            try Output.emit(video, json: global.json) {
+                var line = String(format: "%@: %dx%d Motion-JPEG AVI, %d frames in %.2f s (%.1f fps), %d bytes", video.path,
+                                  video.width, video.height, video.frames, video.durationSeconds, video.framesPerSecond, video.bytes)
+                if video.droppedFrames > 0 { line += ", \(video.droppedFrames) frames dropped" }
+                if video.stoppedAtSizeLimit { line += " (stopped at the 1 GiB AVI limit)" }
+                return line
+            }
+        }
+    }
+
+    struct Formats: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "List the formats, sizes and frame rates the camera offers.")
+        @OptionGroup var global: GlobalOptions
+
+        func execute(_ environment: Environment) async throws {
+            let formats = try await environment.withKit(for: .camera) { kit in try await kit.camera().formats() }
+            try Output.emit(formats, json: global.json) {
+                formats.map { format in
+                    let rates = format.framesPerSecond.map { $0 == $0.rounded() ? String(Int($0)) : String($0) }.joined(separator: ", ")
+                    return "\(format.pixelFormat) \(format.width)x\(format.height)" + (rates.isEmpty ? "" : " @ \(rates) fps")
+                }.joined(separator: "\n")
+            }
         }
     }
 }

@@ -55,4 +55,70 @@ public protocol Camera: Device {
     /// Captures one still. The backend picks the nearest size the device offers; the
     /// photo reports the size it actually has.
     func captureStill(_ request: PhotoRequest) async throws -> Photo
+
+    /// Records video for `request.duration` to an AVI file at `path` (Motion-JPEG), frames
+    /// streamed to disk. The file appears only when complete; cancelling leaves no file.
+    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording
+}
+
+/// What a video recording asks for. The backend picks the nearest size and rate the device
+/// offers; the recording reports what it got.
+public struct VideoRequest: Sendable, Equatable {
+    public var duration: Duration
+    public var width: Int
+    public var height: Int
+    public var framesPerSecond: Int
+    /// JPEG quality, 1–100, for frames the backend encodes (raw formats); MJPEG passes through.
+    public var quality: Int
+
+    public init(duration: Duration, width: Int = 640, height: Int = 480, framesPerSecond: Int = 30, quality: Int = 80) {
+        self.duration = duration
+        self.width = width
+        self.height = height
+        self.framesPerSecond = framesPerSecond
+        self.quality = quality
+    }
+
+    public func validate(subject: String) throws {
+        guard duration > .zero, duration <= .seconds(3600) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "duration \(duration.secondsDescription) is outside (0, 1 h]")
+        }
+        guard (16...4096).contains(width), (16...4096).contains(height) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "size \(width)x\(height) is outside 16x16…4096x4096")
+        }
+        guard (1...120).contains(framesPerSecond) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "\(framesPerSecond) frames per second is outside 1–120")
+        }
+        guard (1...100).contains(quality) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "JPEG quality \(quality) is outside 1–100")
+        }
+    }
+}
+
+/// A finished video on disk: Motion-JPEG in an AVI container.
+public struct VideoRecording: Sendable, Equatable, Codable {
+    public var path: String
+    public var width: Int
+    public var height: Int
+    public var frames: Int
+    public var durationSeconds: Double
+    /// Frames the device skipped (gaps in its sequence numbers): the recorder fell behind.
+    public var droppedFrames: Int
+    public var bytes: Int
+    /// The recording stopped early at the container's 1 GiB limit.
+    public var stoppedAtSizeLimit: Bool
+
+    public init(path: String, width: Int, height: Int, frames: Int, durationSeconds: Double,
+                droppedFrames: Int = 0, bytes: Int, stoppedAtSizeLimit: Bool = false) {
+        self.path = path
+        self.width = width
+        self.height = height
+        self.frames = frames
+        self.durationSeconds = durationSeconds
+        self.droppedFrames = droppedFrames
+        self.bytes = bytes
+        self.stoppedAtSizeLimit = stoppedAtSizeLimit
+    }
+
+    public var framesPerSecond: Double { durationSeconds > 0 ? Double(frames) / durationSeconds : 0 }
 }

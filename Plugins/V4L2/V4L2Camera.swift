@@ -1,0 +1,230 @@
+#if V4L2
+import CV4L2
+import FieldHAL
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A V4L2 capture device. Every capture opens the node, streams through memory-mapped
+/// buffers on the camera's own thread, and closes it again, so the camera is free between
+/// captures and a replugged camera works on the next one. MJPEG frames pass through as
+/// JPEG; raw formats reach libturbojpeg as planar 4:2:0 (libv4l2 converts what the device
+/// does not offer natively).
+final class V4L2Camera: Camera {
+    struct Settings: Sendable {
+        var device: String?
+        var preferMJPEG = true
+        var bufferCount = 4
+        /// The longest wait for one frame before the camera counts as stalled.
+        var frameTimeout: Duration = .seconds(2)
+    }
+
+    let deviceName: String
+    private let settings: Settings
+    private let thread: DeviceThread
+    private let wakeup: WakeupEvent
+
+    private var subject: String { "camera \(deviceName)" }
+
+    /// Opens the configured node (or the first capture device) once to check it is there,
+    /// readable and able to stream, so a wrong configuration fails when the kit loads.
+    static func open(_ settings: Settings) async throws -> V4L2Camera {
+        let path = try settings.device ?? captureDevices().first ?? {
+            throw FieldHALError(.deviceNotFound, subject: "camera", detail: "no V4L2 capture device in /dev",
+                                advice: "plug in a camera (v4l2-ctl --list-devices lists them), or set device in [camera]")
+        }()
+        let camera = try V4L2Camera(path: path, settings: settings)
+        do {
+            try await camera.onThread { handle in try Self.checkCanCapture(handle) }
+        } catch {
+            await camera.close()
+            throw error
+        }
+        return camera
+    }
+
+    private init(path: String, settings: Settings) throws {
+        deviceName = path
+        self.settings = settings
+        thread = DeviceThread(name: "fieldhal-v4l2")
+        wakeup = try WakeupEvent()
+    }
+
+    /// Capture-capable nodes among /dev/video*, in number order (a UVC camera also has a
+    /// metadata node, which this skips).
+    static func captureDevices() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/dev")) ?? []
+        return names.filter { $0.hasPrefix("video") && Int($0.dropFirst(5)) != nil }
+            .sorted { Int($0.dropFirst(5))! < Int($1.dropFirst(5))! }
+            .map { "/dev/" + $0 }
+            .filter { path in (try? checkCanCapture(V4L2Handle(path: path))) != nil }
+    }
+
+    private static func checkCanCapture(_ handle: V4L2Handle) throws {
+        var capability = v4l2_capability()
+        try handle.control(FIELDHAL_VIDIOC_QUERYCAP, &capability, doing: "query capabilities")
+        let caps = capability.capabilities & UInt32(V4L2_CAP_DEVICE_CAPS) != 0 ? capability.device_caps : capability.capabilities
+        guard caps & UInt32(V4L2_CAP_VIDEO_CAPTURE) != 0, caps & UInt32(V4L2_CAP_STREAMING) != 0 else {
+            throw FieldHALError(.unsupported, subject: handle.subject, detail: "not a streaming video capture device",
+                                advice: "pick another /dev/video node (v4l2-ctl --list-devices)")
+        }
+    }
+
+    // MARK: Camera
+
+    func formats() async throws -> [CameraFormat] {
+        try await onThread { handle in Self.enumerateFormats(handle).flatMap(\.formats) }
+    }
+
+    func captureStill(_ request: PhotoRequest) async throws -> Photo {
+        guard (1...100).contains(request.quality) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "JPEG quality \(request.quality) is outside 1–100")
+        }
+        guard (16...4096).contains(request.width), (16...4096).contains(request.height) else {
+            throw FieldHALError(.unsupported, subject: subject, detail: "size \(request.width)x\(request.height) is outside 16x16…4096x4096")
+        }
+        return try await onThread { [self] handle in
+            let stream = try openStream(handle, width: request.width, height: request.height, framesPerSecond: nil)
+            defer { stream.release() }
+            let encoder = try FrameEncoder(stream: stream, subject: subject)
+            for _ in 0..<max(0, request.warmUpFrames) {
+                try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { _ in }
+            }
+            let jpeg = try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame in
+                try encoder.jpeg(frame, quality: request.quality) { Array($0) }
+            }
+            return Photo(jpeg: jpeg, width: stream.width, height: stream.height, capturedAt: Date())
+        }
+    }
+
+    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+        try request.validate(subject: subject)
+        return try await onThread { [self] handle in
+            let stream = try openStream(handle, width: request.width, height: request.height,
+                                        framesPerSecond: request.framesPerSecond)
+            defer { stream.release() }
+            let encoder = try FrameEncoder(stream: stream, subject: subject)
+            let writer = try MJPEGAVIWriter(path: path, width: stream.width, height: stream.height)
+            var started: ContinuousClock.Instant?
+            var lastSequence: UInt32?
+            var dropped = 0
+            var stoppedAtLimit = false
+            while started.map({ ContinuousClock.now - $0 < request.duration }) ?? true {
+                let more = try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame -> Bool in
+                    if started == nil { started = .now }
+                    if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
+                    lastSequence = frame.sequence
+                    return try encoder.jpeg(frame, quality: request.quality) { jpeg in
+                        if writer.wouldExceedLimit(frameSize: jpeg.count) { return false }
+                        try writer.append(jpeg: jpeg)
+                        return true
+                    }
+                }
+                if !more { stoppedAtLimit = true; break }
+            }
+            let elapsed = started.map { ContinuousClock.now - $0 } ?? .zero
+            let bytes = try writer.finish(duration: elapsed)
+            return VideoRecording(path: path, width: stream.width, height: stream.height, frames: writer.frameCount,
+                                  durationSeconds: elapsed.seconds, droppedFrames: dropped, bytes: bytes,
+                                  stoppedAtSizeLimit: stoppedAtLimit)
+        }
+    }
+
+    func close() async {
+        thread.stop()
+    }
+
+    // MARK: Internals
+
+    /// Runs `job` on the camera's thread with the node open; cancelling the task wakes
+    /// whatever wait the job is in.
+    private func onThread<T: Sendable>(_ job: @escaping @Sendable (V4L2Handle) throws -> T) async throws -> T {
+        try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
+            wakeup.drain()
+            let handle = try V4L2Handle(path: deviceName)
+            defer { handle.close() }
+            return try job(handle)
+        }
+    }
+
+    /// MJPEG straight through when the device has it (and the settings allow), else 4:2:0
+    /// for the compressor.
+    private func openStream(_ handle: V4L2Handle, width: Int, height: Int, framesPerSecond: Int?) throws -> V4L2Stream {
+        let native = Self.enumerateFormats(handle).map(\.fourCC)
+        let format: FourCC = settings.preferMJPEG && native.contains(.mjpeg) ? .mjpeg
+            : settings.preferMJPEG && native.contains(.jpeg) ? .jpeg : .yuv420
+        return try V4L2Stream(handle: handle, pixelFormat: format, width: width, height: height,
+                              framesPerSecond: framesPerSecond, bufferCount: settings.bufferCount)
+    }
+
+    /// The device's own formats (not libv4l2's emulated ones), with sizes and rates.
+    private static func enumerateFormats(_ handle: V4L2Handle) -> [(fourCC: FourCC, formats: [CameraFormat])] {
+        var result: [(FourCC, [CameraFormat])] = []
+        var description = v4l2_fmtdesc()
+        description.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        while handle.tryControl(FIELDHAL_VIDIOC_ENUM_FMT, &description) == 0 {
+            defer { description.index += 1 }
+            guard description.flags & UInt32(V4L2_FMT_FLAG_EMULATED) == 0 else { continue }
+            let fourCC = FourCC(description.pixelformat)
+            var formats: [CameraFormat] = []
+            var size = v4l2_frmsizeenum()
+            size.pixel_format = fourCC.code
+            while handle.tryControl(FIELDHAL_VIDIOC_ENUM_FRAMESIZES, &size) == 0 {
+                defer { size.index += 1 }
+                let sizes: [(UInt32, UInt32)] = size.type == V4L2_FRMSIZE_TYPE_DISCRETE.rawValue
+                    ? [(size.discrete.width, size.discrete.height)]
+                    : [(size.stepwise.min_width, size.stepwise.min_height), (size.stepwise.max_width, size.stepwise.max_height)]
+                for (width, height) in sizes {
+                    formats.append(CameraFormat(pixelFormat: fourCC.description, width: Int(width), height: Int(height),
+                                                framesPerSecond: frameRates(handle, fourCC, width, height)))
+                }
+                if size.type != V4L2_FRMSIZE_TYPE_DISCRETE.rawValue { break }
+            }
+            result.append((fourCC, formats))
+        }
+        return result
+    }
+
+    private static func frameRates(_ handle: V4L2Handle, _ fourCC: FourCC, _ width: UInt32, _ height: UInt32) -> [Double] {
+        var interval = v4l2_frmivalenum()
+        interval.pixel_format = fourCC.code
+        interval.width = width
+        interval.height = height
+        var rates: [Double] = []
+        while handle.tryControl(FIELDHAL_VIDIOC_ENUM_FRAMEINTERVALS, &interval) == 0 {
+            defer { interval.index += 1 }
+            let fraction = interval.type == V4L2_FRMIVAL_TYPE_DISCRETE.rawValue ? interval.discrete : interval.stepwise.min
+            if fraction.numerator > 0 {
+                rates.append((Double(fraction.denominator) / Double(fraction.numerator) * 100).rounded() / 100)
+            }
+            if interval.type != V4L2_FRMIVAL_TYPE_DISCRETE.rawValue { break }
+        }
+        return rates
+    }
+}
+/// Turns a stream's frames into JPEG: MJPEG passes through (checked), 4:2:0 is compressed.
+private struct FrameEncoder {
+    let stream: V4L2Stream
+    let subject: String
+    let compressor: JPEGCompressor?
+
+    init(stream: V4L2Stream, subject: String) throws {
+        self.stream = stream
+        self.subject = subject
+        compressor = stream.pixelFormat == .yuv420 ? try JPEGCompressor(subject: subject) : nil
+    }
+
+    /// The frame as JPEG bytes, passed to `body` (no copy for MJPEG).
+    func jpeg<T>(_ frame: V4L2Frame, quality: Int, _ body: (UnsafeRawBufferPointer) throws -> T) throws -> T {
+        guard let compressor else {
+            guard frame.bytes.count > 4, frame.bytes[0] == 0xFF, frame.bytes[1] == 0xD8 else {
+                throw FieldHALError(.malformedData, subject: subject, detail: "an MJPEG frame without a JPEG start marker")
+            }
+            return try body(frame.bytes)
+        }
+        return try compressor.compressYUV420(frame.bytes, width: stream.width, height: stream.height,
+                                             quality: quality, subject: subject, body)
+    }
+}
+#endif
