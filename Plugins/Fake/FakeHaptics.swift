@@ -23,24 +23,10 @@ actor FakeHapticsEngine: HapticsEngine {
             try await sleepCancellable(for: .milliseconds(total), subject: subject)
         }
         played.append(pattern)
-        if let logFile { try appendLog(pattern, to: logFile) }
-    }
-
-    private func appendLog(_ pattern: HapticPattern, to path: String) throws {
-        struct Entry: Encodable { let time: Date; let pattern: String; let steps: [HapticStep] }
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = .sortedKeys
-        var line = try encoder.encode(Entry(time: Date(), pattern: pattern.name, steps: pattern.steps))
-        line.append(0x0A)
-        guard let handle = FileHandle(forWritingAtPath: path) ?? {
-            FileManager.default.createFile(atPath: path, contents: nil) ? FileHandle(forWritingAtPath: path) : nil
-        }() else {
-            throw FieldHALError(.io, subject: "haptics \(deviceName)", detail: "cannot open log file \(path)")
+        if let logFile {
+            struct Entry: Encodable { let time: Date; let pattern: String; let steps: [HapticStep] }
+            try JSONLinesLog.append(Entry(time: Date(), pattern: pattern.name, steps: pattern.steps), to: logFile, subject: subject)
         }
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        try handle.write(contentsOf: line)
     }
 
     func close() {}

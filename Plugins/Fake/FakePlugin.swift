@@ -14,7 +14,8 @@ public enum FakePlugin {
             .nfcEmulator: nfcEmulatorParameters,
             .camera: [deviceParameter],
             .microphone: microphoneParameters,
-            .haptics: hapticsParameters,
+            .speaker: outputParameters,
+            .haptics: outputParameters,
             .biometrics: biometricsParameters,
         ],
         open: open
@@ -69,10 +70,11 @@ public enum FakePlugin {
         ParameterSpec("realtime", .boolean, help: "take as long as the recording lasts (default true)"),
     ]
 
-    static let hapticsParameters: [ParameterSpec] = [
+    /// Haptics and speaker: output devices that record what they played.
+    static let outputParameters: [ParameterSpec] = [
         deviceParameter,
-        ParameterSpec("log_file", .string, help: "append every played pattern to this JSON-lines file"),
-        ParameterSpec("realtime", .boolean, help: "take as long as the pattern lasts (default true)"),
+        ParameterSpec("log_file", .string, help: "append everything played to this JSON-lines file"),
+        ParameterSpec("realtime", .boolean, help: "take as long as what is played lasts (default true)"),
     ]
 
     static let biometricsParameters: [ParameterSpec] = [
@@ -101,6 +103,9 @@ public enum FakePlugin {
             return .camera(FakeCamera(deviceName: device))
         case .microphone:
             return .microphone(try openMicrophone(device, parameters, context))
+        case .speaker:
+            return .speaker(FakeSpeaker(deviceName: device, logFile: parameters.string("log_file").map(context.resolve(path:)),
+                                        realtime: parameters.boolean("realtime") ?? true))
         case .haptics:
             return .haptics(FakeHapticsEngine(deviceName: device, logFile: parameters.string("log_file").map(context.resolve(path:)),
                                               realtime: parameters.boolean("realtime") ?? true))

@@ -47,6 +47,10 @@ enum BuiltinConfiguration {
     plugin = "fake"
     realtime = false
 
+    [speaker]
+    plugin = "fake"
+    realtime = false
+
     [haptics]
     plugin = "fake"
     realtime = false

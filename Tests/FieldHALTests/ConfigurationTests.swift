@@ -7,6 +7,7 @@ enum TestPlugins {
         let deviceName = "/dev/video-test"
         func formats() async throws -> [CameraFormat] { [] }
         func captureStill(_ request: PhotoRequest) async throws -> Photo { throw FieldHALError(.unsupported, subject: "", detail: "") }
+        func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording { throw FieldHALError(.unsupported, subject: "", detail: "") }
         func close() async {}
     }
 

@@ -6,6 +6,7 @@ public enum Capability: String, Sendable, Codable, CaseIterable, Comparable, Cus
     case location = "gps"
     case camera
     case microphone
+    case speaker
     case haptics
     case biometrics
 
@@ -33,6 +34,7 @@ public enum CapabilityProvider: Sendable {
     case location(any LocationProvider)
     case camera(any Camera)
     case microphone(any Microphone)
+    case speaker(any Speaker)
     case haptics(any HapticsEngine)
     case biometrics(any BiometricAuthenticator)
 
@@ -43,6 +45,7 @@ public enum CapabilityProvider: Sendable {
         case .location: .location
         case .camera: .camera
         case .microphone: .microphone
+        case .speaker: .speaker
         case .haptics: .haptics
         case .biometrics: .biometrics
         }
@@ -55,6 +58,7 @@ public enum CapabilityProvider: Sendable {
         case .location(let device): device
         case .camera(let device): device
         case .microphone(let device): device
+        case .speaker(let device): device
         case .haptics(let device): device
         case .biometrics(let device): device
         }

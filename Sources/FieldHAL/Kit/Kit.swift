@@ -130,6 +130,11 @@ public final class Kit: Sendable {
         return device
     }
 
+    public func speaker() throws -> any Speaker {
+        guard case .speaker(let device) = try provider(.speaker) else { preconditionFailure("kit invariant") }
+        return device
+    }
+
     public func haptics() throws -> any HapticsEngine {
         guard case .haptics(let device) = try provider(.haptics) else { preconditionFailure("kit invariant") }
         return device
