@@ -85,6 +85,11 @@ let package = Package(
             path: "Plugins/V4L2", swiftSettings: strictSwift
         ),
         .target(
+            name: "ALSAPlugin",
+            dependencies: ["FieldHAL", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
+            path: "Plugins/ALSA", swiftSettings: strictSwift
+        ),
+        .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
             path: "Plugins/Gpsd", swiftSettings: strictSwift
@@ -93,7 +98,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift

@@ -1,3 +1,4 @@
+import ALSAPlugin
 import FakePlugin
 import FieldHAL
 import FprintdPlugin
@@ -33,7 +34,7 @@ public enum BuiltinPlugins {
     /// issue has not landed yet (V4L2, ALSA, evdev) is not listed, so
     /// nothing claims hardware support it lacks.
     static var realBackends: [PluginDescriptor] {
-        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor].compactMap { $0 }
+        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor, ALSAPlugin.descriptor].compactMap { $0 }
     }
 
     /// The traits this binary was built with, for `fieldhal plugins`.

@@ -95,6 +95,28 @@ struct MicCommand: AsyncParsableCommand {
     }
 }
 
+struct SoundCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "sound", abstract: "Play the alert sounds.", subcommands: [Play.self])
+
+    struct Play: FieldHALSubcommand {
+        static let configuration = CommandConfiguration(abstract: "Play a sound through the [speaker]: \(SoundClip.names.joined(separator: ", ")).")
+        @OptionGroup var global: GlobalOptions
+        @Argument(help: "The sound.") var sound = "soft-alert"
+
+        struct Report: Encodable { let sound: String; let milliseconds: Int }
+
+        func execute(_ environment: Environment) async throws {
+            guard let clip = SoundClip.named(sound) else {
+                throw FieldHALError(.invalidArgument, subject: "sound", detail: "unknown sound \"\(sound)\"",
+                                    advice: "use one of \(SoundClip.names.joined(separator: ", "))")
+            }
+            try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
+            let report = Report(sound: clip.name, milliseconds: Int(clip.duration.seconds * 1000))
+            try Output.emit(report, json: global.json) { "played \(clip.name) (\(report.milliseconds) ms)" }
+        }
+    }
+}
+
 struct HapticsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "haptics", abstract: "Play vibration patterns.", subcommands: [Play.self])
 
