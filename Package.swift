@@ -90,6 +90,11 @@ let package = Package(
             path: "Plugins/ALSA", swiftSettings: strictSwift
         ),
         .target(
+            name: "EvdevPlugin",
+            dependencies: ["FieldHAL", .target(name: "CEvdev", condition: .when(traits: ["Evdev"]))],
+            path: "Plugins/Evdev", swiftSettings: strictSwift
+        ),
+        .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
             path: "Plugins/Gpsd", swiftSettings: strictSwift
@@ -98,7 +103,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift

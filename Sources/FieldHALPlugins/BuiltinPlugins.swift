@@ -1,4 +1,5 @@
 import ALSAPlugin
+import EvdevPlugin
 import FakePlugin
 import FieldHAL
 import FprintdPlugin
@@ -30,11 +31,10 @@ public enum BuiltinPlugins {
         return PluginRegistry(plugins)
     }
 
-    /// The real backends built in. Each is nil when its trait is off; a backend whose
-    /// issue has not landed yet (V4L2, ALSA, evdev) is not listed, so
-    /// nothing claims hardware support it lacks.
+    /// The real backends built in. Each is nil when its trait is off, so `fieldhal plugins`
+    /// never claims hardware support the binary lacks.
     static var realBackends: [PluginDescriptor] {
-        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor, ALSAPlugin.descriptor].compactMap { $0 }
+        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor, ALSAPlugin.descriptor, EvdevPlugin.descriptor].compactMap { $0 }
     }
 
     /// The traits this binary was built with, for `fieldhal plugins`.

@@ -43,24 +43,12 @@ public enum HapticPattern: Sendable, Equatable, Codable {
         }
     }
 
-    /// The pattern as steps. Named patterns are data, the same on every backend.
+    /// The pattern as steps, named patterns from the built-in theme (`HapticTheme.builtIn`).
     public var steps: [HapticStep] {
-        switch self {
-        case .success:
-            [HapticStep(.rumble(strong: 0.4, weak: 0.6), durationMilliseconds: 60, pauseMilliseconds: 80),
-             HapticStep(.rumble(strong: 0.6, weak: 0.8), durationMilliseconds: 80)]
-        case .warning:
-            [HapticStep(.rumble(strong: 0.8, weak: 0.5), durationMilliseconds: 150, pauseMilliseconds: 100),
-             HapticStep(.rumble(strong: 0.8, weak: 0.5), durationMilliseconds: 150)]
-        case .error:
-            [HapticStep(.rumble(strong: 1.0, weak: 0.7), durationMilliseconds: 100, pauseMilliseconds: 60),
-             HapticStep(.rumble(strong: 1.0, weak: 0.7), durationMilliseconds: 100, pauseMilliseconds: 60),
-             HapticStep(.rumble(strong: 1.0, weak: 0.7), durationMilliseconds: 250)]
-        case .light: [HapticStep(.rumble(strong: 0.0, weak: 0.4), durationMilliseconds: 30)]
-        case .medium: [HapticStep(.rumble(strong: 0.5, weak: 0.5), durationMilliseconds: 40)]
-        case .heavy: [HapticStep(.rumble(strong: 1.0, weak: 0.6), durationMilliseconds: 60)]
-        case .custom(let steps): steps
-        }
+        // A custom pattern must not touch the built-in theme: decoding that theme validates
+        // its steps as custom patterns.
+        if case .custom(let steps) = self { return steps }
+        return HapticTheme.builtIn.steps(for: self)
     }
 
     /// Rejects custom steps with magnitudes outside 0…1 or durations outside 1 ms…10 s.
