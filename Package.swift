@@ -158,6 +158,11 @@ let package = Package(
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 
+        // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
+        // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal"],
+                    swiftSettings: strictSwift),
+
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
         .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
     ]

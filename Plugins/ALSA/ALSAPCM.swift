@@ -173,7 +173,10 @@ final class ALSAPCM {
     /// A negative alsa-lib result as a typed error with advice.
     static func error(_ result: Int32, subject: String, doing step: String) -> FieldHALError {
         let detail = "\(step): \(String(cString: snd_strerror(result)))"
-        switch -result {
+        // At open, "no such device" means the name is wrong or the card is absent; later,
+        // that the card went away.
+        let absent = -result == ENOENT || (step == "open" && [ENODEV, ENXIO].contains(-result))
+        switch absent ? ENOENT : -result {
         case ENOENT:
             return FieldHALError(.deviceNotFound, subject: subject, detail: "no such PCM or sound card",
                                  advice: "aplay -L lists the PCM names, arecord -l the cards; set pcm in the configuration")

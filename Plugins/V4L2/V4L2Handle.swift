@@ -24,9 +24,12 @@ struct FourCC: Hashable, Sendable, CustomStringConvertible {
         code = bytes.enumerated().reduce(0) { $0 | UInt32($1.element) << (8 * UInt32($1.offset)) }
     }
 
+    /// `YUYV`, `Y10` (padding trimmed), `Y16-BE` (V4L2's big-endian flag, bit 31).
     var description: String {
-        String(decoding: (0..<4).map { UInt8(truncatingIfNeeded: code >> (8 * $0)) }, as: UTF8.self)
+        let bigEndian = code & (1 << 31) != 0
+        let letters = String(decoding: (0..<4).map { UInt8(truncatingIfNeeded: (code & 0x7FFF_FFFF) >> (8 * $0)) }, as: UTF8.self)
             .trimmingCharacters(in: .whitespaces)
+        return bigEndian ? letters + "-BE" : letters
     }
 
     static let mjpeg = FourCC("MJPG")
@@ -47,8 +50,11 @@ final class V4L2Handle {
 
     var subject: String { "camera \(path)" }
 
+    private static let silenceOnce: Void = fieldhal_v4l2_silence_library_errors()
+
     /// Opens non-blocking (every dequeue waits in `poll`, with a timeout and a wake-up pipe).
     init(path: String) throws {
+        _ = Self.silenceOnce
         self.path = path
         let descriptor = fieldhal_v4l2_open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { throw Self.error(errno, subject: "camera \(path)", doing: "open") }

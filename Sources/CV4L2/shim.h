@@ -5,6 +5,15 @@
 #include <turbojpeg.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <stdio.h>
+
+// libv4l2 prints its own errors to stderr ("libv4l2: error setting pixformat: Device or
+// resource busy") besides returning them; FieldHAL reports each failure once, typed.
+static inline void fieldhal_v4l2_silence_library_errors(void) {
+    static FILE *null_log;
+    if (!null_log) null_log = fopen("/dev/null", "w");
+    if (null_log) v4l2_log_file = null_log;
+}
 
 // v4l2_open and v4l2_ioctl are variadic, which Swift cannot call: give them fixed signatures.
 static inline int fieldhal_v4l2_open(const char *path, int flags) {

@@ -2,65 +2,16 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Runs the built `fieldhal` binary, as a technician would.
-struct CLI {
-    static let binary: URL = {
-        // The test bundle sits beside the products of the same build.
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("fieldhal").path), directory.path != "/" {
-            directory.deleteLastPathComponent()
-        }
-        return directory.appendingPathComponent("fieldhal")
-    }()
-
-    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-    struct Result { let status: Int32; let stdout: String; let stderr: String }
-
-    /// Runs the binary on a thread of its own (tests must not block the cooperative pool).
-    static func run(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) async throws -> Result {
-        try await offPool { try runBlocking(arguments, environment: extra, input: input) }
-    }
-
-    static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) throws -> Result {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["FIELDHAL_CONFIG"] = nil
-        environment["FIELDHAL_STATE_DIR"] = NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)"
-        environment.merge(extra) { $1 }
-        process.environment = environment
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let stdin = Pipe()
-        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
-        try process.run()
-        if let input {
-            stdin.fileHandleForWriting.write(Data(input.utf8))
-            try stdin.fileHandleForWriting.close()
-        }
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                      stderr: String(decoding: stderr, as: UTF8.self))
-    }
-
-    static var exampleConfig: String { repositoryRoot.appendingPathComponent("examples/fake-kit.toml").path }
-}
-
 func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)-\(name)" }
 
 @Suite("fieldhal CLI")
 struct CLITests {
-    @Test func statusShowsAllSevenCapabilitiesOnTheExampleKit() async throws {
+    @Test func statusShowsAllEightCapabilitiesOnTheExampleKit() async throws {
         let result = try await CLI.run(["status", "--config", CLI.exampleConfig, "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         let capabilities = report["capabilities"] as! [[String: Any]]
-        #expect(capabilities.count == 7)
+        #expect(capabilities.count == 8)
         #expect(capabilities.allSatisfy { $0["state"] as? String == "available" && $0["plugin"] as? String == "fake" })
     }
 
@@ -78,6 +29,15 @@ struct CLITests {
         #endif
         #if NFC
         built.append("libnfc")
+        #endif
+        #if V4L2
+        built.append("v4l2")
+        #endif
+        #if ALSA
+        built.append("alsa")
+        #endif
+        #if Evdev
+        built.append("evdev")
         #endif
         #expect(names == built.sorted())
     }
@@ -102,6 +62,13 @@ struct CLITests {
         for pattern in ["success", "warning", "error", "light", "medium", "heavy"] {
             #expect(try await CLI.run(["haptics", "play", pattern] + config).status == 0)
         }
+        let alert = try await CLI.run(["sound", "play", "soft-alert"] + config)
+        #expect(alert.status == 0 && alert.stdout == "played soft-alert (400 ms)\n", "\(alert.stderr)")
+        let video = scratch("clip.avi")
+        let recorded = try await CLI.run(["camera", "record", "--seconds", "1", "--fps", "10", "--width", "320", "--height", "240",
+                                          "-o", video, "--json"] + config)
+        #expect(recorded.status == 0, "\(recorded.stderr)")
+        #expect(recorded.stdout.contains("\"frames\" : 10"), "\(recorded.stdout)")
         let verify = try await CLI.run(["bio", "verify"] + config)
         #expect(verify.status == 0 && verify.stdout == "match\n")
     }

@@ -1,0 +1,162 @@
+@testable import ALSAPlugin
+import FieldHAL
+import Foundation
+import TestSupport
+import Testing
+
+func openMicrophone(_ pcm: String, _ extra: [String: ConfigValue] = [:]) async throws -> any Microphone {
+    var values = extra
+    values["pcm"] = .string(pcm)
+    guard case .microphone(let microphone) = try await ALSAPlugin.descriptor!.open(.microphone, PluginParameters(values), KernelLab.context) else {
+        throw LabError("the alsa plugin did not open a microphone")
+    }
+    return microphone
+}
+
+func openSpeaker(_ pcm: String) async throws -> any Speaker {
+    guard case .speaker(let speaker) = try await ALSAPlugin.descriptor!.open(.speaker, PluginParameters(["pcm": .string(pcm)]), KernelLab.context) else {
+        throw LabError("the alsa plugin did not open a speaker")
+    }
+    return speaker
+}
+
+/// Writes a mono 16-bit sine tone WAV (for aplay to play into the loopback).
+func writeTone(_ path: String, frequency: Double, amplitude: Double, seconds: Double, sampleRate: Int = 48_000) throws {
+    let writer = try WAVFileWriter(path: path, sampleRate: sampleRate, channels: 1, format: .s16le)
+    let samples = (0..<Int(seconds * Double(sampleRate))).map {
+        Int16((amplitude * 32767 * sin(2 * Double.pi * frequency * Double($0) / Double(sampleRate))).rounded())
+    }
+    try samples.withUnsafeBytes { try writer.append($0) }
+    try writer.finish()
+}
+
+/// The ALSA plugin against snd-aloop (play into one side, capture the other) and snd-dummy.
+@Suite("ALSA on snd-aloop and snd-dummy (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
+struct LoopbackSoundTests {
+    static let playbackSide = "hw:Loopback,0,0"
+    static let captureSide = "hw:Loopback,1,0"
+
+    @Test func recordsAKnownToneAtItsFrequencyAndLevel() async throws {
+        let tone = KernelLab.scratch("tone.wav")
+        try writeTone(tone, frequency: 1000, amplitude: 0.5, seconds: 6)
+        let player = try KernelLab.start("/usr/bin/aplay", ["-q", "-D", Self.playbackSide, tone])
+        try await Task.sleep(for: .milliseconds(500))
+        let path = KernelLab.scratch("tone-recorded.wav")
+        let recording: AudioRecording
+        do {
+            recording = try await openMicrophone(Self.captureSide)
+                .record(RecordingRequest(duration: .seconds(1), sampleRate: 48_000, channels: 1), to: path)
+            try await KernelLab.finish(player)
+        } catch {
+            try? await KernelLab.finish(player)
+            throw error
+        }
+        #expect(recording.frames == 48_000)
+        // A sine at half scale: peak −6.02 dBFS, RMS 3.01 dB lower.
+        #expect(abs(recording.peakDBFS - -6.02) < 0.3, "peak \(recording.peakDBFS)")
+        #expect(abs(recording.rmsDBFS - -9.03) < 0.3, "RMS \(recording.rmsDBFS)")
+        let samples = try KernelLab.samples(ofWAV: path)
+        #expect(samples.count == 48_000)
+        let frequency = KernelLab.frequency(of: samples, sampleRate: 48_000)
+        #expect(abs(frequency - 1000) < 5, "\(frequency) Hz")
+        #expect(recording.overruns == 0)
+    }
+
+    @Test func theAlertSoundArrivesAsTwoFallingNotes() async throws {
+        let microphone = try await openMicrophone(Self.captureSide)
+        let speaker = try await openSpeaker(Self.playbackSide)
+        let path = KernelLab.scratch("alert-recorded.wav")
+        let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(2), sampleRate: 48_000), to: path) }
+        try await Task.sleep(for: .milliseconds(400))
+        try await speaker.play(.softAlert())
+        let recorded = try await recording.value
+        #expect(abs(recorded.peakDBFS - -12.04) < 0.5, "the soft alert plays at −12 dBFS: \(recorded.peakDBFS)")
+        // Find the two notes: 880 Hz, then 660 Hz.
+        let samples = try KernelLab.samples(ofWAV: path)
+        let start = try #require(samples.firstIndex { abs($0) > 200 })
+        let first = samples[(start + 960)..<(start + 7680)]  // 20–160 ms into the first note
+        let second = samples[(start + 10560)..<(start + 17280)]  // 20–160 ms into the second (after a 40 ms gap)
+        #expect(abs(KernelLab.frequency(of: first, sampleRate: 48_000) - 880) < 15)
+        #expect(abs(KernelLab.frequency(of: second, sampleRate: 48_000) - 660) < 15)
+    }
+
+    @Test func aCardThatVanishesMidRecordingEndsWithDisconnected() async throws {
+        let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)])
+        let path = KernelLab.scratch("vanished.wav")
+        let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2), to: path) }
+        try await Task.sleep(for: .seconds(1))
+        let unplugged = ContinuousClock.now
+        try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
+        defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
+        await #expect { try await recording.value } throws: { error in
+            FieldHALError.Kind.disconnected.matches(error) && "\(error)".contains("the sound device went away")
+        }
+        #expect(ContinuousClock.now - unplugged < .seconds(3))
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
+        let microphone = try await openMicrophone(Self.captureSide)
+        let path = KernelLab.scratch("cancelled.wav")
+        let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000), to: path) }
+        try await Task.sleep(for: .milliseconds(800))
+        let cancelled = ContinuousClock.now
+        recording.cancel()
+        await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
+        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test func theCLIRecordsAndPlays() async throws {
+        let config = KernelLab.scratch("alsa.toml")
+        try """
+        [microphone]
+        plugin = "alsa"
+        pcm = "\(Self.captureSide)"
+        [speaker]
+        plugin = "alsa"
+        pcm = "\(Self.playbackSide)"
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let path = KernelLab.scratch("cli.wav")
+        let record = try await CLI.run(["mic", "record", "--config", config, "--seconds", "0.5", "--rate", "48000", "-o", path])
+        #expect(record.status == 0 && record.stdout.contains("0.50 s, 48000 Hz"), "\(record.stderr)")
+        let play = try await CLI.run(["sound", "play", "--config", config])
+        #expect(play.status == 0 && play.stdout == "played soft-alert (400 ms)\n", "\(play.stderr)")
+        try "[microphone]\nplugin = \"alsa\"\npcm = \"hw:NoSuchCard\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let absent = try await CLI.run(["mic", "record", "--config", config, "--seconds", "1", "-o", path])
+        #expect(absent.status == 69)
+        #expect(absent.stderr == "fieldhal: microphone: alsa plugin: microphone hw:NoSuchCard: no such PCM or sound card — "
+                + "aplay -L lists the PCM names, arecord -l the cards; set pcm in the configuration\n", "\(absent.stderr)")
+    }
+}
+
+/// ALSA capture on any machine, no sound card: alsa-lib's `file` plugin reads the capture
+/// data from a file, through libasound's real code path. Runs through the CLI so the
+/// private ALSA configuration (a HOME with an .asoundrc) stays out of the test process.
+@Suite("ALSA capture through the file plugin (host)")
+struct ALSAFilePluginTests {
+    @Test func recordsTheFilesToneToWAVWithItsLevels() async throws {
+        let home = KernelLab.scratch("home")
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        // 2 s of a 440 Hz tone at a quarter of full scale, raw S16_LE mono at 16 kHz.
+        let raw = home + "/tone.raw"
+        let samples = (0..<32_000).map { Int16((0.25 * 32767 * sin(2 * Double.pi * 440 * Double($0) / 16_000)).rounded()) }
+        try samples.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: raw)) }
+        try "pcm.fieldtest { type file; slave.pcm \"null\"; file \"/dev/null\"; infile \"\(raw)\"; format \"raw\" }\n"
+            .write(toFile: home + "/.asoundrc", atomically: true, encoding: .utf8)
+        let config = home + "/kit.toml"
+        try "[microphone]\nplugin = \"alsa\"\npcm = \"fieldtest\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let path = home + "/out.wav"
+        let result = try await CLI.run(["mic", "record", "--config", config, "--seconds", "1", "--rate", "16000", "-o", path, "--json"],
+                                       environment: ["HOME": home])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
+        #expect(report["frames"] as? Int == 16_000)
+        #expect(abs((report["peakDBFS"] as! Double) - -12.04) < 0.1)
+        #expect(abs((report["rmsDBFS"] as! Double) - -15.05) < 0.1)
+        let recorded = try KernelLab.samples(ofWAV: path)
+        #expect(Array(recorded) == Array(samples.prefix(16_000)), "the WAV holds exactly the file's first second")
+        let header = try Data(contentsOf: URL(fileURLWithPath: path)).prefix(44)
+        #expect(header == Data(WAVFileWriter.header(sampleRate: 16_000, channels: 1, format: .s16le, dataBytes: 32_000)))
+    }
+}

@@ -1,0 +1,99 @@
+import FieldHAL
+import Foundation
+import TestSupport
+
+/// The device tests run inside the kernel lab (`lab/device-tests`, which boots Debian's
+/// kernel under QEMU with vivid, snd-aloop, snd-dummy and uinput loaded, and sets
+/// FIELDHAL_KERNEL_LAB=1). Under a plain `swift test` on the host they are skipped; the
+/// host-side ALSA test (the `file` plugin) runs everywhere.
+enum KernelLab {
+    static let isGuest = ProcessInfo.processInfo.environment["FIELDHAL_KERNEL_LAB"] == "1"
+
+    static let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+
+    /// Runs a command to completion off the cooperative pool; returns status and output.
+    @discardableResult
+    static func run(_ executable: String, _ arguments: [String]) async throws -> (status: Int32, output: String) {
+        try await offPool {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = pipe
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    /// Starts a peer process (aplay, a script) with its output discarded; stop it with `finish`.
+    static func start(_ executable: String, _ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// Kills a peer and waits for it to exit (so its device is free for the next test).
+    /// SIGKILL, not SIGTERM: a child of the test runner may inherit SIGTERM blocked, and the
+    /// kernel frees what the peer held (a uinput device, a PCM) when its descriptors close.
+    static func finish(_ process: Process) async throws {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        try await offPool { process.waitUntilExit() }
+    }
+
+    /// Writes to a sysfs attribute (unbinding a driver from a device, and binding it back).
+    static func writeSysfs(_ path: String, _ value: String) throws {
+        guard let handle = FileHandle(forWritingAtPath: path) else { throw LabError("cannot open \(path)") }
+        defer { try? handle.close() }
+        try handle.write(contentsOf: Data(value.utf8))
+    }
+
+    /// The /dev/video node of a vivid instance's capture device (`vivid-000-vid-cap`).
+    static func vividCaptureNode(instance: Int) throws -> String {
+        let names = try FileManager.default.contentsOfDirectory(atPath: "/sys/class/video4linux")
+        for name in names.sorted() {
+            let label = try? String(contentsOfFile: "/sys/class/video4linux/\(name)/name", encoding: .utf8)
+            if label?.trimmingCharacters(in: .whitespacesAndNewlines) == String(format: "vivid-%03d-vid-cap", instance) {
+                return "/dev/\(name)"
+            }
+        }
+        throw LabError("no capture node for vivid instance \(instance) (is vivid loaded with n_devs=2?)")
+    }
+
+    static func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-device-\(UUID().uuidString)-\(name)" }
+
+    /// Reads a 16-bit mono WAV written by FieldHAL (44-byte header).
+    static func samples(ofWAV path: String) throws -> [Int16] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        return data.dropFirst(44).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+    }
+
+    /// Upward zero crossings per second: the frequency of a clean tone.
+    static func frequency(of samples: some Collection<Int16>, sampleRate: Int) -> Double {
+        var crossings = 0
+        var previous: Int16 = 0
+        for sample in samples {
+            if previous < 0 && sample >= 0 { crossings += 1 }
+            previous = sample
+        }
+        return Double(crossings) * Double(sampleRate) / Double(samples.count)
+    }
+}
+
+struct LabError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension FieldHALError.Kind {
+    /// For `#expect(throws:)`: whether `error` is a FieldHALError of this kind.
+    func matches(_ error: any Error) -> Bool { (error as? FieldHALError)?.kind == self }
+}

@@ -1,0 +1,197 @@
+@testable import EvdevPlugin
+import FieldHAL
+import Foundation
+import TestSupport
+import Testing
+
+/// A force-feedback device made with uinput (Peers/uinput-ff.py): the kernel's evdev and
+/// ff-core code between the plugin and a peer that records what it was asked to do.
+final class UinputPeer: @unchecked Sendable {
+    let node: String
+    private let process: Process
+    private let log: String
+
+    static let script = CLI.repositoryRoot.appendingPathComponent("Tests/TestSupport/Peers/uinput-ff.py").path
+
+    /// One line the peer printed (fields absent from an event are nil).
+    struct Event: Decodable, Sendable {
+        var event: String
+        var t: Double
+        var node, type, waveform: String?
+        var id, value, strong, weak, length, period, magnitude: Int?
+
+        var name: String { event }
+        var time: Double { t }
+        func int(_ key: String) -> Int? {
+            switch key {
+            case "id": id
+            case "value": value
+            case "strong": strong
+            case "weak": weak
+            case "length": length
+            case "period": period
+            case "magnitude": magnitude
+            default: nil
+            }
+        }
+        func string(_ key: String) -> String? {
+            switch key {
+            case "node": node
+            case "type": type
+            case "waveform": waveform
+            default: nil
+            }
+        }
+    }
+
+    init(_ arguments: [String] = []) async throws {
+        log = KernelLab.scratch("uinput.jsonl")
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [Self.script] + arguments
+        process.standardOutput = FileHandle(forWritingAtPath: log)
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let log = self.log
+        node = try await offPool {
+            for _ in 0..<100 {
+                if let ready = Self.readEvents(log).first(where: { $0.name == "ready" }), let node = ready.string("node") { return node }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            throw LabError("uinput-ff.py did not create its device")
+        }
+    }
+
+    deinit {
+        if process.isRunning { process.terminate() }
+    }
+
+    /// Removes the device (the peer destroys it on SIGTERM) and waits for the peer to exit.
+    func stop() async throws { try await KernelLab.finish(process) }
+
+    /// Runs `body` with a fresh device and removes the device afterwards, pass or fail, so
+    /// the next test's "first force-feedback device" is its own.
+    static func with(_ arguments: [String] = [], _ body: (UinputPeer) async throws -> Void) async throws {
+        let peer = try await UinputPeer(arguments)
+        do {
+            try await body(peer)
+        } catch {
+            try? await peer.stop()
+            throw error
+        }
+        try await peer.stop()
+    }
+
+    var events: [Event] { Self.readEvents(log) }
+
+    /// Events after the device was ready, once `name` has been logged (the peer works asynchronously).
+    func waitFor(_ name: String, count: Int = 1) async throws -> [Event] {
+        let log = self.log
+        return try await offPool {
+            for _ in 0..<100 {
+                let events = Self.readEvents(log)
+                if events.filter({ $0.name == name }).count >= count { return events.filter { $0.name != "ready" } }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            throw LabError("the peer never logged \(count) × \(name): \(Self.readEvents(log).map(\.name))")
+        }
+    }
+
+    private static func readEvents(_ path: String) -> [Event] {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.utf8)) }
+    }
+}
+
+@Suite("evdev haptics on uinput (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
+struct UinputHapticsTests {
+    func haptics(_ peer: UinputPeer, _ extra: [String: ConfigValue] = [:]) async throws -> any HapticsEngine {
+        var values = extra
+        values["device"] = .string(peer.node)
+        guard case .haptics(let engine) = try await EvdevPlugin.descriptor!.open(.haptics, PluginParameters(values), KernelLab.context) else {
+            throw LabError("the evdev plugin did not open haptics")
+        }
+        return engine
+    }
+
+    @Test func warningPlaysTheThemesStepsWithTheirTimings() async throws {
+        try await UinputPeer.with { peer in
+            #expect(EvdevHaptics.forceFeedbackDevices().contains(peer.node))
+            try await haptics(peer, ["gain": .float(0.75)]).play(.warning)
+            let events = try await peer.waitFor("erase")
+            #expect(events.first { $0.name == "gain" }?.int("value") == 49151)
+            // One upload for two identical steps: rumble 0.8/0.5 for 150 ms.
+            let uploads = events.filter { $0.name == "upload" }
+            #expect(uploads.count == 1)
+            #expect(uploads.first?.string("type") == "rumble" && uploads.first?.int("strong") == 52428
+                    && uploads.first?.int("weak") == 32768 && uploads.first?.int("length") == 150)
+            var starts: [Double] = [], stops: [Double] = []
+            for event in events where event.name == "play" {
+                if event.value == 1 { starts.append(event.time) } else { stops.append(event.time) }
+            }
+            try #require(starts.count == 2 && stops.count >= 2, "\(events)")
+            // Step timings as the device saw them (TCG makes the guest slow: ±40 ms).
+            #expect(abs((stops[0] - starts[0]) - 0.150) < 0.040, "first buzz \(stops[0] - starts[0]) s")
+            #expect(abs((starts[1] - stops[0]) - 0.100) < 0.040, "pause \(starts[1] - stops[0]) s")
+            #expect(abs((stops[1] - starts[1]) - 0.150) < 0.040, "second buzz \(stops[1] - starts[1]) s")
+            #expect(events.filter { $0.name == "erase" }.map { $0.int("id") } == [uploads.first?.int("id")])
+        }
+    }
+
+    @Test func customSequencesAndThemeFilesUploadWhatTheySay() async throws {
+        try await UinputPeer.with { peer in
+            let theme = KernelLab.scratch("theme.json")
+            try """
+            { "name": "test", "patterns": { "success": [
+                { "effect": "periodic", "magnitude": 0.5, "period-ms": 20, "duration-ms": 80, "pause-ms": 20 },
+                { "effect": "rumble", "strong": 0.2, "weak": 0.9, "duration-ms": 50 } ] } }
+            """.write(toFile: theme, atomically: true, encoding: .utf8)
+            try await haptics(peer, ["theme": .string(theme)]).play(.success)
+            let events = try await peer.waitFor("erase", count: 2)
+            let uploads = events.filter { $0.name == "upload" }
+            #expect(uploads.map { $0.string("type") } == ["periodic", "rumble"])
+            #expect(uploads[0].string("waveform") == "sine" && uploads[0].int("period") == 20 && uploads[0].int("magnitude") == 16384)
+            #expect(uploads[1].int("strong") == 13107 && uploads[1].int("weak") == 58982 && uploads[1].int("length") == 50)
+            #expect(Set(events.filter { $0.name == "erase" }.compactMap { $0.int("id") }) == Set(uploads.compactMap { $0.int("id") }))
+        }
+    }
+
+    @Test func cancellingStopsTheMotorAndErasesTheEffect() async throws {
+        try await UinputPeer.with { peer in
+            let engine = try await haptics(peer)
+            let long = HapticPattern.custom([HapticStep(.rumble(strong: 1, weak: 1), durationMilliseconds: 5000)])
+            let playing = Task { try await engine.play(long) }
+            _ = try await peer.waitFor("play")
+            let cancelled = ContinuousClock.now
+            playing.cancel()
+            await #expect { try await playing.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
+            #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+            let events = try await peer.waitFor("erase")
+            #expect(events.contains { $0.name == "play" && $0.value != 1 }, "a stop")
+        }
+    }
+
+    @Test func aDeviceThatVanishesMidPatternEndsWithDisconnected() async throws {
+        try await UinputPeer.with(["--destroy-after-plays", "1"]) { peer in
+            let engine = try await haptics(peer)
+            let started = ContinuousClock.now
+            await #expect { try await engine.play(.error) } throws: { error in
+                FieldHALError.Kind.disconnected.matches(error) && "\(error)".contains("the device went away")
+            }
+            #expect(ContinuousClock.now - started < .seconds(2))
+            await #expect { try await engine.play(.light) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }
+        }
+    }
+
+    @Test func theCLIPlaysAPatternOnTheFirstForceFeedbackDevice() async throws {
+        try await UinputPeer.with { peer in
+            let config = KernelLab.scratch("evdev.toml")
+            try "[haptics]\nplugin = \"evdev\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+            let result = try await CLI.run(["haptics", "play", "heavy", "--config", config])
+            #expect(result.status == 0 && result.stdout == "played heavy (1 steps, 60 ms)\n", "\(result.stderr)")
+            let events = try await peer.waitFor("erase")
+            #expect(events.first { $0.name == "upload" }?.int("strong") == 65535)
+        }
+    }
+}

@@ -1,0 +1,170 @@
+import FieldHAL
+import Foundation
+import TestSupport
+import Testing
+@testable import V4L2Plugin
+
+/// The V4L2 plugin against the kernel's vivid driver: real V4L2 ioctls, real mmap streaming,
+/// vivid's 75% colour bars as the known picture.
+@Suite("V4L2 camera on vivid (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
+struct VividCameraTests {
+    func camera(_ node: String? = nil, _ extra: [String: ConfigValue] = [:]) async throws -> any Camera {
+        var values = extra
+        values["device"] = .string(try node ?? KernelLab.vividCaptureNode(instance: 0))
+        guard case .camera(let camera) = try await V4L2Plugin.descriptor!.open(.camera, PluginParameters(values), KernelLab.context) else {
+            throw LabError("the v4l2 plugin did not open a camera")
+        }
+        return camera
+    }
+
+    @Test func findsVividAndListsItsFormats() async throws {
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        #expect(V4L2Camera.captureDevices().contains(node))
+        let formats = try await camera().formats()
+        let yuyv = try #require(formats.first { $0.pixelFormat == "YUYV" && $0.width == 640 && $0.height == 360 })
+        #expect(yuyv.framesPerSecond.contains(30))
+        // Only the device's own formats, as v4l2-ctl (no libv4l2) lists them; not libv4l2's emulated ones.
+        let listing = try await KernelLab.run("/usr/bin/v4l2-ctl", ["-d", node, "--list-formats"])
+        // v4l2-ctl prints 'Y10 ' and 'Y16 -BE' (the big-endian flag); FieldHAL trims the padding.
+        let native = Set(listing.output.split(separator: "'").enumerated().filter { $0.offset % 2 == 1 }
+            .map { $0.element.replacingOccurrences(of: " ", with: "") })
+        let listed = Set(formats.map(\.pixelFormat))
+        #expect(!native.isEmpty && listed == native, "only v4l2-ctl: \(native.subtracting(listed)); only FieldHAL: \(listed.subtracting(native))")
+    }
+
+    @Test func stillShowsVividsColourBarsWhereVividPutsThem() async throws {
+        let photo = try await camera().captureStill(PhotoRequest(width: 640, height: 480, quality: 90))
+        #expect(photo.width == 640 && photo.height == 480)
+        let path = KernelLab.scratch("still.jpg")
+        try Data(photo.jpeg).write(to: URL(fileURLWithPath: path))
+        let image = try await PPMImage.decode(jpeg: path)
+        #expect(image.width == 640 && image.height == 480)
+        // 75% bars left to right: white, yellow, cyan, green, magenta, red, blue, black.
+        let bars: [(Int, Int, Int)] = [(180, 180, 180), (180, 180, 16), (16, 180, 180), (16, 180, 16),
+                                       (180, 16, 180), (180, 16, 16), (16, 16, 180), (16, 16, 16)]
+        for (index, expected) in bars.enumerated() {
+            let x = index * 80 + 40
+            for y in [240, 360, 470] {  // below vivid's text overlay in the top rows
+                let pixel = image.pixel(x: x, y: y)
+                #expect(abs(pixel.0 - expected.0) < 25 && abs(pixel.1 - expected.1) < 25 && abs(pixel.2 - expected.2) < 25,
+                        "bar \(index) at (\(x), \(y)): \(pixel), expected about \(expected)")
+            }
+        }
+    }
+
+    @Test func videoIsAMotionJPEGAVIThatFFmpegPlays() async throws {
+        let path = KernelLab.scratch("clip.avi")
+        let video = try await camera().recordVideo(VideoRequest(duration: .seconds(2), width: 640, height: 360, framesPerSecond: 30), to: path)
+        #expect(video.width == 640 && video.height == 360)
+        #expect((50...65).contains(video.frames), "\(video.frames) frames in 2 s at 30 fps")
+        let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-count_frames", "-show_entries",
+                                                                 "stream=codec_name,width,height,nb_read_frames", "-of", "csv=p=0", path])
+        #expect(probe.status == 0)
+        #expect(probe.output.trimmingCharacters(in: .whitespacesAndNewlines) == "mjpeg,640,360,\(video.frames)", "\(probe.output)")
+        let decode = try await KernelLab.run("/usr/bin/ffmpeg", ["-v", "error", "-i", path, "-f", "null", "-"])
+        #expect(decode.status == 0 && decode.output.isEmpty, "every frame decodes: \(decode.output)")
+    }
+
+    @Test func aSecondStreamIsRefusedAsBusy() async throws {
+        let first = try await camera()
+        let second = try await camera()
+        let path = KernelLab.scratch("busy.avi")
+        let recording = Task { try await first.recordVideo(VideoRequest(duration: .seconds(3), width: 320, height: 180), to: path) }
+        try await Task.sleep(for: .milliseconds(1500))
+        await #expect { try await second.captureStill(PhotoRequest(width: 320, height: 180)) } throws: {
+            FieldHALError.Kind.busy.matches($0) && "\($0)".contains("another program is streaming")
+        }
+        #expect(try await recording.value.frames > 0)
+    }
+
+    @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
+        let camera = try await camera()
+        let path = KernelLab.scratch("cancelled.avi")
+        let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
+        try await Task.sleep(for: .seconds(1))
+        let cancelled = ContinuousClock.now
+        recording.cancel()
+        await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
+        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // And the device is free again.
+        #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
+    }
+
+    @Test func unbindingTheDeviceMidRecordingEndsWithDisconnected() async throws {
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        let camera = try await camera(node)
+        let path = KernelLab.scratch("unplugged.avi")
+        let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
+        try await Task.sleep(for: .seconds(1))
+        let unplugged = ContinuousClock.now
+        try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/unbind", "vivid.0")
+        await #expect { try await recording.value } throws: {
+            FieldHALError.Kind.disconnected.matches($0) && "\($0)".contains("the camera went away")
+        }
+        #expect(ContinuousClock.now - unplugged < .seconds(3))
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // The next capture on a node that is gone says so, typed.
+        await #expect { try await camera.captureStill(PhotoRequest()) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }
+        // Plugged back in, the same camera object captures again.
+        try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/bind", "vivid.0")
+        var photo: Photo?
+        for _ in 0..<20 where photo == nil {
+            photo = try? await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0))
+            if photo == nil { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(photo != nil)
+    }
+
+    @Test func theCLISnapsRecordsAndExplainsPermissionDenied() async throws {
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        let config = KernelLab.scratch("v4l2.toml")
+        try "[camera]\nplugin = \"v4l2\"\ndevice = \"\(node)\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let still = KernelLab.scratch("cli.jpg")
+        let snap = try await CLI.run(["camera", "snap", "--config", config, "-o", still, "--width", "640", "--height", "360"])
+        #expect(snap.status == 0 && snap.stdout.contains("640x360 JPEG"), "\(snap.stderr)")
+        let clip = KernelLab.scratch("cli.avi")
+        let record = try await CLI.run(["camera", "record", "--config", config, "--seconds", "1", "-o", clip])
+        #expect(record.status == 0 && record.stdout.contains("Motion-JPEG AVI"), "\(record.stderr)")
+
+        // As an unprivileged user the node is out of reach: one line that says what to do.
+        let state = KernelLab.scratch("state")
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o777])
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: config)
+        let denied = try await KernelLab.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups",
+                                                                  CLI.binary.path, "camera", "snap", "--config", config,
+                                                                  "--state-dir", state, "-o", "/tmp/denied.jpg"])
+        #expect(denied.status == 69)
+        #expect(denied.output.contains("camera \(node): permission denied — add the service user to group video"), "\(denied.output)")
+    }
+}
+
+/// A JPEG decoded by libjpeg-turbo's djpeg into a binary PPM, for checking pixels.
+struct PPMImage {
+    var width: Int
+    var height: Int
+    var rgb: [UInt8]
+
+    static func decode(jpeg path: String) async throws -> PPMImage {
+        let ppm = path + ".ppm"
+        let result = try await KernelLab.run("/usr/bin/djpeg", ["-pnm", "-outfile", ppm, path])
+        guard result.status == 0 else { throw LabError("djpeg: \(result.output)") }
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: ppm)))
+        // "P6\n<width> <height>\n255\n" then the pixels.
+        var fields: [String] = []
+        var index = 0
+        while fields.count < 4 {
+            var field = ""
+            while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A { index += 1 }
+            while index < bytes.count, bytes[index] != 0x20, bytes[index] != 0x0A { field.append(Character(UnicodeScalar(bytes[index]))); index += 1 }
+            fields.append(field)
+        }
+        guard fields[0] == "P6", let width = Int(fields[1]), let height = Int(fields[2]) else { throw LabError("not a PPM: \(fields)") }
+        return PPMImage(width: width, height: height, rgb: Array(bytes[(index + 1)...]))
+    }
+
+    func pixel(x: Int, y: Int) -> (Int, Int, Int) {
+        let offset = (y * width + x) * 3
+        return (Int(rgb[offset]), Int(rgb[offset + 1]), Int(rgb[offset + 2]))
+    }
+}

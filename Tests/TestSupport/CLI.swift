@@ -1,0 +1,60 @@
+import Foundation
+
+/// Runs the built `fieldhal` binary, as a technician would.
+public struct CLI {
+    public static let binary: URL = {
+        // The test bundle sits beside the products of the same build.
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("fieldhal").path), directory.path != "/" {
+            directory.deleteLastPathComponent()
+        }
+        return directory.appendingPathComponent("fieldhal")
+    }()
+
+    public static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    public struct Result: Sendable {
+        public let status: Int32
+        public let stdout: String
+        public let stderr: String
+        public init(status: Int32, stdout: String, stderr: String) {
+            self.status = status
+            self.stdout = stdout
+            self.stderr = stderr
+        }
+    }
+
+    /// Runs the binary on a thread of its own (tests must not block the cooperative pool).
+    public static func run(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) async throws -> Result {
+        try await offPool { try runBlocking(arguments, environment: extra, input: input) }
+    }
+
+    public static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) throws -> Result {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["FIELDHAL_CONFIG"] = nil
+        environment["FIELDHAL_STATE_DIR"] = NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)"
+        environment.merge(extra) { $1 }
+        process.environment = environment
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let stdin = Pipe()
+        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
+        try process.run()
+        if let input {
+            stdin.fileHandleForWriting.write(Data(input.utf8))
+            try stdin.fileHandleForWriting.close()
+        }
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                      stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    public static var exampleConfig: String { repositoryRoot.appendingPathComponent("examples/fake-kit.toml").path }
+}
+
