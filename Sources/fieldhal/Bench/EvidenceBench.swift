@@ -100,9 +100,9 @@ struct EvidenceBench: AsyncParsableCommand {
         }
     }
 
-    /// A child process measured with wait4: wall time, peak RSS, first line of output.
+    /// A child process measured with wait4: wall time, CPU time, peak RSS, its output.
     enum Child {
-        struct Outcome { var seconds: Double; var peakRSSKiB: Int; var output: String }
+        struct Outcome { var seconds: Double; var cpuSeconds: Double; var peakRSSKiB: Int; var output: String }
 
         static func run(_ path: String, _ arguments: [String]) throws -> Outcome {
             var pipeEnds: [Int32] = [-1, -1]
@@ -134,10 +134,19 @@ struct EvidenceBench: AsyncParsableCommand {
             }
             close(pipeEnds[0])
             var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            var usage = rusage()
+            wait4(pid, &status, 0, &usage)
             let elapsed = ContinuousClock.now - started
             guard status == 0 else { throw FieldHALError(.io, subject: "bench", detail: "\(path) failed (status \(status))") }
-            return Outcome(seconds: elapsed.seconds, peakRSSKiB: peak, output: String(decoding: output, as: UTF8.self))
+            return Outcome(seconds: elapsed.seconds, cpuSeconds: usage.cpuSeconds, peakRSSKiB: peak,
+                           output: String(decoding: output, as: UTF8.self))
         }
+    }
+}
+
+extension rusage {
+    /// User plus system time.
+    var cpuSeconds: Double {
+        Double(ru_utime.tv_sec) + Double(ru_utime.tv_usec) / 1e6 + Double(ru_stime.tv_sec) + Double(ru_stime.tv_usec) / 1e6
     }
 }
