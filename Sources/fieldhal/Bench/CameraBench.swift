@@ -96,7 +96,7 @@ struct CameraBench: AsyncParsableCommand {
 
     private static func ownUsage() -> rusage {
         var usage = rusage()
-        getrusage(RUSAGE_SELF, &usage)
+        getrusage(RUSAGE_SELF.rawValue, &usage)
         return usage
     }
 }
