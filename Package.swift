@@ -45,6 +45,10 @@ let package = Package(
         // The lab server only: an HTTP server on SwiftNIO, and SQLite for its state.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // Real-time alerts (Req 35): the lab server's WebSocket channel, and the kit's client
+        // (on SwiftNIO, which Hummingbird already builds; NIOSSL gives it wss://).
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
         // SHA-256 of evidence at hardware speed (BoringSSL's SHA-NI/AVX2 code); libsodium's is portable C.
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // The daemon: graceful shutdown on signals, and logging (both already built for Hummingbird).
@@ -111,12 +115,20 @@ let package = Package(
 
         // The Transrify API: its wire types and a client over URLSession (no server libraries).
         .target(name: "Transrify", swiftSettings: strictSwift),
+        // The alerts WebSocket channel's client (Req 35), apart so that Transrify stays URLSession only.
+        .target(
+            name: "TransrifyAlertChannel",
+            dependencies: ["Transrify", .product(name: "WSClient", package: "swift-websocket"),
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSwift
+        ),
         // A faithful, persistent Transrify server for labs and tests, and its executable.
         .target(
             name: "TransrifyLabServer",
             dependencies: [
                 "Transrify", "CSodium",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: strictSwift
@@ -128,7 +140,7 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "CSodium",
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel", "CSodium",
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strictSwift),
 
         .executableTarget(
@@ -152,7 +164,7 @@ let package = Package(
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
-        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyLabServer", "CSodium", "FakePlugin"],
+        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),

@@ -252,3 +252,22 @@ public struct LabState: Codable, Sendable {
         (self.sessions, self.alerts, self.acks, self.evidence) = (sessions, alerts, acks, evidence)
     }
 }
+
+/// The alerts WebSocket channel (Req 35): `GET /v1/alerts/ws?tenantKey=…` upgraded to a
+/// WebSocket. The server speaks, the client listens: first a `snapshot` of the tenant's
+/// active alerts (so a client that reconnects misses nothing), then one `alert` message per
+/// new alert. Text frames, one JSON object each.
+public struct AlertChannelMessage: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable { case snapshot, alert }
+    public var type: Kind
+    public var alerts: [Alert]
+
+    public init(type: Kind, alerts: [Alert]) {
+        self.type = type
+        self.alerts = alerts
+    }
+}
+
+extension TransrifyAPI {
+    public static let alertsChannelPath = "/v1/alerts/ws"
+}

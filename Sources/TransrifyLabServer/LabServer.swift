@@ -1,6 +1,7 @@
 import CSodium
 import Foundation
 import Hummingbird
+import HummingbirdWebSocket
 import Logging
 import Synchronization
 import Transrify
@@ -31,6 +32,7 @@ public final class LabServer: Sendable {
     private let rateWindows = Mutex<[String: (start: Date, count: Int)]>([:])
     private let injected = Mutex<[String: [Int]]>([:])
     private let baseURL = Mutex<String>("")
+    let channels = AlertChannelHub()
 
     public init(_ configuration: Configuration) throws {
         self.configuration = configuration
@@ -65,6 +67,14 @@ public final class LabServer: Sendable {
     }
     public func sessionMode(_ sessionId: String) throws -> String? { try store.session(sessionId)?.mode }
 
+    /// Off: the server closes every open alerts channel and refuses new ones with 503, as a
+    /// network that drops WebSockets would; on: they are accepted again.
+    public func setAlertChannelAvailable(_ available: Bool) { channels.setAccepting(available) }
+    /// Lab fault: every open alert channel receives `text` as it is.
+    public func sendOnAlertChannels(raw text: String) { channels.sendRaw(text) }
+    /// How many alert channels (WebSockets) are open.
+    public var openAlertChannels: Int { channels.openCount }
+
     /// The demo tenant and users that `fieldhal-labserver seed` creates.
     public func seedDemo() throws -> (tenantKey: String, users: [(customerRef: String, pin: String, duressPin: String)]) {
         let tenantKey = "lab-tenant-demo-key"
@@ -82,6 +92,7 @@ public final class LabServer: Sendable {
         logger.logLevel = logLevel
         let app = Application(
             router: makeRouter(),
+            server: .http1WebSocketUpgrade(webSocketRouter: makeWebSocketRouter()),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fieldhal-labserver"),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? configuration.port
@@ -152,6 +163,50 @@ public final class LabServer: Sendable {
         return router
     }
 
+    /// The alerts channel (Req 35): the tenant key as a query parameter, checked before the
+    /// upgrade; then a snapshot of the active alerts and one message per new alert.
+    func makeWebSocketRouter() -> Router<BasicWebSocketRequestContext> {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.ws(.init(TransrifyAPI.alertsChannelPath)) { [self] request, _ in
+            guard channels.isAccepting else { throw HTTPError(.serviceUnavailable, message: "alert channel unavailable (lab)") }
+            do {
+                try checkTenant(request.uri.queryParameters.get("tenantKey") ?? "")
+            } catch let error as APIError {
+                throw HTTPError(error.status, message: error.message)
+            }
+            return .upgrade([:])
+        } onUpgrade: { [self] inbound, outbound, context in
+            let tenantKey = context.request.uri.queryParameters.get("tenantKey") ?? ""
+            // Subscribe before the snapshot: an alert in between comes twice, never not at all.
+            let (id, alerts) = channels.subscribe(tenantKey: tenantKey)
+            defer { channels.close(id) }
+            let snapshot = try store.nearbyAlerts(tenantKey: tenantKey, geo: nil, radiusMeters: 10_000,
+                                                  maxAgeMilliseconds: Int64(configuration.alertMaxAge.components.seconds) * 1000)
+            try await outbound.write(.text(Self.text(AlertChannelMessage(type: .snapshot, alerts: snapshot))))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await outgoing in alerts {
+                        switch outgoing {
+                        case .alert(let alert): try await outbound.write(.text(Self.text(AlertChannelMessage(type: .alert, alerts: [alert]))))
+                        case .raw(let text): try await outbound.write(.text(text))
+                        }
+                    }
+                    // Closed by the lab: the close handshake ends the client's side and so `inbound`.
+                    try? await outbound.close(.goingAway, reason: "alert channel closed by the server")
+                }
+                // The client only listens; its close (or a dead connection) ends `inbound`.
+                for try await _ in inbound {}
+                channels.close(id)
+                try await group.waitForAll()
+            }
+        }
+        return router
+    }
+
+    private static func text(_ message: AlertChannelMessage) throws -> String {
+        String(decoding: try JSONEncoder().encode(message), as: UTF8.self)
+    }
+
     /// Injected failures first, then the handler; every error becomes a JSON error body.
     private func handle(_ path: String, _ body: () async throws -> Response) async throws -> Response {
         if let status = injected.withLock({ queue -> Int? in
@@ -203,7 +258,9 @@ public final class LabServer: Sendable {
         guard let session = try store.session(request.sessionId), session.tenantKey == request.tenantKey else {
             throw APIError(.notFound, "SESSION_NOT_FOUND", "no such session for this tenant")
         }
-        return try json(DuressAlertResponse(alertId: try store.addAlert(session: session, sessionId: request.sessionId, geo: request.geo)))
+        let alertId = try store.addAlert(session: session, sessionId: request.sessionId, geo: request.geo)
+        if let alert = try store.alert(alertId) { channels.publish(alert, tenantKey: request.tenantKey) }
+        return try json(DuressAlertResponse(alertId: alertId))
     }
 
     private func nearby(_ request: NearbyAlertsRequest) async throws -> Response {

@@ -127,17 +127,23 @@ public final class LabStore: Sendable {
         let since = Self.nowMilliseconds() - maxAgeMilliseconds
         let alerts = try database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM alert WHERE tenantKey = ? AND createdAt >= ? ORDER BY createdAt",
-                             arguments: [tenantKey, since]).map { row -> Alert in
-                let lat: Double? = row["lat"], lon: Double? = row["lon"]
-                return Alert(alertId: row["alertId"], alertKind: row["alertKind"], customerRef: row["customerRef"],
-                             geo: lat.flatMap { lat in lon.map { Geolocation(lat: lat, lon: $0) } }, createdAt: row["createdAt"])
-            }
+                             arguments: [tenantKey, since]).map(Self.alert)
         }
         guard let geo else { return alerts }
         return alerts.filter { alert in
             guard let there = alert.geo else { return true }
             return geo.distanceMeters(to: there) <= Double(radiusMeters)
         }
+    }
+
+    func alert(_ alertId: String) throws -> Alert? {
+        try database.read { db in try Row.fetchOne(db, sql: "SELECT * FROM alert WHERE alertId = ?", arguments: [alertId]).map(Self.alert) }
+    }
+
+    private static func alert(_ row: Row) -> Alert {
+        let lat: Double? = row["lat"], lon: Double? = row["lon"]
+        return Alert(alertId: row["alertId"], alertKind: row["alertKind"], customerRef: row["customerRef"],
+                     geo: lat.flatMap { lat in lon.map { Geolocation(lat: lat, lon: $0) } }, createdAt: row["createdAt"])
     }
 
     func alertTenant(_ alertId: String) throws -> String? {

@@ -79,9 +79,16 @@ public final class AlertWatcher: Sendable {
     public func poll(here: Geolocation?, excluding ownAlertId: String? = nil) async throws -> Poll {
         let response = try await client.nearbyAlerts(geo: here, radiusMeters: settings.radiusMeters,
                                                      timestamp: Int64(Date().timeIntervalSince1970 * 1000))
-        let banners = response.alerts
+        return consider(response.alerts, here: here, excluding: ownAlertId)
+    }
+
+    /// The debounce decision for alerts however they came (a poll, the WebSocket channel):
+    /// DURESS alerts of others, within the radius when both locations are known.
+    public func consider(_ alerts: [Alert], here: Geolocation?, excluding ownAlertId: String? = nil) -> Poll {
+        let banners = alerts
             .filter { $0.alertKind == "DURESS" && $0.alertId != ownAlertId }
             .map { AlertBanner(alert: $0, here: here) }
+            .filter { banner in banner.distanceMeters.map { $0 <= Double(settings.radiusMeters) } ?? true }
         let instant = now()
         let announce = lastAnnounced.withLock { last -> [AlertBanner] in
             banners.filter { banner in

@@ -1,0 +1,107 @@
+import Foundation
+import Logging
+import Transrify
+import WSClient
+
+/// The client of the alerts WebSocket channel (Req 35): connects to the configured URL with
+/// the tenant key as a query parameter and hands every message's alerts to the caller.
+///
+/// One `listen` is one connection: it returns when the server closes the channel and throws
+/// when the connection cannot be made, is refused, drops, or carries garbage. Falling back
+/// to polling and reconnecting is the caller's business (`AlertSubscription`).
+public struct AlertChannel: Sendable {
+    public var url: URL
+    public var tenantKey: String
+    /// A ping this often; a server that does not answer within the period is gone.
+    public var pingInterval: Duration = .seconds(20)
+    /// The largest message accepted: a hostile server cannot make the kit hoard.
+    public static let maxMessageBytes = 1 << 20
+
+    public init(url: URL, tenantKey: String) {
+        self.url = url
+        self.tenantKey = tenantKey
+    }
+
+    /// A `ws://` or `wss://` URL; anything else is a configuration error said plainly.
+    public static func validated(_ text: String) throws -> URL {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "ws" || scheme == "wss",
+              let host = url.host, !host.isEmpty else {
+            throw AlertChannelError.invalidURL(text)
+        }
+        return url
+    }
+
+    /// The URL with `tenantKey` added to its query (Req 35.2).
+    var connectURL: String {
+        var components = URLComponents(url: url, resolvingAgainstBaseURL: false) ?? URLComponents()
+        components.queryItems = (components.queryItems ?? []).filter { $0.name != "tenantKey" } + [URLQueryItem(name: "tenantKey", value: tenantKey)]
+        // URLComponents leaves `+` alone in queries; a server would read it as a space.
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        return components.string ?? url.absoluteString
+    }
+
+    /// Connects and listens until the channel closes. `onOpen` runs once the upgrade is
+    /// done, `onAlerts` for every message (a snapshot first, then each new alert), in order.
+    /// Cancelling the task closes the channel and returns.
+    public func listen(onOpen: @escaping @Sendable () async -> Void,
+                       onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws {
+        var logger = Logger(label: "fieldhal.alert-channel")
+        logger.logLevel = .critical  // failures are thrown to the caller, which reports them once
+        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: pingInterval))
+        let closed: WebSocketCloseFrame?
+        do {
+            closed = try await WebSocketClient.connect(url: connectURL, configuration: configuration, logger: logger) { inbound, outbound, _ in
+                await onOpen()
+                try await withTaskCancellationHandler {
+                    for try await message in inbound.messages(maxSize: Self.maxMessageBytes) {
+                        guard case .text(let text) = message,
+                              let decoded = try? JSONDecoder().decode(AlertChannelMessage.self, from: Data(text.utf8)) else {
+                            throw AlertChannelError.malformedMessage(String(describing: message).prefix(80).description)
+                        }
+                        await onAlerts(decoded)
+                    }
+                } onCancel: {
+                    Task { try? await outbound.close(.goingAway, reason: "kit stopped listening") }
+                }
+            }
+        } catch let error as AlertChannelError {
+            throw error
+        } catch let error as WebSocketClientError where "\(error)" == "\(WebSocketClientError.webSocketUpgradeFailed)" {
+            throw AlertChannelError.refused(connectURL.redactingTenantKey)
+        } catch {
+            if Task.isCancelled { return }
+            throw AlertChannelError.connectionFailed(url.absoluteString, String(describing: error))
+        }
+        if let closed, !Task.isCancelled, closed.closeCode != .normalClosure, closed.closeCode != .goingAway {
+            throw AlertChannelError.closed(url.absoluteString, "\(closed.closeCode)" + (closed.reason.map { " (\($0))" } ?? ""))
+        }
+    }
+}
+
+/// What went wrong with the alerts channel, for the log and the fallback decision.
+public enum AlertChannelError: Error, Equatable, CustomStringConvertible {
+    case invalidURL(String)
+    case refused(String)
+    case connectionFailed(String, String)
+    case closed(String, String)
+    case malformedMessage(String)
+
+    public var description: String {
+        switch self {
+        case .invalidURL(let text): "alerts WebSocket URL \"\(text)\" is not a ws:// or wss:// URL — fix alerts_websocket_url in [transrify]"
+        case .refused(let url): "alerts WebSocket \(url): the server refused the upgrade (wrong path or tenant key, or the channel is off)"
+        case .connectionFailed(let url, let reason): "alerts WebSocket \(url): cannot connect: \(reason)"
+        case .closed(let url, let reason): "alerts WebSocket \(url): closed by the server: \(reason)"
+        case .malformedMessage(let start): "alerts WebSocket: a message that is not an alert (\(start)…); reconnecting"
+        }
+    }
+}
+
+extension String {
+    /// The tenant key is a secret: never in a log line.
+    var redactingTenantKey: String {
+        guard let range = range(of: "tenantKey=") else { return self }
+        let end = self[range.upperBound...].firstIndex(of: "&") ?? endIndex
+        return replacingCharacters(in: range.upperBound..<end, with: "…")
+    }
+}

@@ -1,0 +1,170 @@
+import FieldHAL
+import FieldHALFlows
+import Foundation
+import Testing
+import Transrify
+import TransrifyAlertChannel
+import TransrifyLabServer
+
+/// What a subscription reported, in order, with the instant each event arrived.
+final class EventLog: Sendable {
+    private let events = LockedValue<[(String, ContinuousClock.Instant)]>([])
+
+    func record(_ event: AlertSubscription.Event) {
+        let line = switch event {
+        case .announce(let banner): "announce \(banner.alert.alertId)"
+        case .transport(let transport, let reason): "transport \(transport.rawValue)" + (reason.map { ": \($0)" } ?? "")
+        case .problem(let text): "problem \(text)"
+        }
+        events.withLock { $0.append((line, .now)) }
+    }
+
+    var lines: [String] { events.value.map(\.0) }
+
+    /// The first event line starting with `prefix` after index `from`, waiting up to `timeout`.
+    func wait(for prefix: String, after from: Int = 0, timeout: Duration = .seconds(10)) async -> (index: Int, at: ContinuousClock.Instant)? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let all = events.value
+            if let index = all.indices.first(where: { $0 >= from && all[$0].0.hasPrefix(prefix) }) { return (index, all[index].1) }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return nil
+    }
+}
+
+/// Req 25 and 35 against the lab server: the WebSocket channel, and polling whenever the
+/// channel is missing or down.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct AlertSubscriptionTests {
+    struct Lab {
+        let running: RunningLabServer
+        let client: TransrifyClient
+        var channelURL: URL { URL(string: "ws://127.0.0.1:\(running.port)\(TransrifyAPI.alertsChannelPath)")! }
+
+        static func start() async throws -> Lab {
+            let server = try LabServer(LabServer.Configuration(directory: scratchDirectory("lab")))
+            try server.addTenant(key: "tenant+key/1", name: "T")
+            try server.addUser(tenantKey: "tenant+key/1", customerRef: "alice01", pin: "2468", duressPin: "1357")
+            let running = try await server.start()
+            return Lab(running: running, client: TransrifyClient(baseURL: running.baseURL, tenantKey: "tenant+key/1"))
+        }
+
+        /// Kit A signs in with the duress PIN and its alert goes out, as `AfterSignIn` does.
+        func duressAlert() async throws -> String {
+            let there = Geolocation(lat: 52.5200, lon: 13.4050)
+            let session = try await client.login(customerRef: "alice01", pin: "1357", device: DeviceInfo(version: "t"), geo: there)
+            return try await client.sendDuressAlert(sessionId: session.sessionId!, geo: there, device: DeviceInfo(version: "t")).alertId
+        }
+
+        func subscription(pollEvery interval: Int, channel: AlertChannel?) throws -> AlertSubscription {
+            let watcher = AlertWatcher(client: client, settings: try AlertSettings(radiusMeters: nil, pollIntervalMilliseconds: interval))
+            var subscription = AlertSubscription(watcher: watcher, channel: channel, ownAlertId: nil) { Geolocation(lat: 52.5245, lon: 13.4050) }
+            subscription.reconnectDelays = [.milliseconds(200)]
+            return subscription
+        }
+    }
+
+    @Test func theChannelDeliversAnAlertAtOnceWithoutPolling() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let log = EventLog()
+        // Polling once an hour: only the channel can deliver within the test.
+        let subscription = try lab.subscription(pollEvery: 3_600_000, channel: AlertChannel(url: lab.channelURL, tenantKey: "tenant+key/1"))
+        let task = Task { await subscription.run { log.record($0) } }
+        #expect(await log.wait(for: "transport WebSocket") != nil, "\(log.lines)")
+        let sent = ContinuousClock.now
+        let alertId = try await lab.duressAlert()
+        let announced = await log.wait(for: "announce \(alertId)")
+        #expect(announced != nil, "\(log.lines)")
+        if let announced { #expect(announced.at - sent < .milliseconds(500), "channel latency \(announced.at - sent)") }
+        #expect(lab.running.server.openAlertChannels == 1)
+        task.cancel()
+        await task.value
+        // Cancelling closes the channel: the server sees it go.
+        for _ in 0..<100 where lab.running.server.openAlertChannels > 0 { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(lab.running.server.openAlertChannels == 0)
+        #expect(!log.lines.contains { $0.hasPrefix("transport polling") || $0.hasPrefix("problem") }, "\(log.lines)")
+    }
+
+    @Test func aLostChannelFallsBackToPollingUntilItComesBack() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        lab.running.server.setAlertChannelAvailable(false)
+        let log = EventLog()
+        let subscription = try lab.subscription(pollEvery: 1000, channel: AlertChannel(url: lab.channelURL, tenantKey: "tenant+key/1"))
+        let task = Task { await subscription.run { log.record($0) } }
+        defer { task.cancel() }
+
+        // Refused at the start: polling, said once however many retries fail.
+        let fellBack = try #require(await log.wait(for: "transport polling: alerts WebSocket"), "\(log.lines)")
+        #expect(log.lines[fellBack.index].contains("refused the upgrade"))
+        let first = try await lab.duressAlert()
+        #expect(await log.wait(for: "announce \(first)", timeout: .seconds(3)) != nil, "polled within one interval: \(log.lines)")
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(log.lines.filter { $0.hasPrefix("transport polling") }.count == 1, "\(log.lines)")
+
+        // The channel comes back: the subscription reconnects by itself.
+        lab.running.server.setAlertChannelAvailable(true)
+        let reopened = try #require(await log.wait(for: "transport WebSocket", timeout: .seconds(3)), "\(log.lines)")
+        let second = try await lab.duressAlert()
+        let viaChannel = await log.wait(for: "announce \(second)", after: reopened.index, timeout: .seconds(3))
+        #expect(viaChannel != nil, "\(log.lines)")
+
+        // Lost while open: polling at once, and the alert raised meanwhile still arrives.
+        lab.running.server.setAlertChannelAvailable(false)
+        let lost = try #require(await log.wait(for: "transport polling", after: reopened.index, timeout: .seconds(3)), "\(log.lines)")
+        let third = try await lab.duressAlert()
+        #expect(await log.wait(for: "announce \(third)", after: lost.index, timeout: .seconds(3)) != nil, "\(log.lines)")
+        #expect(!log.lines.contains { $0.hasPrefix("problem") }, "\(log.lines)")
+    }
+
+    /// A broken server's garbage: a plain error, polling at once, a reconnect; nothing lost.
+    @Test func garbageOnTheChannelFallsBackAndReconnects() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let log = EventLog()
+        let subscription = try lab.subscription(pollEvery: 3_600_000, channel: AlertChannel(url: lab.channelURL, tenantKey: "tenant+key/1"))
+        let task = Task { await subscription.run { log.record($0) } }
+        defer { task.cancel() }
+        #expect(await log.wait(for: "transport WebSocket") != nil, "\(log.lines)")
+        lab.running.server.sendOnAlertChannels(raw: "{\"type\":\"alert\",\"alerts\":[{\"alertId\":")
+        let fellBack = try #require(await log.wait(for: "transport polling"), "\(log.lines)")
+        #expect(log.lines[fellBack.index].contains("a message that is not an alert"), "\(log.lines)")
+        let back = try #require(await log.wait(for: "transport WebSocket", after: fellBack.index), "\(log.lines)")
+        let alertId = try await lab.duressAlert()
+        #expect(await log.wait(for: "announce \(alertId)", after: back.index) != nil, "\(log.lines)")
+    }
+
+    @Test func withoutAChannelItPollsAndDebounces() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let alertId = try await lab.duressAlert()
+        let log = EventLog()
+        let subscription = try lab.subscription(pollEvery: 1000, channel: nil)
+        let task = Task { await subscription.run { log.record($0) } }
+        #expect(await log.wait(for: "announce \(alertId)") != nil)
+        try await Task.sleep(for: .milliseconds(2500))  // two more polls: the same alert is not announced again
+        task.cancel()
+        await task.value
+        #expect(log.lines == ["transport polling", "announce \(alertId)"])
+    }
+
+    @Test func channelFailuresAreSaidPlainly() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let wrongKey = AlertChannel(url: lab.channelURL, tenantKey: "not-a-tenant")
+        await #expect(throws: AlertChannelError.refused("ws://127.0.0.1:\(lab.running.port)/v1/alerts/ws?tenantKey=…")) {
+            try await wrongKey.listen(onOpen: {}, onAlerts: { _ in })
+        }
+        let nobody = AlertChannel(url: URL(string: "ws://127.0.0.1:1/v1/alerts/ws")!, tenantKey: "t")
+        do {
+            try await nobody.listen(onOpen: {}, onAlerts: { _ in })
+            Issue.record("connected to port 1")
+        } catch let error as AlertChannelError {
+            #expect("\(error)".hasPrefix("alerts WebSocket ws://127.0.0.1:1/v1/alerts/ws: cannot connect"), "\(error)")
+        }
+        #expect(throws: AlertChannelError.invalidURL("http://x/ws")) { try AlertChannel.validated("http://x/ws") }
+        #expect(try AlertChannel.validated("wss://alerts.example/v1/alerts/ws").scheme == "wss")
+    }
+}
