@@ -10,13 +10,16 @@ enum JSONLinesLog {
         encoder.outputFormatting = .sortedKeys
         var line = try encoder.encode(entry)
         line.append(0x0A)
-        guard let handle = FileHandle(forWritingAtPath: path) ?? {
-            FileManager.default.createFile(atPath: path, contents: nil) ? FileHandle(forWritingAtPath: path) : nil
-        }() else {
-            throw FieldHALError(.io, subject: subject, detail: "cannot open log file \(path)")
+        // O_APPEND and one write per line: the haptics and the speaker may log to the same
+        // file at the same moment (an alert plays both), and neither may clobber the other.
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            throw FieldHALError(.io, subject: subject, detail: "cannot open log file \(path): \(String(cString: strerror(errno)))")
         }
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        try handle.write(contentsOf: line)
+        defer { close(descriptor) }
+        let written = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard written == line.count else {
+            throw FieldHALError(.io, subject: subject, detail: "cannot append to log file \(path)")
+        }
     }
 }

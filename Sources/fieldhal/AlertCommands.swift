@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALFlows
 import Foundation
 import Transrify
+import TransrifyAlertChannel
 
 extension Environment {
     /// `[transrify] alert_radius_meters` / `alert_poll_interval_ms`, overridden by the
@@ -19,6 +20,30 @@ extension Environment {
         }
         return try AlertSettings(radiusMeters: try number("ALERT_RADIUS_METERS") ?? section?.integer("alert_radius_meters"),
                                  pollIntervalMilliseconds: try number("ALERT_POLL_INTERVAL_MS") ?? section?.integer("alert_poll_interval_ms"))
+    }
+
+    /// Req 35: the alerts channel when `[transrify] alerts_websocket_url` (or the
+    /// environment's ALERTS_WEBSOCKET_URL) names one; nil means polling only.
+    func alertChannel() throws -> AlertChannel? {
+        let text = ProcessInfo.processInfo.environment["ALERTS_WEBSOCKET_URL"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? configuration.settings["transrify"]?.string("alerts_websocket_url")
+        guard let text else { return nil }
+        let url: URL
+        do { url = try AlertChannel.validated(text) } catch {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url", detail: "\"\(text)\" is not a ws:// or wss:// URL")
+        }
+        guard let key = try TenantKeyStore(vault: try vault()).load() else {
+            throw FieldHALError(.notConfigured, subject: "alerts", detail: "no tenant key", advice: "run fieldhal tenant set-key")
+        }
+        return AlertChannel(url: url, tenantKey: key)
+    }
+
+    /// The subscription of a signed-in kit: its own alert left out, its position asked per alert.
+    func alertSubscription(session: SessionRecord, kit: Kit) throws -> AlertSubscription {
+        let watcher = AlertWatcher(client: try transrifyClient(), settings: try alertSettings())
+        return AlertSubscription(watcher: watcher, channel: try alertChannel(), ownAlertId: session.alertId) { [self] in
+            await here(kit)
+        }
     }
 
     /// Req 30: NFC features only when enabled (`[transrify] nfc_enabled = true`); off, no
@@ -72,32 +97,48 @@ struct AlertsCommand: AsyncParsableCommand {
 
     struct Watch: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
-            abstract: "Poll for nearby duress alerts until interrupted: banner, haptic \"warning\", debounced 60 s per alert.")
+            abstract: "Watch for nearby duress alerts until interrupted: banner, haptic \"warning\" and soft alert sound.",
+            discussion: """
+            Over the WebSocket channel when [transrify] alerts_websocket_url is set, else (and \
+            while the channel is down) by polling every alert_poll_interval_ms. Each alert \
+            buzzes and sounds at most once a minute. Banners go to standard output; changes of \
+            channel and failed polls to standard error.
+            """)
         @OptionGroup var global: GlobalOptions
-        @Option(help: "Stop after this many polls (default: never).") var polls: Int?
+        @Option(help: "Stop after this many seconds (default: never).") var seconds: Double?
 
         func execute(_ environment: Environment) async throws {
+            let stopAfter = try seconds.map { try duration(seconds: $0, option: "--seconds") }
             let session = try environment.signedInSession()
-            let settings = try environment.alertSettings()
-            let watcher = AlertWatcher(client: try environment.transrifyClient(), settings: settings)
-            let kit = await environment.loadKit(only: [.location, .haptics])
-            defer { Task { await kit.close() } }
-            var count = 0
-            while polls.map({ count < $0 }) ?? true {
-                count += 1
-                do {
-                    let poll = try await watcher.poll(here: await environment.here(kit), excluding: session.alertId)
-                    for banner in poll.announce {
-                        try Output.emit(BannerReport(banner), json: global.json) { "\(banner.text)  [alert \(banner.alert.alertId)]" }
-                        // Req 29: the haptic "warning"; a kit without haptics still shows the banner.
-                        try? await kit.haptics().play(.warning)
+            let kit = await environment.loadKit(only: [.location, .haptics, .speaker])
+            let subscription = try environment.alertSubscription(session: session, kit: kit)
+            let json = global.json
+            let watching = Task {
+                let lastProblem = LockedValue<String?>(nil)
+                await subscription.run { event in
+                    switch event {
+                    case .announce(let banner):
+                        try? Output.emit(BannerReport(banner), json: json) { "\(banner.text)  [alert \(banner.alert.alertId)]" }
+                        await AlertFeedback.announce(on: kit)
+                    case .transport(.webSocket, _):
+                        FileHandle.standardError.write(Data("fieldhal: alerts over the WebSocket channel\n".utf8))
+                    case .transport(.polling, let reason):
+                        let why = reason.map { " (\($0))" } ?? ""
+                        FileHandle.standardError.write(Data("fieldhal: alerts by polling\(why)\n".utf8))
+                    case .problem(let problem):
+                        // Once per distinct problem: a network that stays down is one line, not one a poll.
+                        if lastProblem.withLock({ last in defer { last = problem }; return last != problem }) {
+                            FileHandle.standardError.write(Data("fieldhal: \(problem)\n".utf8))
+                        }
                     }
-                } catch let error as TransrifyError {
-                    FileHandle.standardError.write(Data("fieldhal: \(error.userMessage)\n".utf8))
                 }
-                if polls.map({ count >= $0 }) ?? false { break }
-                try await Task.sleep(for: settings.pollInterval)
             }
+            if let stopAfter {
+                try? await Task.sleep(for: stopAfter)
+                watching.cancel()
+            }
+            await withTaskCancellationHandler { await watching.value } onCancel: { watching.cancel() }
+            await kit.close()
         }
     }
 
@@ -150,5 +191,14 @@ struct AlertsCommand: AsyncParsableCommand {
             await kit.close()
             print("Acknowledged alert \(target) (\(method.rawValue)).")
         }
+    }
+}
+
+extension Environment {
+    /// The poll interval in seconds, for log lines.
+    var alertPollSeconds: String {
+        let interval = (try? alertSettings().pollInterval) ?? .seconds(15)
+        let milliseconds = interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000
+        return milliseconds % 1000 == 0 ? "\(milliseconds / 1000)" : String(format: "%.1f", Double(milliseconds) / 1000)
     }
 }

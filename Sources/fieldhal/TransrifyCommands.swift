@@ -20,6 +20,7 @@ enum TransrifySettings {
         ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
         ParameterSpec("alert_radius_meters", .integer, help: "nearby alerts within this radius, 100–10000 (default 1000; env ALERT_RADIUS_METERS)"),
         ParameterSpec("alert_poll_interval_ms", .integer, help: "poll for nearby alerts this often (default 15000; env ALERT_POLL_INTERVAL_MS)"),
+        ParameterSpec("alerts_websocket_url", .string, help: "the alerts WebSocket channel, ws:// or wss:// (default none: polling; env ALERTS_WEBSOCKET_URL)"),
         ParameterSpec("nfc_enabled", .boolean, help: "NFC acknowledgement and the duressed kit's tag (default false)"),
         ParameterSpec("nfc_emulation_s", .integer, help: "how long a duressed kit offers its tag after sign-in (default 1800)"),
     ]

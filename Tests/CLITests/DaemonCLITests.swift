@@ -71,15 +71,27 @@ final class LockedLines: @unchecked Sendable {
 
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct DaemonCLITests {
+    enum Transport: String, CaseIterable { case polling, webSocket }
+
     /// Kit B runs the daemon; kit A signs in under duress; B's journal shows the banner
-    /// within one poll interval. SIGTERM then stops it cleanly.
-    @Test func aDuressAlertReachesTheDaemonWithinOnePollInterval() async throws {
+    /// within one poll interval (polling every second), or at once over the WebSocket
+    /// channel (polling once a minute), with the haptic warning and the soft alert sound.
+    /// SIGTERM then stops it cleanly.
+    @Test(arguments: Transport.allCases)
+    func aDuressAlertReachesTheDaemon(over transport: Transport) async throws {
         let lab = try await SignInLab.start()
         defer { Task { await lab.running.stop() } }
         try lab.running.server.addUser(tenantKey: SignInLab.tenantKey, customerRef: "bob02", pin: "8024", duressPin: "9753")
+        let feedback = scratch("feedback.jsonl")
+        let settings = switch transport {
+        case .polling: "alert_poll_interval_ms = 1000"
+        case .webSocket: "alert_poll_interval_ms = 60000\nalerts_websocket_url = \"ws://127.0.0.1:\(lab.running.port)/v1/alerts/ws\""
+        }
         let config = scratch("daemon.toml")
         try (try String(contentsOfFile: lab.config, encoding: .utf8))
-            .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\nalert_poll_interval_ms = 1000")
+            .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\n\(settings)")
+            .replacingOccurrences(of: "[speaker]\nplugin = \"fake\"", with: "[speaker]\nplugin = \"fake\"\nlog_file = \"\(feedback)\"")
+            .replacingOccurrences(of: "[haptics]\nplugin = \"fake\"", with: "[haptics]\nplugin = \"fake\"\nlog_file = \"\(feedback)\"")
             .write(toFile: config, atomically: true, encoding: .utf8)
         let stateA = try await lab.stateDirectory(), stateB = try await lab.stateDirectory()
         let signInB = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", config, "--state-dir", stateB], input: "8024\n")
@@ -87,6 +99,8 @@ struct DaemonCLITests {
         try await waitForBackgroundRuns(stateB)
         let daemon = try DaemonProcess(["--config", config, "--state-dir", stateB])
         #expect(await daemon.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemon.output)")
+        let ready = transport == .webSocket ? "alerts: over the WebSocket channel" : "alerts: polling every 1 s"
+        #expect(await daemon.waitForLine(containing: ready, timeout: .seconds(10)) != nil, "\(daemon.output)")
 
         let signedIn = ContinuousClock.now
         let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config, "--state-dir", stateA], input: "1357\n")
@@ -95,15 +109,56 @@ struct DaemonCLITests {
         #expect(banner != nil, "\(daemon.output)")
         if let banner {
             let latency = banner.1 - signedIn
-            #expect(latency < .seconds(3), "one 1 s poll interval plus the background run's start: \(latency)")
-            print("alert latency, duress sign-in on A → banner in B's daemon (polling every 1 s): \(latency)")
+            #expect(latency < .seconds(3), "\(transport): \(latency)")
+            print("alert latency, duress sign-in on A → banner in B's daemon (\(transport)): \(latency)")
         }
+        // Req 29: the haptic warning and the soft alert sound, once.
+        var played: [String] = []
+        for _ in 0..<100 where played.count < 2 {
+            played = ((try? String(contentsOfFile: feedback, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(played.filter { $0.contains("\"sound\":\"soft-alert\"") }.count == 1, "\(played)")
+        #expect(played.filter { $0.contains("\"pattern\":\"warning\"") }.count == 1, "\(played)")
         #expect(!daemon.output.contains { $0.contains("alice01") && !$0.contains("Nearby Duress Alert") })
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(daemon.output)")
         #expect(stopped.took < .seconds(3), "graceful stop took \(stopped.took)")
         #expect(daemon.output.last?.contains("fieldhal stopped") == true, "\(daemon.output)")
         try await waitForBackgroundRuns(stateA)
+    }
+
+    /// `alerts watch` in a terminal: the banner on stdout, the channel on stderr, feedback played.
+    @Test func alertsWatchShowsTheBannerAndSaysHowItListens() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        try lab.running.server.addUser(tenantKey: SignInLab.tenantKey, customerRef: "bob02", pin: "8024", duressPin: "9753")
+        let feedback = scratch("watch-feedback.jsonl")
+        let config = scratch("watch.toml")
+        try (try String(contentsOfFile: lab.config, encoding: .utf8))
+            .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\nalerts_websocket_url = \"ws://127.0.0.1:\(lab.running.port)/v1/alerts/ws\"")
+            .replacingOccurrences(of: "[speaker]\nplugin = \"fake\"", with: "[speaker]\nplugin = \"fake\"\nlog_file = \"\(feedback)\"")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let stateA = try await lab.stateDirectory(), stateB = try await lab.stateDirectory()
+        let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config, "--state-dir", stateA], input: "1357\n")
+        #expect(signInA.status == 0)
+        try await waitForBackgroundRuns(stateA)
+        let signInB = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", config, "--state-dir", stateB], input: "8024\n")
+        #expect(signInB.status == 0)
+        try await waitForBackgroundRuns(stateB)
+        // The alert is older than the channel: the snapshot on connecting brings it.
+        let watch = try await CLI.run(["alerts", "watch", "--seconds", "2", "--config", config, "--state-dir", stateB])
+        #expect(watch.status == 0, "\(watch.stderr)")
+        #expect(watch.stdout.hasPrefix("Nearby Duress Alert — alice01, about "), "\(watch.stdout)")
+        #expect(watch.stdout.split(separator: "\n").count == 1, "debounced: \(watch.stdout)")
+        #expect(watch.stderr == "fieldhal: alerts over the WebSocket channel\n")
+        #expect(try String(contentsOfFile: feedback, encoding: .utf8).contains("\"sound\":\"soft-alert\""))
+
+        // No channel: polling, said once; a bad URL is a configuration error.
+        let broken = try await CLI.run(["alerts", "watch", "--seconds", "1", "--config", config, "--state-dir", stateB],
+                                       environment: ["ALERTS_WEBSOCKET_URL": "http://127.0.0.1/ws"])
+        #expect(broken.status == 64, "\(broken.stderr)")
+        #expect(broken.stderr.contains("alerts_websocket_url: \"http://127.0.0.1/ws\" is not a ws:// or wss:// URL"), "\(broken.stderr)")
     }
 
     /// SIGTERM while the daemon uploads evidence: a clean exit, and every item arrives once.

@@ -90,41 +90,63 @@ final class Daemon: Service, Sendable {
         }
     }
 
-    /// Req 25, 26, 29: poll while signed in; a banner per new alert, the haptic "warning".
-    /// The kit and the watcher (with its debounce memory) are kept between polls and made
-    /// again only when SIGHUP brings a new configuration.
+    /// Req 25, 26, 29, 35: while signed in, the alert subscription (WebSocket channel or
+    /// polling); a banner in the journal per new alert, the haptic "warning" and the soft
+    /// sound. It is made again when the session changes or SIGHUP brings a new configuration.
     private func watchAlerts() async {
         var lastProblem: String?
-        var opened: (generation: Int, kit: Kit, watcher: AlertWatcher)?
         while !Task.isCancelled {
             let (generation, environment) = configuration.withLock { ($0.generation, $0.environment) }
-            var interval: Duration = .seconds(15)
+            guard let session = try? environment.sessionStore().load() else {
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            let kit = await environment.loadKit(only: [.location, .haptics, .speaker])
             do {
-                let settings = try environment.alertSettings()
-                interval = settings.pollInterval
-                if let session = try environment.sessionStore().load() {
-                    if opened?.generation != generation {
-                        await opened?.kit.close()
-                        opened = (generation, await environment.loadKit(only: [.location, .haptics]),
-                                  AlertWatcher(client: try environment.transrifyClient(), settings: settings))
-                    }
-                    if let (_, kit, watcher) = opened {
-                        let poll = try await watcher.poll(here: await environment.here(kit), excluding: session.alertId)
-                        for banner in poll.announce {
-                            logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
-                            try? await kit.haptics().play(.warning)
-                        }
-                    }
-                    lastProblem = nil
+                let subscription = try environment.alertSubscription(session: session, kit: kit)
+                lastProblem = nil
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await subscription.run { event in await self.report(event, kit: kit) } }
+                    await waitWhileCurrent(session: session, generation: generation)
+                    group.cancelAll()
                 }
             } catch {
-                let problem = (error as? TransrifyError)?.userMessage ?? CommandFailure(error).description
+                let problem = CommandFailure(error).description
                 if problem != lastProblem { logger.warning("alerts: \(problem)") }
                 lastProblem = problem
+                await waitWhileCurrent(session: session, generation: generation, atMost: .seconds(15))
             }
-            try? await Task.sleep(for: interval)
+            await kit.close()
         }
-        await opened?.kit.close()
+    }
+
+    /// Returns when the session or the configuration changes (or after `atMost`, or on cancel).
+    private func waitWhileCurrent(session: SessionRecord, generation: Int, atMost limit: Duration = .seconds(86_400 * 365)) async {
+        let deadline = ContinuousClock.now + limit
+        while !Task.isCancelled, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .seconds(1))
+            let (nowGeneration, environment) = configuration.withLock { ($0.generation, $0.environment) }
+            guard nowGeneration == generation, let now = try? environment.sessionStore().load(),
+                  now.sessionId == session.sessionId, now.alertId == session.alertId else { return }
+        }
+    }
+
+    private let alertProblem = LockedValue<String?>(nil)
+
+    private func report(_ event: AlertSubscription.Event, kit: Kit) async {
+        switch event {
+        case .announce(let banner):
+            logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
+            await AlertFeedback.announce(on: kit)
+        case .transport(.webSocket, _):
+            alertProblem.withLock { $0 = nil }
+            logger.info("alerts: over the WebSocket channel")
+        case .transport(.polling, let reason):
+            let why = reason.map { " (\($0))" } ?? ""
+            logger.info("alerts: polling every \(current.alertPollSeconds) s\(why)")
+        case .problem(let problem):
+            if alertProblem.withLock({ last in defer { last = problem }; return last != problem }) { logger.warning("alerts: \(problem)") }
+        }
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
