@@ -49,6 +49,7 @@ let package = Package(
         // (on SwiftNIO, which Hummingbird already builds; NIOSSL gives it wss://).
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // SHA-256 of evidence at hardware speed (BoringSSL's SHA-NI/AVX2 code); libsodium's is portable C.
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // The daemon: graceful shutdown on signals, and logging (both already built for Hummingbird).
@@ -151,6 +152,9 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // The daemon's control socket (SwiftNIO is already built for the alerts channel).
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strictSwift
         ),

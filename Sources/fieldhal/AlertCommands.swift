@@ -156,41 +156,71 @@ struct AlertsCommand: AsyncParsableCommand {
         @Option(help: "Seconds to wait for the tag.") var timeout: Double = 30
 
         func execute(_ environment: Environment) async throws {
-            let session = try environment.signedInSession()
-            let client = try environment.transrifyClient()
-            var target = alertId
-            let method: AckMethod
-            if nfc {
-                guard environment.nfcEnabled else {
-                    throw FieldHALError(.notConfigured, subject: "alerts ack --nfc", detail: "NFC is disabled",
-                                        advice: "set nfc_enabled = true in [transrify]")
-                }
-                let wait = try duration(seconds: timeout, option: "--timeout")
-                let tag = try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: wait) }
-                guard let read = DuressTagPayload.alertId(in: tag.ndef) else {
-                    throw FieldHALError(.malformedData, subject: "nfc tag \(tag.uidString)", detail: "no trf:duress:<alertId> record on this tag")
-                }
-                if let target, target != read {
-                    throw FieldHALError(.invalidArgument, subject: "alerts ack --nfc", detail: "the tag is for alert \(read), not \(target)")
-                }
-                target = read
-                method = .nfc
-            } else {
-                method = .inApp
-            }
-            guard let target else { throw ValidationError("give the alert's id, or --nfc") }
+            let acknowledged: String
             do {
-                _ = try await client.acknowledge(alertId: target, customerRef: session.customerRef, method: method)
-            } catch let error as TransrifyError {
-                FileHandle.standardError.write(Data("fieldhal: \(error.userMessage) The alert is still active.\n".utf8))
+                if nfc {
+                    let wait = try duration(seconds: timeout, option: "--timeout")
+                    // A running daemon holds the kit's NFC chip (it may be emulating a tag): it reads.
+                    let request = ControlSocket.Request(command: .ackNFC, alertId: alertId, timeoutMilliseconds: Int(timeout * 1000))
+                    if let answer = try await ControlSocket.ask(request, at: ControlSocket.path(environment)) {
+                        if let error = answer.error {
+                            FileHandle.standardError.write(Data("fieldhal: \(error)\n".utf8))
+                            throw ExitCode(answer.exitCode ?? 1)
+                        }
+                        acknowledged = answer.alertId ?? ""
+                    } else {
+                        acknowledged = try await Acknowledgement.byNFC(environment, expecting: alertId, timeout: wait)
+                    }
+                } else {
+                    guard let alertId else { throw ValidationError("give the alert's id, or --nfc") }
+                    try await Acknowledgement.send(environment, alertId: alertId, method: .inApp)
+                    acknowledged = alertId
+                }
+            } catch let failure as Acknowledgement.Failure {
+                FileHandle.standardError.write(Data("fieldhal: \(failure.message)\n".utf8))
                 throw ExitCode(1)
             }
-            // Req 27.5: haptic feedback on acknowledgement, when the kit has haptics.
-            let kit = await environment.loadKit(only: [.haptics])
-            try? await kit.haptics().play(.success)
-            await kit.close()
-            print("Acknowledged alert \(target) (\(method.rawValue)).")
+            print("Acknowledged alert \(acknowledged) (\(nfc ? AckMethod.nfc.rawValue : AckMethod.inApp.rawValue)).")
         }
+    }
+}
+
+/// Req 27 and 31: acknowledging an alert, by the CLI or by the daemon for it.
+enum Acknowledgement {
+    /// The API refused or could not be reached: shown, and the alert stays active (Req 27.4).
+    struct Failure: Error {
+        let message: String
+    }
+
+    /// Reads the duressed kit's tag (`trf:duress:<alertId>`) and acknowledges with method NFC.
+    static func byNFC(_ environment: Environment, expecting expected: String?, timeout: Duration) async throws -> String {
+        guard environment.nfcEnabled else {
+            throw FieldHALError(.notConfigured, subject: "alerts ack --nfc", detail: "NFC is disabled",
+                                advice: "set nfc_enabled = true in [transrify]")
+        }
+        _ = try environment.signedInSession()
+        let tag = try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: timeout) }
+        guard let read = DuressTagPayload.alertId(in: tag.ndef) else {
+            throw FieldHALError(.malformedData, subject: "nfc tag \(tag.uidString)", detail: "no trf:duress:<alertId> record on this tag")
+        }
+        if let expected, expected != read {
+            throw FieldHALError(.invalidArgument, subject: "alerts ack --nfc", detail: "the tag is for alert \(read), not \(expected)")
+        }
+        try await send(environment, alertId: read, method: .nfc)
+        return read
+    }
+
+    /// `POST /v1/alerts/ack`, then the haptic "success" when the kit has haptics (Req 27.5).
+    static func send(_ environment: Environment, alertId: String, method: AckMethod) async throws {
+        let session = try environment.signedInSession()
+        do {
+            _ = try await environment.transrifyClient().acknowledge(alertId: alertId, customerRef: session.customerRef, method: method)
+        } catch let error as TransrifyError {
+            throw Failure(message: "\(error.userMessage) The alert is still active.")
+        }
+        let kit = await environment.loadKit(only: [.haptics])
+        try? await kit.haptics().play(.success)
+        await kit.close()
     }
 }
 

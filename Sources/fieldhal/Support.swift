@@ -86,7 +86,7 @@ struct Environment {
 
     /// The sections besides the capabilities': the core's `[kit]` and the flows' own.
     static let settings: [String: [ParameterSpec]] = KitConfiguration.coreSettings.merging(
-        ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs]) { $1 }
+        ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs, "daemon": DaemonSettings.specs]) { $1 }
 
     /// Opens the vault in the state directory.
     func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }

@@ -129,8 +129,12 @@ struct SignInCommand: FieldHALSubcommand {
         let outcome = await Result { try await flow.signIn(customerRef: reference, pin: pin) }
         await kit.close()
         let record = try outcome.get()
-        // The same background run after every sign-in; it alone knows the mode.
-        BackgroundRun.start(["after-signin"] + global.forwarded)
+        // The same background work after every sign-in; it alone knows the mode. A running
+        // daemon does it (it holds the devices); else a detached process of our own.
+        let answer = (try? await ControlSocket.ask(.init(command: .afterSignIn), at: ControlSocket.path(environment))) ?? nil
+        if answer.map({ $0.error != nil }) ?? true {
+            BackgroundRun.start(["after-signin"] + global.forwarded)
+        }
         let report = SessionReport(record)
         try Output.emit(report, json: global.json) { report.text }
     }
@@ -192,6 +196,15 @@ struct AfterSignInCommand: FieldHALSubcommand {
     @OptionGroup var global: GlobalOptions
 
     func execute(_ environment: Environment) async throws {
+        try await BackgroundWork.afterSignIn(environment)
+    }
+}
+
+/// The work after every sign-in, run by `fieldhal after-signin` (started detached by
+/// `signin`) or, when it runs, by the daemon (asked over its socket): the same steps and
+/// the same silence whatever the verdict.
+enum BackgroundWork {
+    static func afterSignIn(_ environment: Environment) async throws {
         let client = try environment.transrifyClient()
         let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
@@ -210,9 +223,14 @@ struct AfterSignInCommand: FieldHALSubcommand {
             _ = await capture.captureDuressEvidence(for: record)
             await kit.close()
         }
-        await work.run()
-        if let queue { await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: .seconds(900)) }
-        await offering.withLock { $0 }?.value
+        // Cancelled (the daemon stops): the tag's offer ends with it; the queue keeps the rest.
+        await withTaskCancellationHandler {
+            await work.run()
+            if let queue { await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: .seconds(900)) }
+            await offering.withLock { $0 }?.value
+        } onCancel: {
+            offering.withLock { $0 }?.cancel()
+        }
     }
 }
 

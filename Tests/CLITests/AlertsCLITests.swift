@@ -65,6 +65,69 @@ struct AlertsCLITests {
         try await waitForBackgroundRuns(stateA, timeout: .seconds(40))
     }
 
+    /// The same story with both kits running `fieldhal run`, as in the field: `signin` hands
+    /// its background work to the daemon, kit A's daemon offers the duress tag, kit B's daemon
+    /// shows the banner (WebSocket) and reads the tag for `alerts ack --nfc` over its socket.
+    /// SIGTERM during the tag's emulation stops kit A's daemon cleanly.
+    @Test func twoKitsWithDaemons() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        try lab.running.server.addUser(tenantKey: SignInLab.tenantKey, customerRef: "bob02", pin: "8024", duressPin: "9753")
+        let bridge = try await PN532Emulator.start(["--bridge"])
+        defer { bridge.stop() }
+        func withChannel(_ path: String) throws -> String {
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+                .replacingOccurrences(of: "nfc_emulation_s = 10", with: "nfc_emulation_s = 120\nalert_poll_interval_ms = 60000\nalerts_websocket_url = \"ws://127.0.0.1:\(lab.running.port)/v1/alerts/ws\"")
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+        let configA = try withChannel(try kitConfig(lab, nfcSection: "nfc_emulator", connstring: bridge.connstring(0)))
+        let configB = try withChannel(try kitConfig(lab, nfcSection: "nfc", connstring: bridge.connstring(1)))
+        let stateA = try await lab.stateDirectory(), stateB = try await lab.stateDirectory()
+        let daemonA = try DaemonProcess(["--config", configA, "--state-dir", stateA])
+        let daemonB = try DaemonProcess(["--config", configB, "--state-dir", stateB])
+        #expect(await daemonA.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemonA.output)")
+        #expect(await daemonB.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemonB.output)")
+        try await Task.sleep(for: .milliseconds(300))  // the control sockets are bound
+
+        let signInB = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", configB, "--state-dir", stateB], input: "8024\n")
+        #expect(signInB.status == 0, "\(signInB.stderr)")
+        #expect(await daemonB.waitForLine(containing: "alerts: over the WebSocket channel", timeout: .seconds(10)) != nil, "\(daemonB.output)")
+        let signedIn = ContinuousClock.now
+        let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", configA, "--state-dir", stateA], input: "1357\n")
+        #expect(signInA.status == 0, "\(signInA.stderr)")
+        #expect(signInA.stdout == signInB.stdout.replacingOccurrences(of: "bob02", with: "alice01").replacingOccurrences(
+            of: signInB.stdout.components(separatedBy: "session ").last ?? "", with: signInA.stdout.components(separatedBy: "session ").last ?? ""))
+        // The daemons took the work: no detached after-signin process for either kit.
+        let detached = backgroundRuns(for: [stateA, stateB])
+        #expect(detached.isEmpty, "\(detached)")
+
+        let banner = await daemonB.waitForLine(containing: "Nearby Duress Alert — alice01", timeout: .seconds(10))
+        #expect(banner != nil, "\(daemonB.output)")
+        if let banner { #expect(banner.1 - signedIn < .seconds(3), "\(banner.1 - signedIn)") }
+        let alertId = try #require(try lab.running.server.alerts(tenantKey: SignInLab.tenantKey).first?.alertId)
+
+        let status = try await CLI.run(["daemon", "status", "--config", configB, "--state-dir", stateB])
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("alerts: over the WebSocket channel\nsigned in: yes\n"), "\(status.stdout)")
+
+        // Kit B's daemon reads kit A's daemon's tag for the CLI.
+        let ack = try await CLI.run(["alerts", "ack", "--nfc", "--timeout", "20", "--config", configB, "--state-dir", stateB])
+        #expect(ack.status == 0, "\(ack.stdout)\(ack.stderr)")
+        #expect(ack.stdout == "Acknowledged alert \(alertId) (NFC).\n")
+        #expect(try lab.running.server.acks(alertId: alertId).map { "\($0.customerRef) \($0.method)" } == ["bob02 NFC"])
+
+        // SIGTERM while kit A's daemon emulates the tag: a clean, quick exit.
+        let stoppedA = await daemonA.stop(SIGTERM)
+        #expect(stoppedA.status == 0, "\(daemonA.output)")
+        #expect(stoppedA.took < .seconds(3), "\(stoppedA.took)")
+        // Nothing in kit A's journal tells its mode.
+        #expect(!daemonA.output.contains { $0.localizedCaseInsensitiveContains("duress") || $0.contains("NFC") || $0.contains("tag") },
+                "\(daemonA.output)")
+        #expect(await daemonB.stop(SIGTERM).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: stateB + "/fieldhal.sock"), "the socket is removed on exit")
+    }
+
     @Test func nfcAcknowledgementNeedsNFCEnabled() async throws {
         let lab = try await SignInLab.start()
         defer { Task { await lab.running.stop() } }

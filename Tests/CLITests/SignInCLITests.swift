@@ -45,6 +45,15 @@ struct SignInLab {
     }
 }
 
+/// The command lines of running `fieldhal after-signin` processes for any of `states`.
+func backgroundRuns(for states: [String]) -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { entry in
+        guard Int32(entry) != nil, let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return nil }
+        let text = String(decoding: command, as: UTF8.self)
+        return text.contains("after-signin") && states.contains(where: text.contains) ? text : nil
+    }
+}
+
 /// Waits until no `fieldhal after-signin` for `state` is running (the background run).
 func waitForBackgroundRuns(_ state: String, timeout: Duration = .seconds(15)) async throws {
     try await offPool {

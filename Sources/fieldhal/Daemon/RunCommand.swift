@@ -51,6 +51,11 @@ final class Daemon: Service, Sendable {
     let logger: Logger
     let uploadInterval: Duration
     let verifyInterval: Duration
+    let startedAt = Date()
+    /// How alerts arrive now, for `fieldhal daemon status`.
+    let alertTransport = LockedValue("not signed in")
+    /// Sign-ins handed over by `fieldhal signin`, worked through one at a time.
+    let signIns = AsyncStream.makeStream(of: Void.self)
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
@@ -72,6 +77,8 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.uploadEvidence() }
                 group.addTask { await self.verifySession() }
                 group.addTask { await self.watchLock() }
+                group.addTask { await self.serveControlSocket() }
+                group.addTask { await self.workAfterSignIns() }
             }
         }
     }
@@ -98,6 +105,7 @@ final class Daemon: Service, Sendable {
         while !Task.isCancelled {
             let (generation, environment) = configuration.withLock { ($0.generation, $0.environment) }
             guard let session = try? environment.sessionStore().load() else {
+                alertTransport.withLock { $0 = "not signed in" }
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
@@ -139,13 +147,61 @@ final class Daemon: Service, Sendable {
             logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
             await AlertFeedback.announce(on: kit)
         case .transport(.webSocket, _):
+            alertTransport.withLock { $0 = "over the WebSocket channel" }
             alertProblem.withLock { $0 = nil }
             logger.info("alerts: over the WebSocket channel")
         case .transport(.polling, let reason):
             let why = reason.map { " (\($0))" } ?? ""
+            alertTransport.withLock { $0 = "polling every \(current.alertPollSeconds) s" }
             logger.info("alerts: polling every \(current.alertPollSeconds) s\(why)")
         case .problem(let problem):
             if alertProblem.withLock({ last in defer { last = problem }; return last != problem }) { logger.warning("alerts: \(problem)") }
+        }
+    }
+
+    /// The control socket (see `ControlSocket`); a failure to bind is logged and the daemon
+    /// carries on without it (commands then open devices themselves).
+    private func serveControlSocket() async {
+        let environment = current
+        let path = ControlSocket.path(environment)
+        let group = environment.configuration.settings["daemon"]?.string("socket_group") ?? "fieldhal"
+        do {
+            try await ControlSocket.serve(at: path, group: group) { request in await self.answer(request) }
+        } catch where !Task.isCancelled {
+            logger.error("control socket \(path): \(error) — other fieldhal commands will open devices themselves")
+        } catch {}
+    }
+
+    private func answer(_ request: ControlSocket.Request) async -> ControlSocket.Response {
+        let environment = current
+        switch request.command {
+        case .status:
+            let queued = (try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault()).items().count) ?? 0
+            let signedIn = ((try? environment.sessionStore().load()) ?? nil) != nil
+            return .init(status: .init(version: FieldHALVersion.current, pid: getpid(), startedAt: startedAt,
+                                       alerts: alertTransport.value, signedIn: signedIn, queuedEvidence: queued))
+        case .afterSignIn:
+            signIns.continuation.yield()
+            return .init()
+        case .ackNFC:
+            let timeout = Duration.milliseconds(min(max(request.timeoutMilliseconds ?? 30_000, 100), 300_000))
+            do {
+                return .init(alertId: try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: timeout))
+            } catch let failure as Acknowledgement.Failure {
+                return .init(error: failure.message, exitCode: 1)
+            } catch {
+                let failure = CommandFailure(error)
+                return .init(error: failure.description, exitCode: failure.exitCode)
+            }
+        }
+    }
+
+    /// The work after each sign-in (the alert in limited mode, evidence, the duress tag),
+    /// silently, as the detached `after-signin` would. SIGTERM cancels it: the tag's offer
+    /// ends, the evidence queue keeps what is not uploaded.
+    private func workAfterSignIns() async {
+        for await _ in signIns.stream {
+            try? await BackgroundWork.afterSignIn(current)
         }
     }
 
