@@ -93,7 +93,12 @@ enum ControlSocket {
 
     /// Asks the daemon; nil when none listens at `path` (then the command does the work itself).
     static func ask(_ request: Request, at path: String) async throws -> Response? {
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            // The runtime directory is 0750: outside group fieldhal, the socket cannot even be seen.
+            if errno == EACCES { throw permissionDenied(path) }
+            return nil
+        }
         let connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         do {
             connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -103,8 +108,7 @@ enum ControlSocket {
         } catch let error as IOError where error.errnoCode == ECONNREFUSED || error.errnoCode == ENOENT {
             return nil  // a socket file left by a daemon that died
         } catch let error as IOError where error.errnoCode == EACCES {
-            throw FieldHALError(.permissionDenied, subject: "daemon socket \(path)", detail: "permission denied",
-                                advice: "add this user to group fieldhal")
+            throw permissionDenied(path)
         }
         return try await connection.executeThenClose { inbound, outbound in
             try await outbound.write(ByteBuffer(bytes: try encoder.encode(request) + [0x0A]))
@@ -117,6 +121,11 @@ enum ControlSocket {
                 throw FieldHALError(.malformedData, subject: "daemon socket \(path)", detail: "an answer that is not JSON")
             }
         }
+    }
+
+    private static func permissionDenied(_ path: String) -> FieldHALError {
+        FieldHALError(.permissionDenied, subject: "daemon socket \(path)", detail: "permission denied",
+                      advice: "add this user to group fieldhal (sudo usermod -aG fieldhal $USER, then log in again)")
     }
 
     private static var encoder: JSONEncoder {
