@@ -124,6 +124,14 @@ struct AlertsCLITests {
         // Nothing in kit A's journal tells its mode.
         #expect(!daemonA.output.contains { $0.localizedCaseInsensitiveContains("duress") || $0.contains("NFC") || $0.contains("tag") },
                 "\(daemonA.output)")
+
+        // Restarted, kit A's daemon offers the tag again (still in limited mode): B reads it again.
+        let restartedA = try DaemonProcess(["--config", configA, "--state-dir", stateA])
+        #expect(await restartedA.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(restartedA.output)")
+        let again = try await CLI.run(["alerts", "ack", "--nfc", "--timeout", "20", "--config", configB, "--state-dir", stateB])
+        #expect(again.stdout == "Acknowledged alert \(alertId) (NFC).\n", "\(again.stderr)")
+        #expect(try lab.running.server.acks(alertId: alertId).count == 2)
+        #expect(await restartedA.stop(SIGTERM).status == 0)
         #expect(await daemonB.stop(SIGTERM).status == 0)
         #expect(!FileManager.default.fileExists(atPath: stateB + "/fieldhal.sock"), "the socket is removed on exit")
     }

@@ -79,6 +79,7 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.watchLock() }
                 group.addTask { await self.serveControlSocket() }
                 group.addTask { await self.workAfterSignIns() }
+                group.addTask { await self.resumeDuressTag() }
             }
         }
     }
@@ -203,6 +204,18 @@ final class Daemon: Service, Sendable {
         for await _ in signIns.stream {
             try? await BackgroundWork.afterSignIn(current)
         }
+    }
+
+    /// A daemon (re)started while its kit is in limited mode offers the duress tag again for
+    /// what is left of `nfc_emulation_s` since the sign-in: a restart must not end it.
+    private func resumeDuressTag() async {
+        let environment = current
+        guard environment.nfcEnabled, let record = try? environment.sessionStore().load(), record.limitedMode,
+              let alertId = record.alertId else { return }
+        let window = Double(environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800)
+        let left = window - Date().timeIntervalSince(record.signedInAt)
+        guard left >= 1 else { return }
+        await DuressTag.offer(alertId: alertId, for: .seconds(left), environment)
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
