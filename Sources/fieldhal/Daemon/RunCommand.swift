@@ -14,7 +14,8 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "Run as a service: nearby alerts, evidence uploads, session checks, the lock's idle relock.",
         discussion: """
-        Logs to standard output, one line per event (journald adds time and unit). SIGHUP \
+        Logs to standard output, one line per event; under systemd (JOURNAL_STREAM) each line \
+        carries its syslog priority for the journal and no timestamp of its own. SIGHUP \
         reloads the configuration; SIGTERM or SIGINT stops it gracefully: the evidence queue \
         keeps every item whose upload was interrupted (each step is saved), and devices are \
         released. Under systemd: systemd/fieldhal.service.
@@ -24,7 +25,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Seconds between session checks (Req 18).") var verifyInterval = 300
 
     func run() async throws {
+        let toJournal = JournalLogHandler.standardOutputIsJournal
         LoggingSystem.bootstrap { label in
+            if toJournal { return JournalLogHandler() }
             var handler = StreamLogHandler.standardOutput(label: label)
             handler.logLevel = .info
             return handler
