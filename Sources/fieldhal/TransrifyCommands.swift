@@ -204,7 +204,9 @@ struct AfterSignInCommand: FieldHALSubcommand {
 /// `signin`) or, when it runs, by the daemon (asked over its socket): the same steps and
 /// the same silence whatever the verdict.
 enum BackgroundWork {
-    static func afterSignIn(_ environment: Environment) async throws {
+    /// `keepTag`: who keeps the duress tag's offer (the daemon, which ends an older one);
+    /// nil: this run waits for it to end.
+    static func afterSignIn(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
         let client = try environment.transrifyClient()
         let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
@@ -214,7 +216,8 @@ enum BackgroundWork {
             // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
             if environment.nfcEnabled, let alertId = record.alertId {
                 let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
-                offering.withLock { $0 = Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) } }
+                let offer = Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) }
+                if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
             }
             guard let queue else { return }
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])

@@ -59,6 +59,8 @@ final class Daemon: Service, Sendable {
     let alertTransport = LockedValue("not signed in")
     /// Sign-ins handed over by `fieldhal signin`, worked through one at a time.
     let signIns = AsyncStream.makeStream(of: Void.self)
+    /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
+    let tagOffer = LockedValue<Task<Void, Never>?>(nil)
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
@@ -85,6 +87,14 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.resumeDuressTag() }
             }
         }
+        // The tag's offer is the daemon's own task, not the group's: end it with the rest.
+        let offer = tagOffer.withLock { offer in defer { offer = nil }; return offer }
+        offer?.cancel()
+        await offer?.value
+    }
+
+    private func keepTag(_ offer: Task<Void, Never>) {
+        tagOffer.withLock { $0?.cancel(); $0 = offer }
     }
 
     private var current: Environment { configuration.withLock { $0.environment } }
@@ -201,11 +211,11 @@ final class Daemon: Service, Sendable {
     }
 
     /// The work after each sign-in (the alert in limited mode, evidence, the duress tag),
-    /// silently, as the detached `after-signin` would. SIGTERM cancels it: the tag's offer
-    /// ends, the evidence queue keeps what is not uploaded.
+    /// silently, as the detached `after-signin` would; the tag's offer goes on beside the
+    /// next sign-ins. SIGTERM cancels it all: the evidence queue keeps what is not uploaded.
     private func workAfterSignIns() async {
         for await _ in signIns.stream {
-            try? await BackgroundWork.afterSignIn(current)
+            try? await BackgroundWork.afterSignIn(current) { self.keepTag($0) }
         }
     }
 
@@ -218,7 +228,7 @@ final class Daemon: Service, Sendable {
         let window = Double(environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800)
         let left = window - Date().timeIntervalSince(record.signedInAt)
         guard left >= 1 else { return }
-        await DuressTag.offer(alertId: alertId, for: .seconds(left), environment)
+        keepTag(Task { await DuressTag.offer(alertId: alertId, for: .seconds(left), environment) })
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
