@@ -66,7 +66,7 @@ public struct AlertChannel: Sendable {
             }
         } catch let error as AlertChannelError {
             throw error
-        } catch let error as WebSocketClientError where "\(error)" == "\(WebSocketClientError.webSocketUpgradeFailed)" {
+        } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
             throw AlertChannelError.refused(connectURL.redactingTenantKey)
         } catch {
             if Task.isCancelled { return }

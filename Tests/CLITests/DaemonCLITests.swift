@@ -161,6 +161,47 @@ struct DaemonCLITests {
         #expect(broken.stderr.contains("alerts_websocket_url: \"http://127.0.0.1/ws\" is not a ws:// or wss:// URL"), "\(broken.stderr)")
     }
 
+    /// The control socket under hostile or broken clients: garbage, an endless line and
+    /// silence each get an answer or a hang-up, and the daemon goes on answering.
+    @Test func theControlSocketSurvivesBadClients() async throws {
+        let state = scratch("socket-state")
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        let daemon = try DaemonProcess(["--state-dir", state])
+        #expect(await daemon.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemon.output)")
+        let socket = state + "/fieldhal.sock"
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { try await Task.sleep(for: .milliseconds(20)) }
+        let mode = try FileManager.default.attributesOfItem(atPath: socket)[.posixPermissions] as? Int
+        #expect(mode == 0o660)
+        let probe = """
+        import socket, sys, time
+        def ask(payload):
+            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1]); start = time.time()
+            if payload: s.sendall(payload)
+            data = s.recv(4096); print(round(time.time() - start, 1), data.decode().strip())
+        ask(b"hello\\n"); ask(b"x" * 70000); ask(None); ask(b'{"command":"status"}\\n')
+        """
+        let output = try await offPool { () -> String in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = ["-c", probe, socket]
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        let lines = output.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(output)")
+        guard lines.count == 4 else { return }
+        #expect(lines[0].contains("not a fieldhal control request") && lines[0].contains("\"exitCode\":64"), "\(lines[0])")
+        #expect(lines[1].contains("not a fieldhal control request"), "an endless line is cut off: \(lines[1])")
+        #expect(lines[2].hasPrefix("5.0 ") && lines[2].contains("not a fieldhal control request"), "silence is let go after 5 s: \(lines[2])")
+        #expect(lines[3].contains("\"alerts\":\"not signed in\""), "\(lines[3])")
+        #expect(await daemon.stop().status == 0)
+        #expect(!FileManager.default.fileExists(atPath: socket))
+    }
+
     /// SIGTERM while the daemon uploads evidence: a clean exit, and every item arrives once.
     @Test func sigtermDuringUploadsLosesNothing() async throws {
         let lab = try await SignInLab.start()

@@ -80,7 +80,7 @@ enum ControlSocket {
                                _ handle: @Sendable (Request) async -> Response) async throws {
         try await connection.executeThenClose { inbound, outbound in
             let response: Response
-            if let line = try await readLine(inbound), let request = try? JSONDecoder().decode(Request.self, from: line) {
+            if let line = try await readLine(inbound, within: .seconds(5)), let request = try? JSONDecoder().decode(Request.self, from: line) {
                 response = await handle(request)
             } else {
                 response = Response(error: "not a fieldhal control request", exitCode: 64)
@@ -132,6 +132,19 @@ enum ControlSocket {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         return encoder
+    }
+
+    /// A request line within `limit`: a client that connects and says nothing is let go.
+    private static func readLine(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>, within limit: Duration) async throws -> Data? {
+        try await withThrowingTaskGroup(of: Data?.self) { group in
+            group.addTask { try await readLine(inbound) }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? nil
+        }
     }
 
     /// Bytes up to the first newline (or the end), at most `maxLineBytes`.
