@@ -121,6 +121,14 @@ struct DaemonCLITests {
         #expect(played.filter { $0.contains("\"sound\":\"soft-alert\"") }.count == 1, "\(played)")
         #expect(played.filter { $0.contains("\"pattern\":\"warning\"") }.count == 1, "\(played)")
         #expect(!daemon.output.contains { $0.contains("alice01") && !$0.contains("Nearby Duress Alert") })
+        if transport == .webSocket {
+            // Req 25.5 / 35.5: signing out ends the subscription; the channel closes.
+            #expect(lab.running.server.openAlertChannels == 1)
+            let signOut = try await CLI.run(["signout", "--config", config, "--state-dir", stateB])
+            #expect(signOut.status == 0)
+            for _ in 0..<150 where lab.running.server.openAlertChannels > 0 { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(lab.running.server.openAlertChannels == 0, "the channel outlived the session")
+        }
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(daemon.output)")
         #expect(stopped.took < .seconds(3), "graceful stop took \(stopped.took)")
