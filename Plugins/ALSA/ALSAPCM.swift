@@ -146,7 +146,7 @@ final class ALSAPCM {
                                     advice: "the device has stopped (or another program holds its clock); check it with arecord -l")
             }
             for index in entries.indices { entries[index].revents = 0 }
-            let ready = poll(&entries, nfds_t(entries.count), Int32(max(1, Int(remaining.seconds * 1000))))
+            let ready = poll(&entries, nfds_t(entries.count), remaining.pollTimeout)
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw Self.error(-errno, subject: subject, doing: "wait")

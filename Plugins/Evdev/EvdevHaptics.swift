@@ -89,14 +89,7 @@ final class EvdevHaptics: HapticsEngine {
 
     /// Sleeps on the wake-up pipe: a cancelled task returns at once.
     private func waitInterruptibly(_ duration: Duration) throws {
-        let deadline = ContinuousClock.now + duration
-        while true {
-            let remaining = ContinuousClock.now.duration(to: deadline)
-            if remaining <= .zero { return }
-            var entry = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
-            let milliseconds = Int32((remaining.seconds * 1000).rounded(.up))
-            if poll(&entry, 1, milliseconds) > 0 { throw FieldHALError.cancelled(subject) }
-        }
+        if wakeup.wait(upTo: duration) { throw FieldHALError.cancelled(subject) }
     }
 }
 

@@ -164,10 +164,9 @@ final class GpsdLocationProvider: LocationProvider {
 
     /// Sleeps up to `duration` unless woken; returns true when woken (the provider closing).
     private func waitForWakeup(upTo duration: Duration) -> Bool {
-        var entry = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
-        let ready = poll(&entry, 1, Int32(clamping: Int(duration.seconds * 1000)))
-        if ready > 0 { wakeup.drain(); return true }
-        return false
+        guard wakeup.wait(upTo: duration) else { return false }
+        wakeup.drain()
+        return true
     }
 }
 

@@ -265,8 +265,7 @@ final class OperationInterrupt: Sendable {
 
     /// Sleeps for `duration` unless cancelled first; returns false when cancelled.
     func pause(_ duration: Duration) -> Bool {
-        var entry = pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)
-        _ = poll(&entry, 1, Int32(max(0, duration.milliseconds)))
+        _ = wakeup.wait(upTo: duration)
         return !isCancelled
     }
 }

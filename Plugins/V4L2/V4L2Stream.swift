@@ -97,7 +97,7 @@ final class V4L2Stream {
             }
             var entries = [pollfd(fd: handle.descriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&entries, 2, Int32(max(1, remaining.milliseconds)))
+            let ready = poll(&entries, 2, remaining.pollTimeout)
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw V4L2Handle.error(errno, subject: handle.subject, doing: "wait for a frame")
@@ -151,7 +151,4 @@ final class V4L2Stream {
     }
 }
 
-extension Duration {
-    var milliseconds: Int { Int(components.seconds) * 1000 + Int(components.attoseconds / 1_000_000_000_000_000) }
-}
 #endif

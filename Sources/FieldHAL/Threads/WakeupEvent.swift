@@ -42,9 +42,35 @@ public final class WakeupEvent: Sendable {
         while read(fileDescriptor, &buffer, buffer.count) > 0 {}
     }
 
+    /// Sleeps up to `duration` on the pipe alone: true as soon as a signal is pending (left
+    /// pending, so the caller decides whether to drain it), false when the time is up. The
+    /// one interruptible pause of the device threads.
+    public func wait(upTo duration: Duration) -> Bool {
+        let deadline = ContinuousClock.now + duration
+        while true {
+            let remaining = ContinuousClock.now.duration(to: deadline)
+            var entry = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, remaining.pollTimeout)
+            if ready > 0 { return true }
+            if ready < 0 && errno == EINTR { continue }
+            if ready < 0 || ContinuousClock.now >= deadline { return false }
+        }
+    }
+
     /// Whether a signal is pending, without clearing it.
     public var isSignalled: Bool {
         var entry = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
         return poll(&entry, 1, 0) > 0
+    }
+}
+
+extension Duration {
+    /// `poll(2)`'s timeout: whole milliseconds rounded up (a 0.4 ms wait must not become a
+    /// busy 0), clamped to Int32; negative durations are 0.
+    public var pollTimeout: Int32 {
+        guard self > .zero else { return 0 }
+        let (seconds, attoseconds) = components
+        let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int32(clamping: milliseconds)
     }
 }
