@@ -77,7 +77,9 @@ struct AlertSubscriptionTests {
         let alertId = try await lab.duressAlert()
         let announced = await log.wait(for: "announce \(alertId)")
         #expect(announced != nil, "\(log.lines)")
-        if let announced { #expect(announced.at - sent < .milliseconds(500), "channel latency \(announced.at - sent)") }
+        // The bound only separates "pushed" from "polled" (an hour here); the latency
+        // figures come from `fieldhal bench alerts`, not from a test on a loaded CI box.
+        if let announced { #expect(announced.at - sent < .seconds(2), "channel latency \(announced.at - sent)") }
         #expect(lab.running.server.openAlertChannels == 1)
         task.cancel()
         await task.value
