@@ -162,6 +162,19 @@ struct DaemonCLITests {
         #expect(watch.stderr == "fieldhal: alerts over the WebSocket channel\n")
         #expect(try String(contentsOfFile: feedback, encoding: .utf8).contains("\"sound\":\"soft-alert\""))
 
+        // Req 29: a kit with neither haptics nor a speaker still shows the banner.
+        let silentConfig = scratch("watch-silent.toml")
+        try (try String(contentsOfFile: config, encoding: .utf8))
+            .replacingOccurrences(of: "[speaker]\nplugin = \"fake\"", with: "[speaker]\nplugin = \"fake\"\nenabled = false")
+            .replacingOccurrences(of: "[haptics]\nplugin = \"fake\"", with: "[haptics]\nplugin = \"fake\"\nenabled = false")
+            .write(toFile: silentConfig, atomically: true, encoding: .utf8)
+        let silent = try await CLI.run(["alerts", "watch", "--seconds", "2", "--config", silentConfig, "--state-dir", stateB])
+        #expect(silent.status == 0, "\(silent.stderr)")
+        #expect(silent.stdout.hasPrefix("Nearby Duress Alert — alice01, about "), "\(silent.stdout)")
+        #expect(try String(contentsOfFile: silentConfig, encoding: .utf8).components(separatedBy: "enabled = false").count == 3)
+        let sounds = try String(contentsOfFile: feedback, encoding: .utf8).components(separatedBy: "\"sound\":\"soft-alert\"").count - 1
+        #expect(sounds == 1, "the disabled speaker played nothing")
+
         // No channel: polling, said once; a bad URL is a configuration error.
         let broken = try await CLI.run(["alerts", "watch", "--seconds", "1", "--config", config, "--state-dir", stateB],
                                        environment: ["ALERTS_WEBSOCKET_URL": "http://127.0.0.1/ws"])
