@@ -93,7 +93,9 @@ final class V4L2Stream {
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
             guard remaining > .zero else {
-                throw FieldHALError.timeout(handle.subject, after: timeout, waitingFor: "frame")
+                // Open, streaming, and silent: the device is there but sends nothing.
+                throw FieldHALError(.timeout, subject: handle.subject, detail: "no frame within \(timeout.secondsDescription)",
+                                    advice: "the camera is open but sends no frames — check its cable and power (a USB camera on an unpowered hub stalls), or raise frame_timeout_ms for long exposures")
             }
             var entries = [pollfd(fd: handle.descriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)]

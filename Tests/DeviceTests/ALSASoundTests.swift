@@ -95,6 +95,36 @@ struct LoopbackSoundTests {
         #expect(!FileManager.default.fileExists(atPath: path))
     }
 
+    /// A reader that stops reading for longer than the device's buffer overruns. The PCM
+    /// reports the overrun once (the microphone counts it in `AudioRecording.overruns`),
+    /// recovers by itself, and audio flows again — no error, no restart.
+    @Test func anOverrunIsReportedOnceAndRecovered() async throws {
+        let outcomes = try await offPool { () -> [String] in
+            let pcm = try ALSAPCM(name: "hw:Dummy,0,0", direction: .capture, subject: "microphone hw:Dummy,0,0")
+            defer { pcm.close() }
+            try pcm.configure(format: .s16le, channels: 2, sampleRate: 48_000, period: .milliseconds(20), buffer: .milliseconds(100))
+            let wakeup = try WakeupEvent()
+            let frames = 960
+            let chunk = UnsafeMutableRawPointer.allocate(byteCount: frames * pcm.bytesPerFrame, alignment: 8)
+            defer { chunk.deallocate() }
+            func read() throws -> String {
+                switch try pcm.transfer(chunk, frames: frames, timeout: .seconds(2), wakeup: wakeup) {
+                case .xrun: return "xrun"
+                case .frames(let count): return count > 0 ? "audio" : "nothing"
+                }
+            }
+            try pcm.start()
+            var outcomes = [try read()]
+            usleep(500_000)  // five buffers' worth of not reading
+            for _ in 0..<6 { outcomes.append(try read()) }
+            return outcomes
+        }
+        #expect(outcomes.first == "audio", "\(outcomes)")
+        #expect(outcomes.dropFirst().first == "xrun", "the stall is reported at the next read: \(outcomes)")
+        #expect(outcomes.filter { $0 == "xrun" }.count == 1, "\(outcomes)")
+        #expect(outcomes.suffix(3).allSatisfy { $0 == "audio" }, "audio flows again: \(outcomes)")
+    }
+
     @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
         let microphone = try await openMicrophone(Self.captureSide)
         let path = KernelLab.scratch("cancelled.wav")

@@ -91,6 +91,29 @@ struct VividCameraTests {
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
 
+    /// A camera that is present and streaming but sends nothing (vivid told to drop every
+    /// buffer): the capture gives up at `frame_timeout_ms` with a timeout that says what to
+    /// check, and once frames flow again the same camera object captures.
+    @Test func aStalledCameraTimesOutAndThenRecovers() async throws {
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        let camera = try await camera(node, ["frame_timeout_ms": .integer(600)])
+        func dropBuffers(_ percent: Int) async throws {
+            let set = try await KernelLab.run("/usr/bin/v4l2-ctl", ["-d", node, "--set-ctrl", "percentage_of_dropped_buffers=\(percent)"])
+            #expect(set.status == 0, "v4l2-ctl: \(set.output)")
+        }
+        try await dropBuffers(100)
+        let started = ContinuousClock.now
+        var stall: (any Error)?
+        do { _ = try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)) } catch { stall = error }
+        let waited = ContinuousClock.now - started
+        try await dropBuffers(0)
+        let error = try #require(stall, "a camera that drops every buffer produced a photo")
+        #expect(FieldHALError.Kind.timeout.matches(error), "\(error)")
+        #expect("\(error)".contains("camera \(node): no frame within 0.6 s — the camera is open but sends no frames"), "\(error)")
+        #expect(waited >= .milliseconds(600) && waited < .seconds(3), "gave up after \(waited)")
+        #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
+    }
+
     @Test func unbindingTheDeviceMidRecordingEndsWithDisconnected() async throws {
         let node = try KernelLab.vividCaptureNode(instance: 0)
         let camera = try await camera(node)
