@@ -159,7 +159,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),

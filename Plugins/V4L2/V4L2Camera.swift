@@ -203,7 +203,8 @@ final class V4L2Camera: Camera {
         return rates
     }
 }
-/// Turns a stream's frames into JPEG: MJPEG passes through (checked), 4:2:0 is compressed.
+/// Turns a stream's frames into JPEG: MJPEG passes through (checked, standard Huffman
+/// tables added when the camera left them out), 4:2:0 is compressed.
 private struct FrameEncoder {
     let stream: V4L2Stream
     let subject: String
@@ -218,8 +219,10 @@ private struct FrameEncoder {
     /// The frame as JPEG bytes, passed to `body` (no copy for MJPEG).
     func jpeg<T>(_ frame: V4L2Frame, quality: Int, _ body: (UnsafeRawBufferPointer) throws -> T) throws -> T {
         guard let compressor else {
-            guard frame.bytes.count > 4, frame.bytes[0] == 0xFF, frame.bytes[1] == 0xD8 else {
-                throw FieldHALError(.malformedData, subject: subject, detail: "an MJPEG frame without a JPEG start marker")
+            // Most UVC cameras omit the Huffman tables; a still or clip without them shows
+            // nothing in a browser. Frames that carry their own pass through uncopied.
+            if let completed = try MotionJPEG.withStandardHuffmanTables(frame.bytes, subject: subject) {
+                return try completed.withUnsafeBytes(body)
             }
             return try body(frame.bytes)
         }
