@@ -104,7 +104,8 @@ struct AlertsCLITests {
 
         let banner = await daemonB.waitForLine(containing: "Nearby Duress Alert — alice01", timeout: .seconds(10))
         #expect(banner != nil, "\(daemonB.output)")
-        if let banner { #expect(banner.1 - signedIn < .seconds(3), "\(banner.1 - signedIn)") }
+        // Over the channel, far inside the 60 s poll interval set above (0.1 s measured alone).
+        if let banner { #expect(banner.1 - signedIn < .seconds(5), "\(banner.1 - signedIn)") }
         let alertId = try #require(try lab.running.server.alerts(tenantKey: SignInLab.tenantKey).first?.alertId)
 
         let status = try await CLI.run(["daemon", "status", "--config", configB, "--state-dir", stateB])
@@ -120,7 +121,9 @@ struct AlertsCLITests {
         // SIGTERM while kit A's daemon emulates the tag: a clean, quick exit.
         let stoppedA = await daemonA.stop(SIGTERM)
         #expect(stoppedA.status == 0, "\(daemonA.output)")
-        #expect(stoppedA.took < .seconds(3), "\(stoppedA.took)")
+        // Alone this takes 0.4–0.7 s; the bound leaves room for a loaded CI machine (it
+        // once took 3.03 s there) and stays well inside the unit's TimeoutStopSec=30s.
+        #expect(stoppedA.took < .seconds(10), "\(stoppedA.took)")
         // Nothing in kit A's journal tells its mode.
         #expect(!daemonA.output.contains { $0.localizedCaseInsensitiveContains("duress") || $0.contains("NFC") || $0.contains("tag") },
                 "\(daemonA.output)")

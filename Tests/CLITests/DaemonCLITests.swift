@@ -109,7 +109,10 @@ struct DaemonCLITests {
         #expect(banner != nil, "\(daemon.output)")
         if let banner {
             let latency = banner.1 - signedIn
-            #expect(latency < .seconds(3), "\(transport): \(latency)")
+            // Includes kit A's whole sign-in (argon2id on the lab server). Measured alone:
+            // 0.1 s over the channel, 1–1.3 s polling every 1 s (docs/performance.md); 5 s
+            // leaves room for a loaded CI machine and is far below the channel test's 60 s poll.
+            #expect(latency < .seconds(5), "\(transport): \(latency)")
             print("alert latency, duress sign-in on A → banner in B's daemon (\(transport)): \(latency)")
         }
         // Req 29: the haptic warning and the soft alert sound, once.
@@ -131,7 +134,8 @@ struct DaemonCLITests {
         }
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(daemon.output)")
-        #expect(stopped.took < .seconds(3), "graceful stop took \(stopped.took)")
+        // Well inside the unit's TimeoutStopSec=30s; the measured figure is in docs/reliability.md.
+        #expect(stopped.took < .seconds(10), "graceful stop took \(stopped.took)")
         #expect(daemon.output.last?.contains("fieldhal stopped") == true, "\(daemon.output)")
         try await waitForBackgroundRuns(stateA)
     }
