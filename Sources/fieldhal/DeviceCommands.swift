@@ -50,7 +50,7 @@ extension CameraCommand {
                 var line = String(format: "%@: %dx%d Motion-JPEG AVI, %d frames in %.2f s (%.1f fps), %d bytes", video.path,
                                   video.width, video.height, video.frames, video.durationSeconds, video.framesPerSecond, video.bytes)
                 if video.droppedFrames > 0 { line += ", \(video.droppedFrames) frames dropped" }
-                if video.stoppedAtSizeLimit { line += " (stopped at the 1 GiB AVI limit)" }
+                if video.stoppedAtSizeLimit { line += " (stopped at the AVI size limit, \(MJPEGAVIWriter.sizeLimit >> 30) GiB)" }
                 return line
             }
         }

@@ -105,7 +105,7 @@ public struct VideoRecording: Sendable, Equatable, Codable {
     /// Frames the device skipped (gaps in its sequence numbers): the recorder fell behind.
     public var droppedFrames: Int
     public var bytes: Int
-    /// The recording stopped early at the container's 1 GiB limit.
+    /// The recording stopped early at the container's size limit (`MJPEGAVIWriter.sizeLimit`).
     public var stoppedAtSizeLimit: Bool
 
     public init(path: String, width: Int, height: Int, frames: Int, durationSeconds: Double,
