@@ -28,29 +28,37 @@ struct BaselineJPEGEncoder {
         out += [0xFF, 0xDA, 0x00, 0x0C, 0x03, 0x01, 0x00, 0x02, 0x11, 0x03, 0x11, 0x00, 0x3F, 0x00]
 
         var bits = BitWriter()
+        bits.reserve(width * height / 2)
         var previousDC = [0, 0, 0]
         let luminanceCodes = (Self.codes(.luminanceDC), Self.codes(.luminanceAC))
         let chrominanceCodes = (Self.codes(.chrominanceDC), Self.codes(.chrominanceAC))
+        // Colour conversion once per picture; the blocks then read planes through unsafe
+        // buffers (the fake runs in debug builds, where array subscripts dominate).
+        let planes = Self.ycbcrPlanes(rgb, width: width, height: height)
         var block = [Double](repeating: 0, count: 64)
-        for blockY in stride(from: 0, to: height, by: 8) {
-            for blockX in stride(from: 0, to: width, by: 8) {
-                for component in 0..<3 {
-                    for y in 0..<8 {
-                        for x in 0..<8 {
-                            // Edge blocks repeat the last row and column.
-                            let pixel = (min(blockY + y, height - 1) * width + min(blockX + x, width - 1)) * 3
-                            let r = Double(rgb[pixel]), g = Double(rgb[pixel + 1]), b = Double(rgb[pixel + 2])
-                            block[y * 8 + x] = switch component {
-                            case 0: 0.299 * r + 0.587 * g + 0.114 * b - 128
-                            case 1: -0.168736 * r - 0.331264 * g + 0.5 * b
-                            default: 0.5 * r - 0.418688 * g - 0.081312 * b
+        var coefficients = [Int](repeating: 0, count: 64)
+        let divisors = Self.divisors(luminanceTable) + Self.divisors(chrominanceTable)
+        let pixels = width * height
+        planes.withUnsafeBufferPointer { planes in
+            divisors.withUnsafeBufferPointer { divisors in
+                block.withUnsafeMutableBufferPointer { block in
+                    coefficients.withUnsafeMutableBufferPointer { coefficients in
+                        for blockY in stride(from: 0, to: height, by: 8) {
+                            for blockX in stride(from: 0, to: width, by: 8) {
+                                for component in 0..<3 {
+                                    for y in 0..<8 {
+                                        // Edge blocks repeat the last row and column.
+                                        let row = component * pixels + min(blockY + y, height - 1) * width
+                                        for x in 0..<8 { block[y * 8 + x] = planes[row + min(blockX + x, width - 1)] }
+                                    }
+                                    Self.quantizedDCT(block, divisors: UnsafeBufferPointer(rebasing: divisors[(component == 0 ? 0 : 64)...]),
+                                                      into: coefficients)
+                                    let codes = component == 0 ? luminanceCodes : chrominanceCodes
+                                    Self.encodeBlock(coefficients, previousDC: &previousDC[component], dc: codes.0, ac: codes.1, into: &bits)
+                                }
                             }
                         }
                     }
-                    let table = component == 0 ? luminanceTable : chrominanceTable
-                    let codes = component == 0 ? luminanceCodes : chrominanceCodes
-                    let coefficients = Self.quantizedDCT(block, table: table)
-                    Self.encodeBlock(coefficients, previousDC: &previousDC[component], dc: codes.0, ac: codes.1, into: &bits)
                 }
             }
         }
@@ -62,34 +70,74 @@ struct BaselineJPEGEncoder {
 
     // MARK: Transform and entropy coding
 
-    private static let cosines: [Double] = (0..<64).map { index in
-        let x = Double(index / 8), u = Double(index % 8)
-        return cos((2 * x + 1) * u * .pi / 16)
+    /// The Y, Cb and Cr planes one after another (Y level-shifted by 128), a value per pixel.
+    private static func ycbcrPlanes(_ rgb: [UInt8], width: Int, height: Int) -> [Double] {
+        let pixels = width * height
+        return [Double](unsafeUninitializedCapacity: 3 * pixels) { planes, initialized in
+            rgb.withUnsafeBufferPointer { rgb in
+                for pixel in 0..<pixels {
+                    let r = Double(rgb[pixel * 3]), g = Double(rgb[pixel * 3 + 1]), b = Double(rgb[pixel * 3 + 2])
+                    planes[pixel] = 0.299 * r + 0.587 * g + 0.114 * b - 128
+                    planes[pixels + pixel] = -0.168736 * r - 0.331264 * g + 0.5 * b
+                    planes[2 * pixels + pixel] = 0.5 * r - 0.418688 * g - 0.081312 * b
+                }
+            }
+            initialized = 3 * pixels
+        }
     }
 
-    /// The 2-D DCT-II of an 8×8 block, quantized, in zigzag order.
-    private static func quantizedDCT(_ block: [Double], table: [UInt8]) -> [Int] {
-        var rows = [Double](repeating: 0, count: 64)
-        for y in 0..<8 {
-            for u in 0..<8 {
-                var sum = 0.0
-                for x in 0..<8 { sum += block[y * 8 + x] * cosines[x * 8 + u] }
-                rows[y * 8 + u] = sum
-            }
-        }
-        var result = [Int](repeating: 0, count: 64)
-        for v in 0..<8 {
-            for u in 0..<8 {
-                var sum = 0.0
-                for y in 0..<8 { sum += rows[y * 8 + u] * cosines[y * 8 + v] }
-                let scale = (u == 0 ? 1 / 2.0.squareRoot() : 1) * (v == 0 ? 1 / 2.0.squareRoot() : 1) / 4
-                result[v * 8 + u] = Int((sum * scale / Double(table[v * 8 + u])).rounded())
-            }
-        }
-        return zigzag.map { result[$0] }
+    /// The 2-D DCT-II of an 8×8 block (rows, then columns, each by the Arai–Agui–Nakajima
+    /// factorisation: 5 multiplications per 8 points), quantized, in zigzag order.
+    /// `divisors` fold the factorisation's output scale into the quantizer.
+    private static func quantizedDCT(_ block: UnsafeMutableBufferPointer<Double>, divisors: UnsafeBufferPointer<Double>,
+                                     into result: UnsafeMutableBufferPointer<Int>) {
+        let data = block.baseAddress!
+        for row in 0..<8 { transform8(data + row * 8, stride: 1) }
+        for column in 0..<8 { transform8(data + column, stride: 8) }
+        for index in 0..<64 { result[zigzagPosition[index]] = lround(data[index] * divisors[index]) }
     }
 
-    private static func encodeBlock(_ coefficients: [Int], previousDC: inout Int, dc: [HuffmanCode], ac: [HuffmanCode],
+    /// One 8-point AAN DCT in place, on `values[0]`, `values[stride]`, … `values[7 * stride]`.
+    private static func transform8(_ values: UnsafeMutablePointer<Double>, stride: Int) {
+        let d0 = values[0], d1 = values[stride], d2 = values[2 * stride], d3 = values[3 * stride]
+        let d4 = values[4 * stride], d5 = values[5 * stride], d6 = values[6 * stride], d7 = values[7 * stride]
+        let sum07 = d0 + d7, difference07 = d0 - d7, sum16 = d1 + d6, difference16 = d1 - d6
+        let sum25 = d2 + d5, difference25 = d2 - d5, sum34 = d3 + d4, difference34 = d3 - d4
+        // Even part.
+        let even0 = sum07 + sum34, even1 = sum07 - sum34, even2 = sum16 + sum25, even3 = sum16 - sum25
+        values[0] = even0 + even2
+        values[4 * stride] = even0 - even2
+        let rotated = (even3 + even1) * 0.707106781186547524
+        values[2 * stride] = even1 + rotated
+        values[6 * stride] = even1 - rotated
+        // Odd part.
+        let odd0 = difference34 + difference25, odd1 = difference25 + difference16, odd2 = difference16 + difference07
+        let z5 = (odd0 - odd2) * 0.382683432365089772
+        let z2 = 0.541196100146196984 * odd0 + z5
+        let z4 = 1.306562964876376527 * odd2 + z5
+        let z3 = odd1 * 0.707106781186547524
+        let z11 = difference07 + z3, z13 = difference07 - z3
+        values[5 * stride] = z13 + z2
+        values[3 * stride] = z13 - z2
+        values[stride] = z11 + z4
+        values[7 * stride] = z11 - z4
+    }
+
+    /// 1 / (quantizer × the AAN output scale): AAN's coefficient (u, v) comes out
+    /// 8·s(u)·s(v) times the orthonormal DCT's, s(0) = 1, s(k) = √2·cos(kπ/16).
+    static func divisors(_ table: [UInt8]) -> [Double] {
+        let aan = (0..<8).map { $0 == 0 ? 1.0 : 2.0.squareRoot() * cos(Double($0) * .pi / 16) }
+        return (0..<64).map { index in 1 / (Double(table[index]) * aan[index / 8] * aan[index % 8] * 8) }
+    }
+
+    /// Where each natural-order coefficient goes in zigzag order.
+    private static let zigzagPosition: [Int] = {
+        var position = [Int](repeating: 0, count: 64)
+        for (order, natural) in zigzag.enumerated() { position[natural] = order }
+        return position
+    }()
+
+    private static func encodeBlock(_ coefficients: UnsafeMutableBufferPointer<Int>, previousDC: inout Int, dc: [HuffmanCode], ac: [HuffmanCode],
                                     into bits: inout BitWriter) {
         let difference = coefficients[0] - previousDC
         previousDC = coefficients[0]
@@ -173,6 +221,8 @@ struct BitWriter {
     private(set) var bytes: [UInt8] = []
     private var accumulator = 0
     private var count = 0
+
+    mutating func reserve(_ capacity: Int) { bytes.reserveCapacity(capacity) }
 
     mutating func write(_ code: HuffmanCode) {
         precondition(code.length > 0, "symbol without a Huffman code")

@@ -23,6 +23,7 @@ struct DemoCommand: FieldHALSubcommand {
         """)
     @OptionGroup var global: GlobalOptions
     @Option(help: "Seconds of audio evidence.") var audioSeconds = 2
+    @Option(help: "Seconds of video evidence.") var videoSeconds = 2
 
     func execute(_ environment: Environment) async throws {
         let scratch = NSTemporaryDirectory() + "fieldhal-demo-\(getpid())"
@@ -58,6 +59,7 @@ struct DemoCommand: FieldHALSubcommand {
             after.limitedMode = { record in
                 var capture = EvidenceCapture(queue: queue, kit: kit)
                 capture.audioDuration = .seconds(max(1, min(audioSeconds, 60)))
+                capture.video = VideoRequest(duration: .seconds(max(1, min(videoSeconds, 60))), width: 320, height: 240, framesPerSecond: 10)
                 let items = await capture.captureDuressEvidence(for: record)
                 captured.withLock { $0 = items }
             }

@@ -19,7 +19,7 @@ struct EvidenceCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Argument(help: "photo, audio, video, text or nearby.") var kind: String
         @Option(help: "The note, for text.") var text: String?
-        @Option(help: "Seconds of audio.") var seconds: Int = 10
+        @Option(help: "Seconds of audio (default 10) or video (default evidence_video_seconds, else 10); 1–600.") var seconds: Int?
         @Option(help: "The incident (default: the signed-in session's).") var incident: String?
 
         func execute(_ environment: Environment) async throws {
@@ -36,7 +36,8 @@ struct EvidenceCommand: AsyncParsableCommand {
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
             var capture = EvidenceCapture(queue: queue, kit: kit)
-            capture.audioDuration = .seconds(max(1, min(seconds, 600)))
+            capture.audioDuration = .seconds(max(1, min(seconds ?? 10, 600)))
+            capture.video = environment.evidenceVideo(seconds: seconds)
             let result = await Result { try await capture.capture(evidenceKind, incidentId: incidentId, note: text ?? "") }
             await kit.close()
             let item = try result.get()

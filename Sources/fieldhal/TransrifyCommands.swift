@@ -18,6 +18,10 @@ enum TransrifySettings {
         ParameterSpec("production_url", .string, help: "API base URL in production"),
         ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
         ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
+        ParameterSpec("evidence_video_seconds", .integer, help: "length of the video evidence recorded in limited mode (default 10; Motion-JPEG AVI)"),
+        ParameterSpec("evidence_video_width", .integer, help: "video evidence width (default 640; the camera's nearest size is used)"),
+        ParameterSpec("evidence_video_height", .integer, help: "video evidence height (default 480)"),
+        ParameterSpec("evidence_video_fps", .integer, help: "video evidence frames per second (default 30; the camera's nearest rate is used)"),
         ParameterSpec("alert_radius_meters", .integer, help: "nearby alerts within this radius, 100–10000 (default 1000; env ALERT_RADIUS_METERS)"),
         ParameterSpec("alert_poll_interval_ms", .integer, help: "poll for nearby alerts this often (default 15000; env ALERT_POLL_INTERVAL_MS)"),
         ParameterSpec("alerts_websocket_url", .string, help: "the alerts WebSocket channel, ws:// or wss:// (default none: polling; env ALERTS_WEBSOCKET_URL)"),
@@ -200,6 +204,19 @@ struct AfterSignInCommand: FieldHALSubcommand {
     }
 }
 
+extension Environment {
+    /// The VIDEO evidence clip `[transrify] evidence_video_*` asks for (10 s of 640x480 at
+    /// 30 fps by default). Out-of-range sizes and rates are refused by the camera, and the
+    /// refusal is queued as the VIDEO item's error.
+    func evidenceVideo(seconds override: Int? = nil) -> VideoRequest {
+        let section = configuration.settings["transrify"]
+        let seconds = override ?? section?.integer("evidence_video_seconds") ?? 10
+        return VideoRequest(duration: .seconds(max(1, min(seconds, 600))),
+                            width: section?.integer("evidence_video_width") ?? 640, height: section?.integer("evidence_video_height") ?? 480,
+                            framesPerSecond: section?.integer("evidence_video_fps") ?? 30)
+    }
+}
+
 /// The work after every sign-in, run by `fieldhal after-signin` (started detached by
 /// `signin`) or, when it runs, by the daemon (asked over its socket): the same steps and
 /// the same silence whatever the verdict.
@@ -211,6 +228,7 @@ enum BackgroundWork {
         let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
+        let video = environment.evidenceVideo()
         let offering = LockedValue<Task<Void, Never>?>(nil)
         work.limitedMode = { record in
             // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
@@ -223,6 +241,7 @@ enum BackgroundWork {
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
             var capture = EvidenceCapture(queue: queue, kit: kit)
             capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
+            capture.video = video
             _ = await capture.captureDuressEvidence(for: record)
             await kit.close()
         }

@@ -61,4 +61,27 @@ struct EvidenceCLITests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: state + "/evidence")
         #expect(leftovers == ["queue.lock"], "no temporary or decrypted file left: \(leftovers)")
     }
+
+    /// VIDEO evidence from the fake camera: sealed in the queue, uploaded, and what the
+    /// server received is a Motion-JPEG AVI that ffprobe reads whole.
+    @Test func videoEvidenceArrivesAsAClipFFprobeReads() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let state = try await lab.stateDirectory()
+        let options = ["--config", lab.config, "--state-dir", state]
+        let captured = try await CLI.run(["evidence", "capture", "video", "--seconds", "1", "--incident", "inc-video", "--json"] + options)
+        #expect(captured.status == 0, "\(captured.stderr)")
+        struct Kind: Decodable { var kind: String }
+        #expect(try JSONDecoder().decode(Kind.self, from: Data(captured.stdout.utf8)).kind == "VIDEO")
+        let flushed = try await CLI.run(["evidence", "flush"] + options)
+        #expect(flushed.status == 0, "\(flushed.stdout)\(flushed.stderr)")
+        let video = try #require(try lab.running.server.evidence().first { $0.kind == "VIDEO" })
+        let object = lab.directory + "/objects/" + video.key
+        #expect(try FileManager.default.attributesOfItem(atPath: object)[.size] as? Int64 == video.size)
+        let probe = try await CLI.runTool("/usr/bin/ffprobe", ["-v", "error", "-count_packets", "-show_entries",
+                                                               "stream=codec_name,width,height,nb_read_packets", "-of", "csv=p=0", object])
+        #expect(probe.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "mjpeg,160,120,10", "\(probe.stdout)\(probe.stderr)")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: state + "/evidence")
+        #expect(leftovers == ["queue.lock"], "no scratch clip left: \(leftovers)")
+    }
 }

@@ -29,9 +29,15 @@ public struct CLI {
         try await offPool { try runBlocking(arguments, environment: extra, input: input) }
     }
 
-    public static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) throws -> Result {
+    /// Another program (ffprobe, a libnfc tool), the same way.
+    public static func runTool(_ path: String, _ arguments: [String]) async throws -> Result {
+        try await offPool { try runBlocking(arguments, executable: URL(fileURLWithPath: path)) }
+    }
+
+    public static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil,
+                                   executable: URL = binary) throws -> Result {
         let process = Process()
-        process.executableURL = binary
+        process.executableURL = executable
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["FIELDHAL_CONFIG"] = nil

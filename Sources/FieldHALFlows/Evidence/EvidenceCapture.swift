@@ -11,6 +11,8 @@ public struct EvidenceCapture: Sendable {
     public var microphone: (any Microphone)?
     public var location: (any LocationProvider)?
     public var audioDuration: Duration = .seconds(10)
+    /// The VIDEO clip: Motion-JPEG AVI at the size and rate the camera offers nearest to these.
+    public var video = VideoRequest(duration: .seconds(10))
 
     public init(queue: EvidenceQueue, camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
         self.queue = queue
@@ -59,8 +61,13 @@ public struct EvidenceCapture: Sendable {
             _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
             return try queue.add(kind: .audio, contentType: "audio/wav", incidentId: incidentId, file: scratch)
         case .video:
-            guard camera != nil else { throw Self.missing("camera") }
-            throw FieldHALError(.unsupported, subject: "evidence", detail: "this kit's camera backend records no video yet")
+            guard let camera else { throw Self.missing("camera") }
+            // Streamed to a scratch file in the queue's own directory (0700), sealed into the
+            // queue as it is read, then removed: the clip is never kept unsealed.
+            let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).avi"
+            defer { unlink(scratch) }
+            _ = try await camera.recordVideo(video, to: scratch)
+            return try queue.add(kind: .video, contentType: "video/x-msvideo", incidentId: incidentId, file: scratch)
         case .text:
             return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8))
         case .nearby:
