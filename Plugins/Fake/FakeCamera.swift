@@ -42,17 +42,20 @@ actor FakeCamera: Camera {
         let frames = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
         let writer = try MJPEGAVIWriter(path: path, width: request.width, height: request.height)
         let encoder = BaselineJPEGEncoder(quality: request.quality)
+        var full: MJPEGAVIWriter.Full?
         for _ in 0..<frames {
             try Task.checkCancellation()
             frameNumber += 1
             let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
             let jpeg = encoder.encode(rgb: pixels, width: request.width, height: request.height)
-            if writer.wouldExceedLimit(frameSize: jpeg.count) { break }
+            full = writer.full(forFrameOf: jpeg.count)
+            if full != nil { break }
             try jpeg.withUnsafeBytes { try writer.append(jpeg: $0) }
         }
         let bytes = try writer.finish(duration: request.duration)
         return VideoRecording(path: path, width: request.width, height: request.height, frames: writer.frameCount,
-                              durationSeconds: request.duration.seconds, bytes: bytes)
+                              durationSeconds: request.duration.seconds, bytes: bytes,
+                              stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
     }
 
     /// SMPTE-like bars (white, yellow, cyan, green, magenta, red, blue, black) on the top

@@ -109,25 +109,26 @@ final class V4L2Camera: Camera {
             var started: ContinuousClock.Instant?
             var lastSequence: UInt32?
             var dropped = 0
-            var stoppedAtLimit = false
+            var full: MJPEGAVIWriter.Full?
             while started.map({ ContinuousClock.now - $0 < request.duration }) ?? true {
                 let more = try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame -> Bool in
                     if started == nil { started = .now }
                     if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
                     lastSequence = frame.sequence
                     return try encoder.jpeg(frame, quality: request.quality) { jpeg in
-                        if writer.wouldExceedLimit(frameSize: jpeg.count) { return false }
+                        full = writer.full(forFrameOf: jpeg.count)
+                        if full != nil { return false }
                         try writer.append(jpeg: jpeg)
                         return true
                     }
                 }
-                if !more { stoppedAtLimit = true; break }
+                if !more { break }
             }
             let elapsed = started.map { ContinuousClock.now - $0 } ?? .zero
             let bytes = try writer.finish(duration: elapsed)
             return VideoRecording(path: path, width: stream.width, height: stream.height, frames: writer.frameCount,
                                   durationSeconds: elapsed.seconds, droppedFrames: dropped, bytes: bytes,
-                                  stoppedAtSizeLimit: stoppedAtLimit)
+                                  stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
         }
     }
 

@@ -51,6 +51,7 @@ extension CameraCommand {
                                   video.width, video.height, video.frames, video.durationSeconds, video.framesPerSecond, video.bytes)
                 if video.droppedFrames > 0 { line += ", \(video.droppedFrames) frames dropped" }
                 if video.stoppedAtSizeLimit { line += " (stopped at the AVI size limit, \(MJPEGAVIWriter.sizeLimit >> 30) GiB)" }
+                if video.stoppedForDiskSpace { line += " (stopped early: the disk is nearly full; the clip up to there is kept)" }
                 return line
             }
         }

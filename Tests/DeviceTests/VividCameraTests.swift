@@ -65,6 +65,36 @@ struct VividCameraTests {
         #expect(decode.status == 0 && decode.output.isEmpty, "every frame decodes: \(decode.output)")
     }
 
+    /// A recording onto a 3 MiB tmpfs: it stops while 1 MiB is still free, and the clip up
+    /// to there is a whole file ffmpeg plays (a failed write would have lost all of it).
+    @Test func aRecordingThatFillsTheDiskStopsAndKeepsTheClip() async throws {
+        let mountPoint = KernelLab.scratch("small-disk")
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let mounted = try await KernelLab.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint])
+        try #require(mounted.status == 0, "\(mounted.output)")
+        var failure: (any Error)?
+        do { try await recordUntilFull(onto: mountPoint) } catch { failure = error }
+        try await KernelLab.run("/bin/umount", [mountPoint])
+        if let failure { throw failure }
+    }
+
+    private func recordUntilFull(onto mountPoint: String) async throws {
+        let path = mountPoint + "/clip.avi"
+        let video = try await camera().recordVideo(VideoRequest(duration: .seconds(20), width: 640, height: 360, framesPerSecond: 30), to: path)
+        #expect(video.stoppedForDiskSpace && !video.stoppedAtSizeLimit)
+        #expect(video.frames > 5 && video.durationSeconds < 15, "\(video.frames) frames in \(video.durationSeconds) s")
+        var info = statvfs()
+        #expect(statvfs(mountPoint, &info) == 0)
+        let free = Int(info.f_bavail) * Int(info.f_frsize)
+        #expect(free >= MJPEGAVIWriter.diskMargin - 64 * 1024, "left free: \(free) bytes")
+        let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-count_packets", "-show_entries",
+                                                                 "stream=codec_name,width,height,nb_read_packets", "-of", "csv=p=0", path])
+        #expect(probe.output.trimmingCharacters(in: .whitespacesAndNewlines) == "mjpeg,640,360,\(video.frames)", "\(probe.output)")
+        let decode = try await KernelLab.run("/usr/bin/ffmpeg", ["-v", "error", "-i", path, "-f", "null", "-"])
+        #expect(decode.status == 0 && decode.output.isEmpty, "every frame decodes: \(decode.output)")
+        print("disk full: \(video.frames) frames, \(video.bytes) bytes in \(video.durationSeconds) s; \(free) bytes left free")
+    }
+
     @Test func aSecondStreamIsRefusedAsBusy() async throws {
         let first = try await camera()
         let second = try await camera()

@@ -30,26 +30,38 @@ struct MJPEGAVIWriterTests {
         FileManager.default.temporaryDirectory.appendingPathComponent("fieldhal-avi-\(UUID().uuidString).avi").path
     }
 
-    /// Writes `count` frames (cycling through `frames`) and returns what was written, in order.
-    static func record(_ frames: [[UInt8]], count: Int, to path: String, segmentBytes: Int? = nil) throws -> (written: [[UInt8]], bytes: Int) {
-        let writer = try segmentBytes.map { try MJPEGAVIWriter(path: path, width: 160, height: 120, segmentBytes: $0) }
-            ?? MJPEGAVIWriter(path: path, width: 160, height: 120)
-        var written: [[UInt8]] = []
+    /// Writes `count` frames (cycling through `frames`) until the writer is full; returns
+    /// what was written, in order, the file's size and why it stopped early, if it did.
+    static func record(_ frames: [[UInt8]], count: Int, to path: String, segmentBytes: Int = MJPEGAVIWriter.segmentLimit,
+                       disk: SimulatedDisk? = nil) throws -> (written: [[UInt8]], bytes: Int, full: MJPEGAVIWriter.Full?) {
+        let writer = try MJPEGAVIWriter(path: path, width: 160, height: 120, segmentBytes: segmentBytes,
+                                        freeSpace: disk.map { disk in { disk.capacity - disk.used } })
+        var written: [[UInt8]] = [], full: MJPEGAVIWriter.Full?
         for index in 0..<count {
             let frame = frames[index % frames.count]
-            guard !writer.wouldExceedLimit(frameSize: frame.count) else { break }
+            full = writer.full(forFrameOf: frame.count)
+            if full != nil { break }
             try frame.withUnsafeBytes { try writer.append(jpeg: $0) }
+            disk?.used = writer.bytesWritten
             written.append(frame)
         }
         let bytes = try writer.finish(duration: .seconds(Double(written.count) / 25))
-        return (written, bytes)
+        return (written, bytes, full)
+    }
+
+    /// A file system of `capacity` bytes that only this recording writes to.
+    final class SimulatedDisk {
+        let capacity: Int
+        var used = 0
+        init(capacity: Int) { self.capacity = capacity }
     }
 
     @Test func aShortClipIsOneRIFFThatFFmpegReadsWhole() async throws {
         let frames = try await Self.frames()
         let path = Self.scratchPath()
         defer { unlink(path) }
-        let (written, bytes) = try Self.record(frames, count: 50, to: path)
+        let (written, bytes, full) = try Self.record(frames, count: 50, to: path)
+        #expect(full == nil)
         let file = try AVIFile(path: path)
         #expect(file.bytes.count == bytes)
         #expect(file.riffs.map(\.type) == ["AVI "])
@@ -63,7 +75,7 @@ struct MJPEGAVIWriterTests {
         let path = Self.scratchPath()
         defer { unlink(path) }
         let segment = 64 * 1024
-        let (written, _) = try Self.record(frames, count: 300, to: path, segmentBytes: segment)
+        let (written, _, _) = try Self.record(frames, count: 300, to: path, segmentBytes: segment)
         #expect(written.count == 300)
         let file = try AVIFile(path: path)
         #expect(file.riffs.count > 5, "\(file.riffs.count) RIFFs")
@@ -82,7 +94,8 @@ struct MJPEGAVIWriterTests {
         defer { unlink(path) }
         // RIFFs that hold two or three frames each: 256 of them fill the super index.
         let segment = 5 * 1024 + 2 * (frames.map(\.count).max()! + 8) + 256
-        let (written, _) = try Self.record(frames, count: 10_000, to: path, segmentBytes: segment)
+        let (written, _, full) = try Self.record(frames, count: 10_000, to: path, segmentBytes: segment)
+        #expect(full == .sizeLimit)
         #expect(written.count < 10_000)
         let file = try AVIFile(path: path)
         #expect(file.riffs.count == MJPEGAVIWriter.segmentCapacity)
@@ -94,11 +107,26 @@ struct MJPEGAVIWriterTests {
         let path = Self.scratchPath()
         defer { unlink(path) }
         let writer = try MJPEGAVIWriter(path: path, width: 160, height: 120, segmentBytes: 8 * 1024)
-        #expect(writer.wouldExceedLimit(frameSize: 9 * 1024))
-        #expect(!writer.wouldExceedLimit(frameSize: 1024))
+        #expect(writer.full(forFrameOf: 9 * 1024) == .sizeLimit)
+        #expect(writer.full(forFrameOf: 1024) == nil)
         #expect(!FileManager.default.fileExists(atPath: path), "nothing at the path before finish")
         try writer.finish(duration: .zero)
         #expect(try AVIFile(path: path).riffs.map(\.type) == ["AVI "], "an empty recording is still a valid file")
+    }
+
+    @Test func aFillingDiskStopsTheRecordingAndKeepsTheClip() async throws {
+        let frames = try await Self.frames()
+        let path = Self.scratchPath()
+        defer { unlink(path) }
+        let disk = SimulatedDisk(capacity: 3 << 20)
+        let (written, bytes, full) = try Self.record(frames, count: 100_000, to: path, segmentBytes: 256 * 1024, disk: disk)
+        #expect(full == .diskFull)
+        #expect(bytes <= disk.capacity - MJPEGAVIWriter.diskMargin, "the indexes fitted in what was left: \(bytes) bytes")
+        #expect(bytes > disk.capacity - MJPEGAVIWriter.diskMargin - 64 * 1024, "stopped near the margin, not long before: \(bytes) bytes")
+        let file = try AVIFile(path: path)
+        #expect(file.riffs.count > 5)
+        try file.checkIndexes(against: written)
+        #expect(try await FFmpeg.streamSummary(path) == "mjpeg,160,120,25/1,\(written.count)")
     }
 
     /// Past 4 GiB at the real RIFF size: 64-bit offsets in the super index. About 4.3 GB on
@@ -115,7 +143,7 @@ struct MJPEGAVIWriterTests {
         defer { unlink(path) }
         let count = (4 << 30) / big[0].count + 300
         let started = ContinuousClock.now
-        let (written, bytes) = try Self.record(big, count: count, to: path)
+        let (written, bytes, _) = try Self.record(big, count: count, to: path)
         let wrote = ContinuousClock.now - started
         #expect(written.count == count)
         #expect(bytes > 4 << 30)

@@ -107,9 +107,11 @@ public struct VideoRecording: Sendable, Equatable, Codable {
     public var bytes: Int
     /// The recording stopped early at the container's size limit (`MJPEGAVIWriter.sizeLimit`).
     public var stoppedAtSizeLimit: Bool
+    /// The recording stopped early because the disk was nearly full; the clip up to there is kept.
+    public var stoppedForDiskSpace: Bool
 
     public init(path: String, width: Int, height: Int, frames: Int, durationSeconds: Double,
-                droppedFrames: Int = 0, bytes: Int, stoppedAtSizeLimit: Bool = false) {
+                droppedFrames: Int = 0, bytes: Int, stoppedAtSizeLimit: Bool = false, stoppedForDiskSpace: Bool = false) {
         self.path = path
         self.width = width
         self.height = height
@@ -118,6 +120,7 @@ public struct VideoRecording: Sendable, Equatable, Codable {
         self.droppedFrames = droppedFrames
         self.bytes = bytes
         self.stoppedAtSizeLimit = stoppedAtSizeLimit
+        self.stoppedForDiskSpace = stoppedForDiskSpace
     }
 
     public var framesPerSecond: Double { durationSeconds > 0 ? Double(frames) / durationSeconds : 0 }

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Streams Motion-JPEG frames into an AVI file (one video stream), the container every
 /// player, browser-side converter and ffmpeg read without a codec pack.
 ///
@@ -10,7 +14,9 @@
 /// Frames go to disk as they arrive; only the open RIFF's index (8 bytes a frame) stays in
 /// memory. `finish` writes the last indexes, patches the header's counts and frame rate,
 /// and commits the file atomically, so a killed recording leaves no half-written file at
-/// `path`.
+/// `path`. Before each frame the writer checks that the disk still has room for the frame,
+/// the indexes still to write and a margin: a recording that fills the disk stops there and
+/// keeps what it has, instead of failing a write and losing the whole clip.
 public final class MJPEGAVIWriter {
     public let width: Int
     public let height: Int
@@ -19,11 +25,22 @@ public final class MJPEGAVIWriter {
     public static let segmentLimit = 1 << 30
     /// RIFFs the super index has room for.
     public static let segmentCapacity = 256
-    /// The largest file the writer makes (256 GiB); `wouldExceedLimit` says when a frame
+    /// The largest file the writer makes (256 GiB); `full(forFrameOf:)` says when a frame
     /// would pass it.
     public static let sizeLimit = segmentLimit * segmentCapacity
+    /// Free space left on the disk when a recording stops for lack of it.
+    public static let diskMargin = 1 << 20
+
+    /// Why the writer takes no more frames.
+    public enum Full: Sendable, Equatable {
+        /// `sizeLimit`, or a frame larger than a RIFF.
+        case sizeLimit
+        /// The file system has no room for the frame, the indexes and `diskMargin`.
+        case diskFull
+    }
 
     private let segmentBytes: Int
+    private let freeSpace: () -> Int?
     private let file: AtomicFileWriter
     /// The standard index of each RIFF closed so far, for the super index.
     private var closedSegments: [(indexOffset: UInt64, indexBytes: UInt32, frames: UInt32)] = []
@@ -44,11 +61,14 @@ public final class MJPEGAVIWriter {
         try self.init(path: path, width: width, height: height, segmentBytes: Self.segmentLimit)
     }
 
-    /// `segmentBytes` below `segmentLimit` lets tests cross RIFF boundaries with small files.
-    init(path: String, width: Int, height: Int, segmentBytes: Int) throws {
+    /// `segmentBytes` below `segmentLimit` lets tests cross RIFF boundaries with small files;
+    /// `freeSpace` replaces the file system's free space (statvfs) for tests.
+    init(path: String, width: Int, height: Int, segmentBytes: Int, freeSpace: (() -> Int?)? = nil) throws {
         self.width = width
         self.height = height
         self.segmentBytes = segmentBytes
+        let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        self.freeSpace = freeSpace ?? { Self.freeBytes(in: directory.isEmpty ? "/" : directory) }
         file = try AtomicFileWriter(path: path, mode: 0o640)
         let hdrl = headerList()
         let start = Self.fourCC("RIFF") + Self.u32(0) + Self.fourCC("AVI ") + hdrl + Self.fourCC("LIST") + Self.u32(0) + Self.fourCC("movi")
@@ -56,17 +76,24 @@ public final class MJPEGAVIWriter {
         moviType = start.count - 4
     }
 
-    /// Whether a frame of `size` bytes would make the file pass `sizeLimit` (or not fit
-    /// in a RIFF at all): the caller stops recording there.
-    public func wouldExceedLimit(frameSize size: Int) -> Bool {
-        if fitsInOpenSegment(size) { return false }
-        let freshSegment = 24 + Self.chunkBytes(size) + Self.standardIndexBytes(frames: 1)
-        return closedSegments.count + 2 > Self.segmentCapacity || freshSegment > segmentBytes
+    /// Why a frame of `size` bytes cannot be appended, or nil when it can: the caller stops
+    /// recording there and finishes the file.
+    public func full(forFrameOf size: Int) -> Full? {
+        let opensSegment = !fitsInOpenSegment(size)
+        if opensSegment, !fitsInFreshSegment(size) { return .sizeLimit }
+        if let free = freeSpace() {
+            let frames = segmentFrames.count + 1
+            var needed = Self.chunkBytes(size) + Self.standardIndexBytes(frames: frames) + Self.diskMargin
+            if closedSegments.isEmpty { needed += 8 + 16 * frames }  // idx1
+            if opensSegment { needed += 24 + Self.standardIndexBytes(frames: 1) }
+            if free < needed { return .diskFull }
+        }
+        return nil
     }
 
     /// Appends one complete JPEG image as the next frame, in a new RIFF when the open one is full.
     public func append(jpeg: UnsafeRawBufferPointer) throws {
-        precondition(!wouldExceedLimit(frameSize: jpeg.count), "check wouldExceedLimit first")
+        precondition(fitsInOpenSegment(jpeg.count) || fitsInFreshSegment(jpeg.count), "check full(forFrameOf:) first")
         if !fitsInOpenSegment(jpeg.count) {
             try closeSegment()
             try openExtensionSegment()
@@ -98,6 +125,11 @@ public final class MJPEGAVIWriter {
         let frames = segmentFrames.count + 1
         let legacyIndex = closedSegments.isEmpty ? 8 + 16 * frames : 0
         return bytesWritten - segmentStart + Self.chunkBytes(size) + Self.standardIndexBytes(frames: frames) + legacyIndex <= segmentBytes
+    }
+
+    /// Whether a new RIFF can be opened for a frame of `size` bytes and hold it.
+    private func fitsInFreshSegment(_ size: Int) -> Bool {
+        closedSegments.count + 2 <= Self.segmentCapacity && 24 + Self.chunkBytes(size) + Self.standardIndexBytes(frames: 1) <= segmentBytes
     }
 
     /// Ends the open RIFF: its standard index closes the `movi` list (where ffmpeg puts it
@@ -137,6 +169,12 @@ public final class MJPEGAVIWriter {
     private func write(_ bytes: [UInt8]) throws {
         try file.write(bytes)
         bytesWritten += bytes.count
+    }
+
+    private static func freeBytes(in directory: String) -> Int? {
+        var info = statvfs()
+        guard statvfs(directory, &info) == 0 else { return nil }
+        return Int(info.f_bavail) * Int(info.f_frsize)
     }
 
     private static func chunkBytes(_ size: Int) -> Int { 8 + size + size % 2 }
