@@ -30,14 +30,13 @@ struct BaselineJPEGEncoder {
         var bits = BitWriter()
         bits.reserve(width * height / 2)
         var previousDC = [0, 0, 0]
-        let luminanceCodes = (Self.codes(.luminanceDC), Self.codes(.luminanceAC))
-        let chrominanceCodes = (Self.codes(.chrominanceDC), Self.codes(.chrominanceAC))
         // Colour conversion once per picture; the blocks then read planes through unsafe
         // buffers (the fake runs in debug builds, where array subscripts dominate).
         let planes = Self.ycbcrPlanes(rgb, width: width, height: height)
         var block = [Double](repeating: 0, count: 64)
         var coefficients = [Int](repeating: 0, count: 64)
         let divisors = Self.divisors(luminanceTable) + Self.divisors(chrominanceTable)
+        let luminanceCodes = Self.luminanceCodes, chrominanceCodes = Self.chrominanceCodes
         let pixels = width * height
         planes.withUnsafeBufferPointer { planes in
             divisors.withUnsafeBufferPointer { divisors in
@@ -194,6 +193,10 @@ struct BaselineJPEGEncoder {
         let scale = quality < 50 ? 5000 / quality : 200 - quality * 2
         return base.map { UInt8(min(255, max(1, ($0 * scale + 50) / 100))) }
     }
+
+    /// The standard tables' codes (DC, AC), built once.
+    private static let luminanceCodes = (codes(.luminanceDC), codes(.luminanceAC))
+    private static let chrominanceCodes = (codes(.chrominanceDC), codes(.chrominanceAC))
 
     /// Code for each symbol of `table`, built as T.81 Annex C describes.
     static func codes(_ table: JPEGHuffmanTable) -> [HuffmanCode] {

@@ -67,8 +67,8 @@ public final class MJPEGAVIWriter {
         self.width = width
         self.height = height
         self.segmentBytes = segmentBytes
-        let directory = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-        self.freeSpace = freeSpace ?? { Self.freeBytes(in: directory.isEmpty ? "/" : directory) }
+        let directory = AtomicFileWriter.directory(of: path)
+        self.freeSpace = freeSpace ?? { Self.freeBytes(in: directory) }
         file = try AtomicFileWriter(path: path, mode: 0o640)
         let hdrl = headerList()
         let start = Self.fourCC("RIFF") + Self.u32(0) + Self.fourCC("AVI ") + hdrl + Self.fourCC("LIST") + Self.u32(0) + Self.fourCC("movi")

@@ -56,18 +56,14 @@ public struct EvidenceCapture: Sendable {
             return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg)
         case .audio:
             guard let microphone else { throw Self.missing("microphone") }
-            let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).wav"
-            defer { unlink(scratch) }
-            _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
-            return try queue.add(kind: .audio, contentType: "audio/wav", incidentId: incidentId, file: scratch)
+            return try await captureThroughScratchFile(.audio, "wav", contentType: "audio/wav", incidentId: incidentId) { scratch in
+                _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
+            }
         case .video:
             guard let camera else { throw Self.missing("camera") }
-            // Streamed to a scratch file in the queue's own directory (0700), sealed into the
-            // queue as it is read, then removed: the clip is never kept unsealed.
-            let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).avi"
-            defer { unlink(scratch) }
-            _ = try await camera.recordVideo(video, to: scratch)
-            return try queue.add(kind: .video, contentType: "video/x-msvideo", incidentId: incidentId, file: scratch)
+            return try await captureThroughScratchFile(.video, "avi", contentType: "video/x-msvideo", incidentId: incidentId) { scratch in
+                _ = try await camera.recordVideo(video, to: scratch)
+            }
         case .text:
             return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8))
         case .nearby:
@@ -84,6 +80,17 @@ public struct EvidenceCapture: Sendable {
             encoder.outputFormatting = [.sortedKeys]
             return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: Array(try encoder.encode(record)))
         }
+    }
+
+    /// Records into a dot-file in the queue's own directory (0700, and removed on the next
+    /// open if a kill leaves it), seals it into the queue as it is read, then removes it:
+    /// a recording is never kept unsealed.
+    private func captureThroughScratchFile(_ kind: EvidenceKind, _ fileExtension: String, contentType: String, incidentId: String,
+                                           record: (String) async throws -> Void) async throws -> EvidenceItem {
+        let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).\(fileExtension)"
+        defer { unlink(scratch) }
+        try await record(scratch)
+        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, file: scratch)
     }
 
     static func missing(_ device: String) -> FieldHALError {
