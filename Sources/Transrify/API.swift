@@ -108,11 +108,15 @@ public struct NearbyAlertsRequest: Codable, Sendable {
     public var radiusMeters: Int
     /// Unix milliseconds.
     public var timestamp: Int64
-    public init(tenantKey: String, geo: Geolocation?, radiusMeters: Int, timestamp: Int64) {
+    /// The asking kit's session (optional, beyond the seed): a server leaves the alerts of
+    /// that session's own user out, so that a duressed kit never hears its own alert.
+    public var sessionId: String?
+    public init(tenantKey: String, geo: Geolocation?, radiusMeters: Int, timestamp: Int64, sessionId: String? = nil) {
         self.tenantKey = tenantKey
         self.geo = geo
         self.radiusMeters = radiusMeters
         self.timestamp = timestamp
+        self.sessionId = sessionId
     }
 }
 

@@ -105,10 +105,12 @@ public struct TransrifyClient: Sendable {
                               body: DuressAlertRequest(sessionId: sessionId, tenantKey: key, geo: geo, device: device))
     }
 
-    public func nearbyAlerts(geo: Geolocation?, radiusMeters: Int, timestamp: Int64) async throws -> NearbyAlertsResponse {
+    /// `sessionId`: the asking kit's session, so that the server can leave its user's own alerts out.
+    public func nearbyAlerts(geo: Geolocation?, radiusMeters: Int, timestamp: Int64, sessionId: String? = nil) async throws -> NearbyAlertsResponse {
         let key = try requireTenantKey()
         return try await send("POST", TransrifyAPI.nearbyAlertsPath,
-                              body: NearbyAlertsRequest(tenantKey: key, geo: geo, radiusMeters: radiusMeters, timestamp: timestamp))
+                              body: NearbyAlertsRequest(tenantKey: key, geo: geo, radiusMeters: radiusMeters, timestamp: timestamp,
+                                                        sessionId: sessionId))
     }
 
     public func acknowledge(alertId: String, customerRef: String, method: AckMethod) async throws -> AckResponse {

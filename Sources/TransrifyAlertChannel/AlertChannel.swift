@@ -12,14 +12,18 @@ import WSClient
 public struct AlertChannel: Sendable {
     public var url: URL
     public var tenantKey: String
+    /// The listening kit's session, sent so that the server can leave its user's own alerts
+    /// out (the kit drops them too); redacted like the tenant key in every message.
+    public var sessionId: String?
     /// A ping this often; a server that does not answer within the period is gone.
     public var pingInterval: Duration = .seconds(20)
     /// The largest message accepted: a hostile server cannot make the kit hoard.
     public static let maxMessageBytes = 1 << 20
 
-    public init(url: URL, tenantKey: String) {
+    public init(url: URL, tenantKey: String, sessionId: String? = nil) {
         self.url = url
         self.tenantKey = tenantKey
+        self.sessionId = sessionId
     }
 
     /// A `ws://` or `wss://` URL; anything else is a configuration error said plainly.
@@ -31,10 +35,11 @@ public struct AlertChannel: Sendable {
         return url
     }
 
-    /// The URL with `tenantKey` added to its query (Req 35.2).
+    /// The URL with `tenantKey` (Req 35.2) and `sessionId` added to its query.
     var connectURL: String {
         var components = URLComponents(url: url, resolvingAgainstBaseURL: false) ?? URLComponents()
-        components.queryItems = (components.queryItems ?? []).filter { $0.name != "tenantKey" } + [URLQueryItem(name: "tenantKey", value: tenantKey)]
+        components.queryItems = (components.queryItems ?? []).filter { $0.name != "tenantKey" && $0.name != "sessionId" }
+            + [URLQueryItem(name: "tenantKey", value: tenantKey)] + (sessionId.map { [URLQueryItem(name: "sessionId", value: $0)] } ?? [])
         // URLComponents leaves `+` alone in queries; a server would read it as a space.
         components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
         return components.string ?? url.absoluteString
@@ -67,7 +72,7 @@ public struct AlertChannel: Sendable {
         } catch let error as AlertChannelError {
             throw error
         } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
-            throw AlertChannelError.refused(connectURL.redactingTenantKey)
+            throw AlertChannelError.refused(connectURL.redactingSecrets)
         } catch {
             if Task.isCancelled { return }
             throw AlertChannelError.connectionFailed(url.absoluteString, String(describing: error))
@@ -98,10 +103,14 @@ public enum AlertChannelError: Error, Equatable, CustomStringConvertible {
 }
 
 extension String {
-    /// The tenant key is a secret: never in a log line.
-    var redactingTenantKey: String {
-        guard let range = range(of: "tenantKey=") else { return self }
-        let end = self[range.upperBound...].firstIndex(of: "&") ?? endIndex
-        return replacingCharacters(in: range.upperBound..<end, with: "…")
+    /// The tenant key and the session id are secrets: never in a log line.
+    var redactingSecrets: String {
+        var text = self
+        for name in ["tenantKey=", "sessionId="] {
+            guard let range = text.range(of: name) else { continue }
+            let end = text[range.upperBound...].firstIndex(of: "&") ?? text.endIndex
+            text = text.replacingCharacters(in: range.upperBound..<end, with: "…")
+        }
+        return text
     }
 }

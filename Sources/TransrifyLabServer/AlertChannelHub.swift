@@ -14,6 +14,8 @@ final class AlertChannelHub: Sendable {
 
     private struct Listener {
         var tenantKey: String
+        /// The listening session's own user: their alerts are not sent to them.
+        var excludedCustomerRef: String?
         var continuation: AsyncStream<Outgoing>.Continuation
     }
 
@@ -23,11 +25,11 @@ final class AlertChannelHub: Sendable {
     var isAccepting: Bool { accepting.withLock { $0 } }
 
     /// A stream of the tenant's new alerts, finished by `close` or `setAccepting(false)`.
-    func subscribe(tenantKey: String) -> (id: UUID, alerts: AsyncStream<Outgoing>) {
+    func subscribe(tenantKey: String, excludingCustomerRef excluded: String? = nil) -> (id: UUID, alerts: AsyncStream<Outgoing>) {
         let id = UUID()
         // A slow client keeps the newest 256 alerts; the snapshot on reconnect covers the rest.
         let (stream, continuation) = AsyncStream.makeStream(of: Outgoing.self, bufferingPolicy: .bufferingNewest(256))
-        listeners.withLock { $0[id] = Listener(tenantKey: tenantKey, continuation: continuation) }
+        listeners.withLock { $0[id] = Listener(tenantKey: tenantKey, excludedCustomerRef: excluded, continuation: continuation) }
         return (id, stream)
     }
 
@@ -36,7 +38,7 @@ final class AlertChannelHub: Sendable {
     }
 
     func publish(_ alert: Alert, tenantKey: String) {
-        for listener in listeners.withLock({ Array($0.values) }) where listener.tenantKey == tenantKey {
+        for listener in listeners.withLock({ Array($0.values) }) where listener.tenantKey == tenantKey && listener.excludedCustomerRef != alert.customerRef {
             listener.continuation.yield(.alert(alert))
         }
     }

@@ -177,11 +177,13 @@ public final class LabServer: Sendable {
             return .upgrade([:])
         } onUpgrade: { [self] inbound, outbound, context in
             let tenantKey = context.request.uri.queryParameters.get("tenantKey") ?? ""
+            let own = try ownCustomerRef(sessionId: context.request.uri.queryParameters.get("sessionId"), tenantKey: tenantKey)
             // Subscribe before the snapshot: an alert in between comes twice, never not at all.
-            let (id, alerts) = channels.subscribe(tenantKey: tenantKey)
+            let (id, alerts) = channels.subscribe(tenantKey: tenantKey, excludingCustomerRef: own)
             defer { channels.close(id) }
             let snapshot = try store.nearbyAlerts(tenantKey: tenantKey, geo: nil, radiusMeters: 10_000,
-                                                  maxAgeMilliseconds: Int64(configuration.alertMaxAge.components.seconds) * 1000)
+                                                  maxAgeMilliseconds: Int64(configuration.alertMaxAge.components.seconds) * 1000,
+                                                  excludingCustomerRef: own)
             try await outbound.write(.text(Self.text(AlertChannelMessage(type: .snapshot, alerts: snapshot))))
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
@@ -269,8 +271,18 @@ public final class LabServer: Sendable {
             throw APIError(.badRequest, "INVALID_RADIUS", "radiusMeters must be 100–10000")
         }
         let alerts = try store.nearbyAlerts(tenantKey: request.tenantKey, geo: request.geo, radiusMeters: request.radiusMeters,
-                                            maxAgeMilliseconds: Int64(configuration.alertMaxAge.components.seconds) * 1000)
+                                            maxAgeMilliseconds: Int64(configuration.alertMaxAge.components.seconds) * 1000,
+                                            excludingCustomerRef: try ownCustomerRef(sessionId: request.sessionId, tenantKey: request.tenantKey))
         return try json(NearbyAlertsResponse(alerts: alerts))
+    }
+
+    /// The user of the asking session, whose own alerts `nearby` and the channel leave out: a
+    /// duressed kit must never be told of its own alert (Req 24: the alert is silent at the
+    /// device). A real server should do the same; the kit filters too. An unknown or ended
+    /// session filters nothing (the kit's own filter still holds).
+    private func ownCustomerRef(sessionId: String?, tenantKey: String) throws -> String? {
+        guard let sessionId, let session = try store.session(sessionId), session.tenantKey == tenantKey else { return nil }
+        return session.customerRef
     }
 
     private func ack(_ request: AckRequest) async throws -> Response {

@@ -123,12 +123,14 @@ public final class LabStore: Sendable {
 
     /// The tenant's duress alerts of the last `maxAgeMilliseconds`, within `radius` of
     /// `geo` when both locations are known (an alert without a location is always near).
-    func nearbyAlerts(tenantKey: String, geo: Geolocation?, radiusMeters: Int, maxAgeMilliseconds: Int64) throws -> [Alert] {
+    /// `excludingCustomerRef`: the asking session's own user, whose alerts are never theirs to answer.
+    func nearbyAlerts(tenantKey: String, geo: Geolocation?, radiusMeters: Int, maxAgeMilliseconds: Int64,
+                      excludingCustomerRef excluded: String? = nil) throws -> [Alert] {
         let since = Self.nowMilliseconds() - maxAgeMilliseconds
         let alerts = try database.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM alert WHERE tenantKey = ? AND createdAt >= ? ORDER BY createdAt",
                              arguments: [tenantKey, since]).map(Self.alert)
-        }
+        }.filter { $0.customerRef != excluded }
         guard let geo else { return alerts }
         return alerts.filter { alert in
             guard let there = alert.geo else { return true }

@@ -24,7 +24,7 @@ extension Environment {
 
     /// Req 35: the alerts channel when `[transrify] alerts_websocket_url` (or the
     /// environment's ALERTS_WEBSOCKET_URL) names one; nil means polling only.
-    func alertChannel() throws -> AlertChannel? {
+    func alertChannel(session: SessionRecord? = nil) throws -> AlertChannel? {
         let text = ProcessInfo.processInfo.environment["ALERTS_WEBSOCKET_URL"].flatMap { $0.isEmpty ? nil : $0 }
             ?? configuration.settings["transrify"]?.string("alerts_websocket_url")
         guard let text else { return nil }
@@ -35,13 +35,22 @@ extension Environment {
         guard let key = try TenantKeyStore(vault: try vault()).load() else {
             throw FieldHALError(.notConfigured, subject: "alerts", detail: "no tenant key", advice: "run fieldhal tenant set-key")
         }
-        return AlertChannel(url: url, tenantKey: key)
+        return AlertChannel(url: url, tenantKey: key, sessionId: session?.sessionId)
     }
 
-    /// The subscription of a signed-in kit: its own alert left out, its position asked per alert.
+    /// The alert watcher of a signed-in kit: its user's own alerts left out, the debounce
+    /// record sealed in the state directory (shared by the daemon and `alerts watch`, and
+    /// kept across their restarts).
+    func alertWatcher(session: SessionRecord) throws -> AlertWatcher {
+        let settings = try alertSettings()
+        let own = OwnIdentity(customerRef: session.customerRef, sessionId: session.sessionId, alertIds: Set([session.alertId].compactMap { $0 }))
+        return AlertWatcher(client: try transrifyClient(), settings: settings, own: own,
+                            debounce: AlertDebounce(window: settings.debounce, store: SealedAlertDebounceStore(vault: try vault())))
+    }
+
+    /// The subscription of a signed-in kit: its position asked per alert.
     func alertSubscription(session: SessionRecord, kit: Kit) throws -> AlertSubscription {
-        let watcher = AlertWatcher(client: try transrifyClient(), settings: try alertSettings())
-        return AlertSubscription(watcher: watcher, channel: try alertChannel(), ownAlertId: session.alertId) { [self] in
+        AlertSubscription(watcher: try alertWatcher(session: session), channel: try alertChannel(session: session)) { [self] in
             await here(kit)
         }
     }
@@ -83,12 +92,11 @@ struct AlertsCommand: AsyncParsableCommand {
 
         func execute(_ environment: Environment) async throws {
             let session = try environment.signedInSession()
-            let watcher = AlertWatcher(client: try environment.transrifyClient(), settings: try environment.alertSettings())
+            let watcher = try environment.alertWatcher(session: session)
             let kit = await environment.loadKit(only: [.location])
             let here = await environment.here(kit)
             await kit.close()
-            let poll = try await watcher.poll(here: here, excluding: session.alertId)
-            let reports = poll.banners.map(BannerReport.init)
+            let reports = try await watcher.list(here: here).map(BannerReport.init)
             try Output.emit(reports, json: global.json) {
                 reports.isEmpty ? "No nearby duress alerts." : reports.map { "\($0.text)  [alert \($0.alertId)]" }.joined(separator: "\n")
             }

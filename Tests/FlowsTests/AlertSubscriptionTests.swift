@@ -58,8 +58,8 @@ struct AlertSubscriptionTests {
         }
 
         func subscription(pollEvery interval: Int, channel: AlertChannel?) throws -> AlertSubscription {
-            let watcher = AlertWatcher(client: client, settings: try AlertSettings(radiusMeters: nil, pollIntervalMilliseconds: interval))
-            var subscription = AlertSubscription(watcher: watcher, channel: channel, ownAlertId: nil) { Geolocation(lat: 52.5245, lon: 13.4050) }
+            let watcher = AlertWatcher(client: client, settings: try AlertSettings(radiusMeters: nil, pollIntervalMilliseconds: interval), own: nil)
+            var subscription = AlertSubscription(watcher: watcher, channel: channel) { Geolocation(lat: 52.5245, lon: 13.4050) }
             subscription.reconnectDelays = [.milliseconds(200)]
             return subscription
         }

@@ -23,13 +23,12 @@ public struct AlertSubscription: Sendable {
     /// Waits between failed attempts at the channel, the last one repeated.
     public var reconnectDelays: [Duration] = [.seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30)]
     let here: @Sendable () async -> Geolocation?
-    let ownAlertId: String?
 
-    public init(watcher: AlertWatcher, channel: AlertChannel?, ownAlertId: String?,
-                here: @escaping @Sendable () async -> Geolocation?) {
+    /// The kit's own alerts are the watcher's to leave out (`AlertWatcher.own`): nothing that
+    /// happens after sign-in (the alert id arriving) restarts a subscription.
+    public init(watcher: AlertWatcher, channel: AlertChannel?, here: @escaping @Sendable () async -> Geolocation?) {
         self.watcher = watcher
         self.channel = channel
-        self.ownAlertId = ownAlertId
         self.here = here
     }
 
@@ -52,7 +51,7 @@ public struct AlertSubscription: Sendable {
                 // Req 35.3: no polling while the channel is open.
                 for await _ in ticks where !channelOpen.value {
                     do {
-                        let poll = try await watcher.poll(here: await here(), excluding: ownAlertId)
+                        let poll = try await watcher.poll(here: await here())
                         for banner in poll.announce { await emit(.announce(banner)) }
                     } catch {
                         await emit(.problem((error as? TransrifyError)?.userMessage ?? String(describing: error)))
@@ -80,7 +79,7 @@ public struct AlertSubscription: Sendable {
                     open.withLock { $0 = true }
                     await emit(.transport(.webSocket, reason: nil))
                 } onAlerts: { message in
-                    let considered = watcher.consider(message.alerts, here: await here(), excluding: ownAlertId)
+                    let considered = watcher.consider(message.alerts, here: await here())
                     for banner in considered.announce { await emit(.announce(banner)) }
                 }
             } catch {

@@ -59,8 +59,8 @@ struct AlertsBench: AsyncParsableCommand {
         var roundTrips: [Double] = []
         func measure(_ channel: AlertChannel?) async throws -> [Double] {
             let settings = try AlertSettings(radiusMeters: nil, pollIntervalMilliseconds: channel == nil ? pollIntervalMs : 3_600_000)
-            let subscription = AlertSubscription(watcher: AlertWatcher(client: client, settings: settings), channel: channel,
-                                                 ownAlertId: nil, here: { nil })
+            let subscription = AlertSubscription(watcher: AlertWatcher(client: client, settings: settings, own: nil), channel: channel,
+                                                 here: { nil })
             let arrivals = LockedValue<[String: ContinuousClock.Instant]>([:])
             let ready = LockedValue(false)
             let listening = Task {
