@@ -128,13 +128,19 @@ public final class Vault: Sendable {
         }
         let existing = (try? DirectoryListing.entries(of: entriesDirectory)) ?? []
         guard !existing.contains(where: { $0.hasSuffix(".sealed") }) else {
+            // Made (and used) by another process since the stat above: read it.
+            if stat(path, &info) == 0 { return try loadOrCreateKey(at: path, entriesDirectory: entriesDirectory) }
             throw VaultError(kind: .keyMissing, path: path,
                              detail: "key file is missing but \(existing.count) sealed entries exist; restore the key rather than lose them, or remove \(entriesDirectory) to start afresh")
         }
         var bytes = [UInt8](repeating: 0, count: keyLength)
         crypto_secretbox_keygen(&bytes)
         defer { sodium_memzero(&bytes, bytes.count) }
-        try AtomicFile.write(bytes, to: path, mode: 0o600)
+        // Two processes opening a new state directory at once (the daemon and a command)
+        // must end with one key: the one that lands first wins, the other reads it.
+        let writer = try AtomicFileWriter(path: path, mode: 0o600)
+        try writer.write(bytes)
+        guard try writer.commitIfAbsent() else { return try loadOrCreateKey(at: path, entriesDirectory: entriesDirectory) }
         return try SecretKey(bytes, path: path)
     }
 }

@@ -85,29 +85,68 @@ struct EvidenceQueueTests {
         #expect(try queue.items().map(\.id) == [item.id], "a damaged item stays in the queue")
     }
 
-    @Test func aSecondProcessCannotWorkOnTheQueueAtTheSameTime() throws {
+    /// Any number of openers at once (the daemon's uploads, a duress capture, `evidence
+    /// capture`): nobody is refused as busy, the key is one, and an item being uploaded is
+    /// claimed by one uploader only, until it lets go.
+    @Test func manyOpenersShareTheQueueAndAnUploadClaimsItsItem() throws {
         let state = scratchDirectory("state")
         let first = try openQueue(state)
-        #expect(throws: FieldHALError.self) { _ = try openQueue(state) }
+        let second = try openQueue(state)
+        let item = try first.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("one".utf8))
+        #expect(try second.items().map(\.id) == [item.id], "the same key: the second opener reads the first's item")
         let reader = try EvidenceQueue(stateDirectory: StateDirectory(path: state), vault: try Vault(stateDirectory: StateDirectory(path: state)), exclusive: false)
-        #expect(try reader.items().isEmpty)
-        _ = first
+        #expect(try reader.items().map(\.id) == [item.id])
+        var claim = first.claim(item.id)
+        #expect(claim != nil)
+        #expect(second.claim(item.id) == nil, "claimed by the first: the second uploader leaves it alone")
+        claim = nil
+        #expect(second.claim(item.id) != nil, "released: free again")
+        #expect(first.claim("no-such-item") == nil)
     }
 
-    @Test func leftoversOfAKilledAddAreRemovedOnOpen() throws {
+    /// Two processes opening a new queue at the same moment end with one key between them.
+    @Test func concurrentFirstOpensMakeOneKey() async throws {
+        let state = scratchDirectory("state")
+        let queues = try await withThrowingTaskGroup(of: EvidenceQueue.self) { group in
+            for _ in 0..<8 { group.addTask { try openQueue(state) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        let item = try queues[0].add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("k".utf8))
+        for queue in queues { #expect(try queue.items().map(\.id) == [item.id]) }
+    }
+
+    @Test func leftoversOfAKilledAddAreRemovedOnOpenOnceStale() throws {
         let state = scratchDirectory("state")
         var queue: EvidenceQueue? = try openQueue(state)
         let kept = try queue!.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("kept".utf8))
         let directory = queue!.directory
         queue = nil
-        // A payload whose item never landed, a temporary file, a decrypted upload.
-        for name in ["0000000000000-orphan.data", ".0000000000000-x.data.tmp-1-2", "\(kept.id).upload"] {
+        // A payload whose item never landed, a temporary file, a decrypted upload; and the
+        // same kinds fresh, which a live process may still be writing.
+        let stale = ["0000000000000-orphan.data", ".0000000000000-x.data.tmp-1-2", "\(kept.id).upload"]
+        let fresh = ["0000000000001-writing.data", ".capture-recording.wav"]
+        for name in stale + fresh {
             _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("x".utf8))
         }
+        let old = Date().addingTimeInterval(-EvidenceQueue.leftoverAge - 10)
+        for name in stale { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: directory + "/" + name) }
         queue = try openQueue(state)
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
-        #expect(names == ["\(kept.id).data", "\(kept.id).item", "queue.lock"])
+        #expect(names == Set(["\(kept.id).data", "\(kept.id).item", "queue.lock"] + fresh))
         #expect(try queue!.items().map(\.id) == [kept.id])
+    }
+
+    /// Silent items (the capture after a duress sign-in) are uploaded by the background
+    /// uploader but never listed, and `evidence flush`'s uploader leaves them alone.
+    @Test func silentItemsAreNotListedAndOnlyTheBackgroundUploadsThem() throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let shown = try queue.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("shown".utf8))
+        let silent = try queue.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("silent".utf8), silent: true)
+        let failed = try queue.recordCaptureError(kind: .photo, incidentId: "i", message: "no camera", silent: true)
+        #expect(try queue.visibleItems().map(\.id) == [shown.id])
+        #expect(Set(try queue.items().map(\.id)) == [shown.id, silent.id, failed.id])
+        #expect(try queue.item(silent.id)?.isSilent == true && (try queue.item(shown.id)?.isSilent) == false)
     }
 
     @Test func serverDownThenUpEveryItemArrivesOnce() async throws {

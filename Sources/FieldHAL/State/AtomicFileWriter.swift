@@ -80,6 +80,28 @@ public final class AtomicFileWriter {
         try Self.syncDirectory(Self.directory(of: path))
     }
 
+    /// Like `commit`, but only if nothing is at `path` yet: returns false (and leaves the
+    /// file there alone) when another process got there first. For files that must be made
+    /// once, such as a key two processes may create at the same moment: `link` fails with
+    /// EEXIST where `rename` would replace the other's file.
+    public func commitIfAbsent() throws -> Bool {
+        try inject(.wroteAll)
+        guard fsync(descriptor) == 0 else { throw Self.ioError(path, "fsync") }
+        try inject(.syncedFile)
+        guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
+        descriptor = -1
+        if link(temporaryPath, path) != 0 {
+            let code = errno
+            guard code == EEXIST else { throw Self.ioError(path, "link into place", errno: code) }
+            return false  // deinit removes the temporary file
+        }
+        unlink(temporaryPath)
+        committed = true
+        try inject(.renamed)
+        try Self.syncDirectory(Self.directory(of: path))
+        return true
+    }
+
     private func inject(_ step: Step) throws {
         try faultInjection?(step)
     }

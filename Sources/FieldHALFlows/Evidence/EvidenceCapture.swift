@@ -13,6 +13,8 @@ public struct EvidenceCapture: Sendable {
     public var audioDuration: Duration = .seconds(10)
     /// The VIDEO clip: Motion-JPEG AVI at the size and rate the camera offers nearest to these.
     public var video = VideoRequest(duration: .seconds(10))
+    /// The silent capture after a duress sign-in or unlock: its items are never listed at the device.
+    public var silent = false
 
     public init(queue: EvidenceQueue, camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
         self.queue = queue
@@ -40,7 +42,7 @@ public struct EvidenceCapture: Sendable {
             do {
                 items.append(try await capture(kind, incidentId: incidentId, note: note))
             } catch {
-                if let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)") {
+                if let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)", silent: silent) {
                     items.append(item)
                 }
             }
@@ -53,7 +55,7 @@ public struct EvidenceCapture: Sendable {
         case .photo:
             guard let camera else { throw Self.missing("camera") }
             let photo = try await camera.captureStill(PhotoRequest())
-            return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg)
+            return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg, silent: silent)
         case .audio:
             guard let microphone else { throw Self.missing("microphone") }
             return try await captureThroughScratchFile(.audio, "wav", contentType: "audio/wav", incidentId: incidentId) { scratch in
@@ -65,7 +67,7 @@ public struct EvidenceCapture: Sendable {
                 _ = try await camera.recordVideo(video, to: scratch)
             }
         case .text:
-            return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8))
+            return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8), silent: silent)
         case .nearby:
             struct Nearby: Encodable { var capturedAt: Date; var latitude, longitude, accuracyMeters: Double?; var source: String }
             var record = Nearby(capturedAt: Date(), source: "none")
@@ -78,7 +80,7 @@ public struct EvidenceCapture: Sendable {
             let encoder = JSONEncoder()
             encoder.dateEncodingStrategy = .iso8601
             encoder.outputFormatting = [.sortedKeys]
-            return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: Array(try encoder.encode(record)))
+            return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: Array(try encoder.encode(record)), silent: silent)
         }
     }
 
@@ -90,7 +92,7 @@ public struct EvidenceCapture: Sendable {
         let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).\(fileExtension)"
         defer { unlink(scratch) }
         try await record(scratch)
-        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, file: scratch)
+        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, file: scratch, silent: silent)
     }
 
     static func missing(_ device: String) -> FieldHALError {

@@ -34,52 +34,88 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
     /// Set while a process PUTs the payload (cleared when the PUT ends either way), so that
     /// `evidence queue` can show an upload in flight.
     public var uploadingSince: Date?
+    /// Captured by the silent work after a duress sign-in or unlock: uploaded like any other
+    /// item, but never listed or counted at the device (nil in items from before this field).
+    public var silent: Bool?
+
+    public var isSilent: Bool { silent ?? false }
 }
 
 /// The durable evidence queue in `<state>/evidence` (0700): per item a sealed payload
 /// (`<id>.data`) and sealed metadata (`<id>.item`), both written atomically, payload first.
 /// An item exists once its `.item` file does; a `.data` without one (a kill mid-add) and
-/// temporary files are removed when the queue opens. Items leave only when the server
-/// has confirmed them with an evidence id.
+/// temporary files are removed when the queue opens, once they have lain untouched for
+/// `leftoverAge`. Items leave only when the server has confirmed them with an evidence id.
+///
+/// Any number of processes may use the queue at once (the daemon's uploads, a capture after
+/// a sign-in, `evidence capture` and `flush`): adding needs no lock (each item has names of
+/// its own), and an upload claims its item with an exclusive `flock` on the item's payload
+/// for as long as it works on it, so nobody waits behind a long upload and no item is sent
+/// twice. Only the queue key's creation is serialised (a brief lock on `queue.lock`).
 public final class EvidenceQueue: Sendable {
     public static let keyEntry = "evidence-queue-key"
+    /// A leftover younger than this may still be written by a live process (a recording's
+    /// scratch file is written to all the time; a payload waits for its item for microseconds).
+    public static let leftoverAge: TimeInterval = 300
     public let directory: String
     private let key: [UInt8]
-    /// Held open with an exclusive `flock` by the one process that may change the queue.
-    private let lockDescriptor: Int32
 
-    /// Opens the queue. `exclusive` (adding, uploading) takes the queue's lock and fails
-    /// with `busy` while another process holds it; a read-only opening (listing) does not.
+    /// Opens the queue. `exclusive` (adding, uploading) makes the queue key if there is none
+    /// and removes stale leftovers; a read-only opening (listing) changes nothing.
     public init(stateDirectory: StateDirectory, vault: Vault, exclusive: Bool = true) throws {
         directory = stateDirectory.file("evidence")
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
             throw FieldHALError(.io, subject: directory, detail: "cannot create the evidence queue: \(String(cString: strerror(errno)))")
-        }
-        if exclusive {
-            let descriptor = open(directory + "/queue.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-                if descriptor >= 0 { close(descriptor) }
-                throw FieldHALError(.busy, subject: "evidence queue", detail: "another fieldhal process is working on the queue",
-                                    advice: "it uploads what is pending; try again when it has finished")
-            }
-            lockDescriptor = descriptor
-        } else {
-            lockDescriptor = -1
         }
         if let stored = try vault.load(Self.keyEntry), stored.count == EvidenceCipher.keySize {
             key = stored
         } else if !exclusive {
             key = []  // no key yet means no item yet: nothing to read
         } else {
-            let fresh = EvidenceCipher.newKey()
-            try vault.store(fresh, as: Self.keyEntry)
-            key = fresh
+            key = try Self.makeKey(in: directory, vault: vault)
         }
         if exclusive { try removeLeftovers() }
     }
 
-    deinit {
-        if lockDescriptor >= 0 { close(lockDescriptor) }
+    /// Two processes opening a new queue at once must not each make a key (the loser's
+    /// items would never open): the key is made under `queue.lock`, checked again inside.
+    private static func makeKey(in directory: String, vault: Vault) throws -> [UInt8] {
+        let descriptor = open(directory + "/queue.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw FieldHALError(.io, subject: directory + "/queue.lock", detail: String(cString: strerror(errno)))
+        }
+        defer { close(descriptor) }
+        // Held for microseconds by whoever makes the key: wait for it, within a bound.
+        let deadline = Date().addingTimeInterval(10)
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR, Date() < deadline else {
+                throw FieldHALError(.busy, subject: "evidence queue", detail: "another process holds \(directory)/queue.lock",
+                                    advice: "find it with fuser \(directory)/queue.lock")
+            }
+            usleep(10_000)
+        }
+        if let stored = try vault.load(keyEntry), stored.count == EvidenceCipher.keySize { return stored }
+        let fresh = EvidenceCipher.newKey()
+        try vault.store(fresh, as: keyEntry)
+        return fresh
+    }
+
+    /// An item's upload, claimed: nobody else uploads it while this is alive.
+    public final class Claim: Sendable {
+        let descriptor: Int32
+        init(_ descriptor: Int32) { self.descriptor = descriptor }
+        deinit { close(descriptor) }
+    }
+
+    /// Claims the item for upload, or nil when another process is working on it (or it is gone).
+    public func claim(_ id: String) -> Claim? {
+        let descriptor = open(dataPath(id), O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return Claim(descriptor)
     }
 
     // MARK: Adding
@@ -87,42 +123,43 @@ public final class EvidenceQueue: Sendable {
     /// Seals the file at `path` into the queue, hashing it on the way; the file itself is
     /// left alone (the caller removes a temporary capture once this returns).
     @discardableResult
-    public func add(kind: EvidenceKind, contentType: String, incidentId: String, file path: String) throws -> EvidenceItem {
+    public func add(kind: EvidenceKind, contentType: String, incidentId: String, file path: String, silent: Bool = false) throws -> EvidenceItem {
         guard let input = FileHandle(forReadingAtPath: path) else {
             throw FieldHALError(.io, subject: path, detail: "cannot read the evidence to queue")
         }
         defer { try? input.close() }
-        return try add(kind: kind, contentType: contentType, incidentId: incidentId) {
+        return try add(kind: kind, contentType: contentType, incidentId: incidentId, silent: silent) {
             [UInt8](try input.read(upToCount: EvidenceCipher.chunkSize) ?? Data())
         }
     }
 
     @discardableResult
-    public func add(kind: EvidenceKind, contentType: String, incidentId: String, bytes: [UInt8]) throws -> EvidenceItem {
+    public func add(kind: EvidenceKind, contentType: String, incidentId: String, bytes: [UInt8], silent: Bool = false) throws -> EvidenceItem {
         var remaining = bytes[...]
-        return try add(kind: kind, contentType: contentType, incidentId: incidentId) {
+        return try add(kind: kind, contentType: contentType, incidentId: incidentId, silent: silent) {
             let chunk = Array(remaining.prefix(EvidenceCipher.chunkSize))
             remaining = remaining.dropFirst(chunk.count)
             return chunk
         }
     }
 
-    private func add(kind: EvidenceKind, contentType: String, incidentId: String, read: () throws -> [UInt8]) throws -> EvidenceItem {
+    private func add(kind: EvidenceKind, contentType: String, incidentId: String, silent: Bool,
+                     read: () throws -> [UInt8]) throws -> EvidenceItem {
         let id = Self.newID()
         let writer = try AtomicFileWriter(path: dataPath(id))
         let sealed = try EvidenceCipher.seal(key: key, read: read, into: writer)
         try writer.commit()
         let item = EvidenceItem(id: id, incidentId: incidentId, kind: kind, contentType: contentType, size: sealed.size,
-                                sha256: sealed.sha256, createdAt: Date(), phase: .queued)
+                                sha256: sealed.sha256, createdAt: Date(), phase: .queued, silent: silent ? true : nil)
         try save(item)
         return item
     }
 
     /// Records that evidence of `kind` could not be captured, and why, as a TEXT item.
     @discardableResult
-    public func recordCaptureError(kind: EvidenceKind, incidentId: String, message: String) throws -> EvidenceItem {
+    public func recordCaptureError(kind: EvidenceKind, incidentId: String, message: String, silent: Bool = false) throws -> EvidenceItem {
         var item = try add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId,
-                           bytes: Array("\(kind.rawValue) evidence not captured: \(message)".utf8))
+                           bytes: Array("\(kind.rawValue) evidence not captured: \(message)".utf8), silent: silent)
         item.failedKind = kind
         try save(item)
         return item
@@ -130,19 +167,30 @@ public final class EvidenceQueue: Sendable {
 
     // MARK: Reading and updating
 
+    /// What may be shown at the device: every item but the silent ones, oldest first.
+    public func visibleItems() throws -> [EvidenceItem] { try items().filter { !$0.isSilent } }
+
+    /// One item as it is on disk now, or nil when it has left the queue.
+    public func item(_ id: String) throws -> EvidenceItem? {
+        try readItem(id)
+    }
+
     /// Every item, oldest first. An item file that does not open is reported, not dropped.
     public func items() throws -> [EvidenceItem] {
         let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".item") }
-        return try names.map { name in
-            let id = String(name.dropLast(5))
-            guard let sealed = try AtomicFile.read(itemPath(id)), let plain = EvidenceCipher.openMessage(key: key, sealed) else {
-                throw FieldHALError(.malformedData, subject: itemPath(id), detail: "a queued evidence item does not open",
-                                    advice: "the queue key or the file was changed; keep the file and report it")
-            }
-            let decoder = JSONDecoder()
-            decoder.dateDecodingStrategy = .secondsSince1970
-            return try decoder.decode(EvidenceItem.self, from: Data(plain))
-        }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+        // An item another process removes while this lists is simply no longer there.
+        return try names.compactMap { try readItem(String($0.dropLast(5))) }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    private func readItem(_ id: String) throws -> EvidenceItem? {
+        guard let sealed = try AtomicFile.read(itemPath(id)) else { return nil }
+        guard let plain = EvidenceCipher.openMessage(key: key, sealed) else {
+            throw FieldHALError(.malformedData, subject: itemPath(id), detail: "a queued evidence item does not open",
+                                advice: "the queue key or the file was changed; keep the file and report it")
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return try decoder.decode(EvidenceItem.self, from: Data(plain))
     }
 
     public func save(_ item: EvidenceItem) throws {
@@ -178,13 +226,33 @@ public final class EvidenceQueue: Sendable {
     func dataPath(_ id: String) -> String { "\(directory)/\(id).data" }
     func itemPath(_ id: String) -> String { "\(directory)/\(id).item" }
 
-    /// Temporary files of writes a kill interrupted, and payloads whose item never landed.
+    /// Temporary files of writes a kill interrupted, and payloads whose item never landed,
+    /// once untouched for `leftoverAge` (younger ones may belong to a live process); a
+    /// decrypted upload whose item nobody has claimed.
     private func removeLeftovers() throws {
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
+        let now = Date().timeIntervalSince1970
         for name in names {
+            let path = "\(directory)/\(name)"
+            if name.hasSuffix(".upload") {
+                if claim(String(name.dropLast(7))) != nil || !names.contains(String(name.dropLast(7)) + ".data") { unlink(path) }
+                continue
+            }
             let orphanData = name.hasSuffix(".data") && !names.contains(String(name.dropLast(5)) + ".item")
-            if name.hasPrefix(".") || name.hasSuffix(".upload") || orphanData { unlink("\(directory)/\(name)") }
+            guard name.hasPrefix(".") || orphanData else { continue }
+            var info = stat()
+            let stale = stat(path, &info) == 0 && now - TimeInterval(info.st_mtim.tv_sec) >= Self.leftoverAge
+            if stale || Self.writerIsGone(name) { unlink(path) }
         }
+    }
+
+    /// An atomic write's temporary file (`.<name>.tmp-<pid>-<n>`) whose writing process is
+    /// gone: a kill interrupted it, and it can go at once.
+    static func writerIsGone(_ name: String) -> Bool {
+        guard let range = name.range(of: ".tmp-"), let pid = Int32(name[range.upperBound...].prefix { $0.isNumber }), pid > 0 else {
+            return false
+        }
+        return kill(pid, 0) != 0 && errno == ESRCH
     }
 
     static func newID() -> String {

@@ -21,6 +21,11 @@ public struct EvidenceUploader: Sendable {
     public var clock: any RetryClock = ContinuousRetryClock()
     public var now: @Sendable () -> Date = { Date() }
     public var putTimeout: TimeInterval = 120
+    /// Whether silent items (the work after a duress sign-in) go too. The background
+    /// uploaders send everything; `evidence flush`, which a person at the device runs and
+    /// watches, sends only what it lists, so that its output and its time do not depend on
+    /// whether a duress capture is waiting.
+    public var includeSilent = true
 
     public init(client: TransrifyClient, queue: EvidenceQueue) {
         self.client = client
@@ -36,11 +41,15 @@ public struct EvidenceUploader: Sendable {
     /// first network failure: the others would fail the same way.
     public func flush(ignoringBackoff: Bool = false) async throws -> Report {
         var report = Report()
-        for item in try queue.items() {
-            if !ignoringBackoff, let next = item.nextAttemptAt, next > now() {
+        for listed in try queue.items() where includeSilent || !listed.isSilent {
+            if !ignoringBackoff, let next = listed.nextAttemptAt, next > now() {
                 report.waiting += 1
                 continue
             }
+            // Another process is uploading it: not ours to wait for. Read again once claimed:
+            // it may have moved on (or left the queue) since it was listed.
+            guard let claim = queue.claim(listed.id), let item = try queue.item(listed.id) else { continue }
+            defer { withExtendedLifetime(claim) {} }
             var current = item
             do {
                 if current.phase == .queued {
@@ -134,7 +143,7 @@ public struct EvidenceUploader: Sendable {
         let deadline = ContinuousClock.now + window
         while ContinuousClock.now < deadline {
             guard (try? await flush()) != nil, let items = try? queue.items() else { return }
-            let pending = items
+            let pending = items.filter { includeSilent || !$0.isSilent }
             guard !pending.isEmpty else { return }
             let nextDue = pending.compactMap(\.nextAttemptAt).min() ?? now()
             let wait = max(0.2, nextDue.timeIntervalSince(now()))
