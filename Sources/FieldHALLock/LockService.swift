@@ -44,10 +44,6 @@ public final class LockService: @unchecked Sendable {
     private let now: @Sendable () -> Date
     private let cost: PINHash.Cost
     private let mutex = NSLock()
-    /// Compared against when no duress PIN is set, so every unlock does the same work.
-    /// Made on the first unlock that needs it (an argon2id hash costs ~0.2 s and 64 MiB:
-    /// not something `lock status` should pay). Guarded by `mutex`.
-    private var decoyHash: String?
 
     public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init) {
         self.store = store
@@ -56,12 +52,34 @@ public final class LockService: @unchecked Sendable {
         self.now = now
     }
 
-    /// The decoy hash, made on first use; call with `mutex` held.
+    /// A hash nothing typed can match, stored in place of a duress PIN that is not set.
     private func decoy() throws -> String {
-        if let decoyHash { return decoyHash }
-        let made = try PINHash.hash("decoy-\(UUID().uuidString)", cost: cost)
-        decoyHash = made
+        var secret = [UInt8](repeating: 0, count: 32)
+        for index in secret.indices { secret[index] = UInt8.random(in: 0...255) }
+        return try PINHash.hash("decoy-" + secret.map { String(format: "%02x", $0) }.joined(), cost: cost)
+    }
+
+    /// The hash the second comparison of every check runs against: the duress PIN's, or the
+    /// decoy kept in the state. A state from before the decoy was kept gets one now (saved
+    /// by the caller's write), once.
+    private func secondHash(_ state: inout LockState) throws -> String {
+        if let hash = state.duressPINHash { return hash }
+        let made = try decoy()
+        state.duressPINHash = made
         return made
+    }
+
+    /// Both comparisons, always, so the time taken says nothing about which PIN it was or
+    /// whether a duress PIN exists. A duress match is kept, sealed, for the flows.
+    private func verifyEither(_ pin: String, _ state: inout LockState, at date: Date) throws -> Bool {
+        guard let pinHash = state.pinHash else { return false }
+        let normal = PINHash.verify(pin, against: pinHash)
+        let duress = PINHash.verify(pin, against: try secondHash(&state))
+        if duress {
+            // Bounded, so the padded state never outgrows its size: the newest count.
+            state.pendingDuressEvents = Array((state.pendingDuressEvents + [date]).suffix(Self.pendingDuressLimit))
+        }
+        return normal || duress
     }
 
     // MARK: - Setup and settings
@@ -83,7 +101,7 @@ public final class LockService: @unchecked Sendable {
                 guard duressPIN != pin else { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
             }
             state.pinHash = try PINHash.hash(pin, cost: cost)
-            state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) }
+            state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) } ?? decoy()
             state.biometricsEnabled = biometrics?.isEnrolled ?? false
             state.relockAfter = relockAfter
             markUnlocked(&state, at: now())
@@ -128,8 +146,10 @@ public final class LockService: @unchecked Sendable {
             var state = try requireConfigured()
             try requireFreshUnlock(currentPIN, &state)
             let head = (state.auditCount, state.auditHead)
+            let duressUses = state.pendingDuressEvents  // a duress PIN turned it off: the flows still hear of it
             state = LockState()
             (state.auditCount, state.auditHead) = head
+            state.pendingDuressEvents = duressUses
             try record(&state, "disabled", biometrics: false)
         }
     }
@@ -157,18 +177,11 @@ public final class LockService: @unchecked Sendable {
     public func unlock(pin: String) throws -> UnlockOutcome {
         try mutex.withLock {
             var state = try store.load() ?? LockState()
-            guard let pinHash = state.pinHash else { return .rejected(Self.notSetUp) }
+            guard state.isConfigured else { return .rejected(Self.notSetUp) }
             let at = now()
             let wait = remaining(state.pinLockedUntil, at: at)
             if wait > 0 { return .lockedOut(Self.lockedOutMessage(wait), seconds: wait) }
-            // Both comparisons always run, so the time taken does not say which PIN it was.
-            let normal = PINHash.verify(pin, against: pinHash)
-            let duress = PINHash.verify(pin, against: try state.duressPINHash ?? decoy()) && state.duressPINHash != nil
-            if normal || duress {
-                if duress {
-                    // Bounded, so the padded state never outgrows its size: the newest count.
-                    state.pendingDuressEvents = Array((state.pendingDuressEvents + [at]).suffix(Self.pendingDuressLimit))
-                }
+            if try verifyEither(pin, &state, at: at) {
                 markUnlocked(&state, at: at)
                 try record(&state, "unlock", detail: "method=pin result=ok")
                 return .unlocked
@@ -228,12 +241,13 @@ public final class LockService: @unchecked Sendable {
         }
     }
 
-    /// Duress unlocks since the flows last asked; they are removed as they are taken.
+    /// Duress unlocks since the flows last asked; they are removed as they are taken. The
+    /// state is written whether or not there were any (when there is a state), so that the
+    /// file changes the same way after every unlock, whichever PIN it was.
     public func takeDuressEvents() throws -> [Date] {
         try mutex.withLock {
-            var state = try store.load() ?? LockState()
+            guard var state = try store.load() else { return [] }
             let events = state.pendingDuressEvents
-            guard !events.isEmpty else { return [] }
             state.pendingDuressEvents = []
             try store.save(state)
             return events
@@ -328,13 +342,13 @@ public final class LockService: @unchecked Sendable {
         return state
     }
 
-    /// The current PIN, checked under the same lockout rules as an unlock.
+    /// The current PIN, checked under the same lockout rules as an unlock. The duress PIN is
+    /// the PIN here too (same outcome, same work, same audit line), and is noted for the flows.
     private func requireFreshUnlock(_ pin: String, _ state: inout LockState) throws {
         let at = now()
         let wait = remaining(state.pinLockedUntil, at: at)
         if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }
-        let normal = state.pinHash.map { PINHash.verify(pin, against: $0) } ?? false
-        guard normal else {
+        guard try verifyEither(pin, &state, at: at) else {
             state.failedPINAttempts += 1
             if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
                 state.pinLockedUntil = at.addingTimeInterval(TimeInterval(seconds))

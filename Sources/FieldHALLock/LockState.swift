@@ -21,6 +21,10 @@ public enum RelockAfter: String, Sendable, Codable, CaseIterable {
 /// told apart, by content or by length.
 public struct LockState: Sendable, Codable, Equatable {
     public var pinHash: String?
+    /// The duress PIN's hash; when no duress PIN is set, a decoy's (random bytes nobody
+    /// knows), made once at setup and kept, so every check verifies two hashes of the same
+    /// cost whether or not a duress PIN exists. Only `LockService` knows which it is:
+    /// nothing that matches the decoy can be typed.
     public var duressPINHash: String?
     public var biometricsEnabled = false
     public var relockAfter: RelockAfter = .fiveMinutes

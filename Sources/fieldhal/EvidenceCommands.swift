@@ -10,7 +10,9 @@ struct EvidenceCommand: AsyncParsableCommand {
         discussion: """
         Evidence is sealed with libsodium's secretstream in <state>/evidence as it is captured, \
         with its SHA-256 and size; it leaves the queue only when the server has confirmed it \
-        (presign → PUT → finalize). Uploads resume after a restart or when the network returns.
+        (presign → PUT → finalize). Uploads resume after a restart or when the network returns. \
+        What the kit captures by itself after a duress sign-in is uploaded in the background \
+        and is never listed here (docs/stealth.md).
         """,
         subcommands: [Capture.self, Queue.self, Flush.self])
 
@@ -29,8 +31,10 @@ struct EvidenceCommand: AsyncParsableCommand {
             if evidenceKind == .text, text == nil {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture text", detail: "give the note with --text")
             }
+            // The session's id whatever its mode: an alert id here would show a duress sign-in
+            // in this command's --json output. The server joins the session to its alert.
             let session = try environment.sessionStore().load()
-            guard let incidentId = incident ?? session.map({ $0.alertId ?? $0.sessionId }) else {
+            guard let incidentId = incident ?? session?.sessionId else {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "no incident: sign in first or pass --incident")
             }
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
@@ -52,7 +56,7 @@ struct EvidenceCommand: AsyncParsableCommand {
 
         func execute(_ environment: Environment) async throws {
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
-            let items = try queue.items().map(ItemReport.init)
+            let items = try queue.visibleItems().map(ItemReport.init)
             try Output.emit(items, json: global.json) {
                 items.isEmpty ? "the evidence queue is empty" : items.map(\.line).joined(separator: "\n")
             }
@@ -67,8 +71,10 @@ struct EvidenceCommand: AsyncParsableCommand {
 
         func execute(_ environment: Environment) async throws {
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
-            let report = try await EvidenceUploader(client: try environment.transrifyClient(), queue: queue).flush(ignoringBackoff: true)
-            let remaining = try queue.items()
+            var uploader = EvidenceUploader(client: try environment.transrifyClient(), queue: queue)
+            uploader.includeSilent = false  // the silent items are the background uploads' (see EvidenceUploader)
+            let report = try await uploader.flush(ignoringBackoff: true)
+            let remaining = try queue.visibleItems()
             struct Flushed: Encodable { var uploaded: [String: String]; var remaining: Int; var errors: [String: String] }
             let flushed = Flushed(uploaded: report.uploaded, remaining: remaining.count, errors: report.deferred)
             try Output.emit(flushed, json: global.json) {

@@ -102,6 +102,8 @@ struct LockCommand: AsyncParsableCommand {
             }
             switch outcome! {
             case .unlocked:
+                // The same work after every unlock, whichever PIN (or finger) it was.
+                await AfterAuthentication.afterUnlock(environment, global)
                 print("Unlocked.")
             case .rejected(let message):
                 print(message)
@@ -162,6 +164,7 @@ struct LockCommand: AsyncParsableCommand {
             let lock = try environment.lockService()
             if disable {
                 try lock.disable(currentPIN: current)
+                await AfterAuthentication.afterUnlock(environment, global)
                 print("The lock is off.")
                 return
             }
@@ -175,6 +178,7 @@ struct LockCommand: AsyncParsableCommand {
             }
             try lock.changeSettings(currentPIN: current, relockAfter: relockAfter, biometrics: availability,
                                     newPIN: newPIN.map { (pin: $0.0, confirmation: $0.1) }, newDuressPIN: newDuress)
+            await AfterAuthentication.afterUnlock(environment, global)
             print("Settings saved.")
         }
     }

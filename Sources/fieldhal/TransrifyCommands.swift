@@ -27,6 +27,8 @@ enum TransrifySettings {
         ParameterSpec("alerts_websocket_url", .string, help: "the alerts WebSocket channel, ws:// or wss:// (default none: polling; env ALERTS_WEBSOCKET_URL)"),
         ParameterSpec("nfc_enabled", .boolean, help: "NFC acknowledgement and the duressed kit's tag (default false)"),
         ParameterSpec("nfc_emulation_s", .integer, help: "how long a duressed kit offers its tag after sign-in (default 1800)"),
+        ParameterSpec("background_run_s", .integer,
+                      help: "without a daemon: how long the background run after every sign-in or unlock lives, whatever the verdict (default 900; at least nfc_emulation_s with NFC)"),
     ]
 
     static let defaultDevelopmentURL = "http://127.0.0.1:8787"
@@ -135,10 +137,7 @@ struct SignInCommand: FieldHALSubcommand {
         let record = try outcome.get()
         // The same background work after every sign-in; it alone knows the mode. A running
         // daemon does it (it holds the devices); else a detached process of our own.
-        let answer = (try? await ControlSocket.ask(.init(command: .afterSignIn), at: ControlSocket.path(environment))) ?? nil
-        if answer.map({ $0.error != nil }) ?? true {
-            BackgroundRun.start(["after-signin"] + global.forwarded)
-        }
+        await AfterAuthentication.start(.afterSignIn, environment, global)
         let report = SessionReport(record)
         try Output.emit(report, json: global.json) { report.text }
     }
@@ -198,9 +197,29 @@ struct SignOutCommand: FieldHALSubcommand {
 struct AfterSignInCommand: FieldHALSubcommand {
     static let configuration = CommandConfiguration(commandName: "after-signin", shouldDisplay: false)
     @OptionGroup var global: GlobalOptions
+    @Flag(help: "After an unlock of the lock rather than a sign-in.") var unlock = false
 
     func execute(_ environment: Environment) async throws {
-        try await BackgroundWork.afterSignIn(environment)
+        if unlock { try await BackgroundWork.afterUnlock(environment) } else { try await BackgroundWork.afterSignIn(environment) }
+    }
+}
+
+/// Hands the work after a sign-in or an unlock to the running daemon, or starts the
+/// detached background run when there is none: the same either way for both verdicts.
+enum AfterAuthentication {
+    /// After an unlock: only while signed in to Transrify (a duress PIN then raises the
+    /// silent alert). Whether a session exists does not depend on the PIN just typed, so
+    /// the choice shows nothing; a kit that only uses the lock starts nothing.
+    static func afterUnlock(_ environment: Environment, _ global: GlobalOptions) async {
+        guard ((try? environment.sessionStore().load()) ?? nil) != nil else { return }
+        await start(.afterUnlock, environment, global)
+    }
+
+    static func start(_ command: ControlSocket.Request.Command, _ environment: Environment, _ global: GlobalOptions) async {
+        let answer = (try? await ControlSocket.ask(.init(command: command), at: ControlSocket.path(environment))) ?? nil
+        if answer.map({ $0.error != nil }) ?? true {
+            BackgroundRun.start(["after-signin"] + (command == .afterUnlock ? ["--unlock"] : []) + global.forwarded)
+        }
     }
 }
 
@@ -217,42 +236,109 @@ extension Environment {
     }
 }
 
+extension Environment {
+    /// How long a detached background run lives (`[transrify] background_run_s`, default 900 s;
+    /// with NFC at least `nfc_emulation_s`): exactly this long after every sign-in or unlock,
+    /// NORMAL or DURESS, so that `ps` shows the same process for the same time either way.
+    var backgroundRunLifetime: Duration {
+        let section = configuration.settings["transrify"]
+        var seconds = max(1, section?.integer("background_run_s") ?? 900)
+        if nfcEnabled { seconds = max(seconds, section?.integer("nfc_emulation_s") ?? 1800) }
+        return .seconds(seconds)
+    }
+
+    /// The evidence queue, waited for: a queue that cannot be opened at this moment (a full
+    /// disk, a vault being rewritten) is tried again, because skipping the duress capture
+    /// would lose the evidence. Nil only after `attempts` failures.
+    func evidenceQueue(attempts: Int = 10) async -> EvidenceQueue? {
+        for attempt in 1...attempts {
+            if let queue = try? EvidenceQueue(stateDirectory: stateDirectory, vault: try vault()) { return queue }
+            if attempt < attempts { try? await Task.sleep(for: .seconds(1)) }
+        }
+        return nil
+    }
+}
+
 /// The work after every sign-in, run by `fieldhal after-signin` (started detached by
 /// `signin`) or, when it runs, by the daemon (asked over its socket): the same steps and
 /// the same silence whatever the verdict.
 enum BackgroundWork {
     /// `keepTag`: who keeps the duress tag's offer (the daemon, which ends an older one);
-    /// nil: this run waits for it to end.
+    /// nil: this is a detached run, which lives exactly `backgroundRunLifetime` — its
+    /// uploads and the tag's offer end with it (the queue keeps what is left for the next
+    /// run, the daemon or `evidence flush`).
     static func afterSignIn(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
         let client = try environment.transrifyClient()
-        let queue = try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
-        let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
-        let video = environment.evidenceVideo()
         let offering = LockedValue<Task<Void, Never>?>(nil)
         work.limitedMode = { record in
-            // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
-            if environment.nfcEnabled, let alertId = record.alertId {
-                let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
-                let offer = Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) }
+            await limitedMode(record, environment) { offer in
                 if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
             }
-            guard let queue else { return }
-            let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-            var capture = EvidenceCapture(queue: queue, kit: kit)
-            capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
-            capture.video = video
-            _ = await capture.captureDuressEvidence(for: record)
-            await kit.close()
         }
-        // Cancelled (the daemon stops): the tag's offer ends with it; the queue keeps the rest.
-        await withTaskCancellationHandler {
+        let steps: @Sendable () async -> Void = { [work] in
             await work.run()
-            if let queue { await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: .seconds(900)) }
-            await offering.withLock { $0 }?.value
-        } onCancel: {
-            offering.withLock { $0 }?.cancel()
+            if let queue = await environment.evidenceQueue() {
+                await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: environment.backgroundRunLifetime)
+            }
         }
+        guard keepTag == nil else {
+            await steps()
+            return
+        }
+        // Detached: the work, the tag's offer and the clock run side by side; the clock alone
+        // decides when the process ends.
+        let lifetime = environment.backgroundRunLifetime
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await steps()
+                    await offering.withLock { $0 }?.value
+                } onCancel: {
+                    offering.withLock { $0 }?.cancel()
+                }
+            }
+            try? await Task.sleep(for: lifetime)
+            group.cancelAll()
+        }
+    }
+
+    /// The work after every successful unlock of the kit's lock (and settings change), the
+    /// same steps whatever PIN was used: the lock's pending duress uses are taken (the
+    /// state is written either way). A duress use while a Transrify session exists puts the
+    /// session in limited mode: the silent duress alert goes out and evidence is captured,
+    /// as after a duress sign-in.
+    static func afterUnlock(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
+        let duressUses = try environment.lockService().takeDuressEvents()
+        let sessions = try environment.sessionStore()
+        // Only a duress use during this session counts: one from before it (the lock used
+        // while signed out) is not this session's to act on.
+        if var record = try sessions.load(), !record.limitedMode, duressUses.contains(where: { $0 >= record.signedInAt }) {
+            record.limitedMode = true
+            try sessions.save(record)
+        }
+        try await afterSignIn(environment, keepTag: keepTag)
+    }
+
+    /// Limited mode's silent work (Req 21, 24, 32), after a duress sign-in or a duress unlock
+    /// of the lock: the duress tag's offer (handed to `keep`), and every kind of evidence,
+    /// queued as silent items.
+    static func limitedMode(_ record: SessionRecord, _ environment: Environment,
+                            keep: @Sendable (Task<Void, Never>) -> Void) async {
+        // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
+        if environment.nfcEnabled, let alertId = record.alertId {
+            let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
+            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) })
+        }
+        guard let queue = await environment.evidenceQueue() else { return }
+        let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
+        let kit = await environment.loadKit(only: [.camera, .microphone, .location])
+        var capture = EvidenceCapture(queue: queue, kit: kit)
+        capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
+        capture.video = environment.evidenceVideo()
+        capture.silent = true
+        _ = await capture.captureDuressEvidence(for: record)
+        await kit.close()
     }
 }
 

@@ -166,13 +166,22 @@ struct DaemonCLITests {
         #expect(watch.stderr == "fieldhal: alerts over the WebSocket channel\n")
         #expect(try String(contentsOfFile: feedback, encoding: .utf8).contains("\"sound\":\"soft-alert\""))
 
+        // Req 29.3 across processes: the debounce record is sealed in the state directory,
+        // so a second watcher within 60 s does not announce the same alert again.
+        let again = try await CLI.run(["alerts", "watch", "--seconds", "2", "--config", config, "--state-dir", stateB])
+        #expect(again.status == 0 && again.stdout.isEmpty, "announced twice within 60 s: \(again.stdout)")
+
         // Req 29: a kit with neither haptics nor a speaker still shows the banner.
+        let stateC = try await lab.stateDirectory()
+        let signInC = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", config, "--state-dir", stateC], input: "8024\n")
+        #expect(signInC.status == 0)
+        try await waitForBackgroundRuns(stateC)
         let silentConfig = scratch("watch-silent.toml")
         try (try String(contentsOfFile: config, encoding: .utf8))
             .replacingOccurrences(of: "[speaker]\nplugin = \"fake\"", with: "[speaker]\nplugin = \"fake\"\nenabled = false")
             .replacingOccurrences(of: "[haptics]\nplugin = \"fake\"", with: "[haptics]\nplugin = \"fake\"\nenabled = false")
             .write(toFile: silentConfig, atomically: true, encoding: .utf8)
-        let silent = try await CLI.run(["alerts", "watch", "--seconds", "2", "--config", silentConfig, "--state-dir", stateB])
+        let silent = try await CLI.run(["alerts", "watch", "--seconds", "2", "--config", silentConfig, "--state-dir", stateC])
         #expect(silent.status == 0, "\(silent.stderr)")
         #expect(silent.stdout.hasPrefix("Nearby Duress Alert — alice01, about "), "\(silent.stdout)")
         #expect(try String(contentsOfFile: silentConfig, encoding: .utf8).components(separatedBy: "enabled = false").count == 3)

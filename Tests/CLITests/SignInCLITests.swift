@@ -29,6 +29,7 @@ struct SignInLab {
         evidence_video_width = 160
         evidence_video_height = 120
         evidence_video_fps = 10
+        background_run_s = 4
 
         \(fakeKit)
         """.write(toFile: config, atomically: true, encoding: .utf8)

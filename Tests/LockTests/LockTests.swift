@@ -147,7 +147,6 @@ struct LockRuleTests {
         #expect(throws: FieldHALError(.permissionDenied, subject: "lock", detail: LockService.wrongCredential)) {
             try service.changeSettings(currentPIN: "9999", relockAfter: .never)
         }
-        #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "2580", relockAfter: .never) }
         try service.changeSettings(currentPIN: "4821", relockAfter: .never, newPIN: ("7395", "7395"))
         #expect(try service.status().relockAfter == .never)
         clock.advance(60)
@@ -197,6 +196,52 @@ struct LockRuleTests {
         #expect(try flows.takeDuressEvents().count == 1)
         #expect(try flows.takeDuressEvents().isEmpty, "taken once")
         #expect(try lock(VaultLockStore(vault: try Vault(stateDirectory: normalState))).takeDuressEvents().isEmpty)
+    }
+
+    /// Under coercion the duress PIN must work wherever the PIN does: changing the settings
+    /// and turning the lock off give the same outcome and the same audit line, and only the
+    /// sealed state notes the duress use (it was refused and counted as a failure before).
+    @Test func theDuressPINWorksForSettingsAndDisableLikeThePIN() throws {
+        var auditLines: [[String]] = []
+        var events: [Int] = []
+        for pin in ["4821", "2580"] {
+            let state = temporaryState()
+            let audit = AuditLog(path: state.file("audit.log"))
+            let service = try configured(store: VaultLockStore(vault: try Vault(stateDirectory: state)), audit: audit)
+            try service.changeSettings(currentPIN: pin, relockAfter: .never)
+            #expect(try service.status().relockAfter == .never)
+            events.append(try service.takeDuressEvents().count)
+            try service.disable(currentPIN: pin)
+            #expect(try service.status().configured == false)
+            let lines = try String(contentsOfFile: audit.path, encoding: .utf8).split(separator: "\n").map {
+                String($0).replacingOccurrences(of: #""(hash|prev|time)":"[^"]+""#, with: "", options: .regularExpression)
+            }
+            auditLines.append(lines)
+            #expect(try service.verifyAudit() == .intact(entries: 3))
+        }
+        #expect(auditLines[0] == auditLines[1], "the same audit lines")
+        #expect(events == [0, 1], "the duress use is noted for the flows, in the sealed state only")
+    }
+
+    /// The decoy that stands in for a missing duress PIN is made at setup and kept: unlocks
+    /// on a kit without a duress PIN do the same work (two argon2id checks, no hashing).
+    @Test func theDecoyHashIsMadeOnceAndKept() throws {
+        let store = MemoryLockStore()
+        let service = try configured(duress: nil, store: store)
+        let decoy = try #require(try store.load()?.duressPINHash)
+        clock.advance(3600)
+        #expect(try service.unlock(pin: "4821") == .unlocked)
+        #expect(try service.unlock(pin: "9999") == .rejected(LockService.wrongCredential))
+        #expect(try store.load()?.duressPINHash == decoy, "the same decoy, not a fresh one per process")
+        #expect(try service.takeDuressEvents().isEmpty, "nothing typed matches the decoy")
+        // A state from before the decoy was kept gets one at its next check, and keeps it.
+        var old = try #require(try store.load())
+        old.duressPINHash = nil
+        try store.save(old)
+        #expect(try service.unlock(pin: "4821") == .unlocked)
+        let made = try #require(try store.load()?.duressPINHash)
+        #expect(try service.unlock(pin: "4821") == .unlocked)
+        #expect(try store.load()?.duressPINHash == made)
     }
 
     @Test func manyDuressUnlocksKeepTheStateWithinItsPaddedSize() throws {

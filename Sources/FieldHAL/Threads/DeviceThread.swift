@@ -22,11 +22,17 @@ public final class DeviceThread: Sendable {
     /// One signal per queued job, plus one for `stop()`.
     private let pending = DispatchSemaphore(value: 0)
 
-    /// Starts the thread. `name` shows in `top -H` and in debuggers (`fieldhal-gpsd`).
+    /// What every device thread is called in `ps -eL`, `top -H` and /proc: one name for all,
+    /// because a thread named after the camera or the microphone appearing only after a
+    /// duress sign-in would tell a bystander what the kit is doing (docs/stealth.md).
+    public static let threadName = "fieldhal-device"
+
+    /// Starts the thread. `name` (`fieldhal-gpsd`) names the device in errors and in the
+    /// debugger's view of the thread object; the system sees `threadName`.
     public init(name: String) {
         self.name = name
         let thread = Thread { [self] in self.serve() }
-        thread.name = name
+        thread.name = Self.threadName
         thread.start()
     }
 

@@ -20,6 +20,8 @@ enum ControlSocket {
             case status
             /// Run the work after a sign-in in the daemon (see `BackgroundWork`).
             case afterSignIn = "after-signin"
+            /// Run the work after an unlock of the kit's lock in the daemon.
+            case afterUnlock = "after-unlock"
             /// Read a duress tag with the kit's NFC reader and acknowledge its alert (method NFC).
             case ackNFC = "ack-nfc"
         }

@@ -57,8 +57,9 @@ final class Daemon: Service, Sendable {
     let startedAt = Date()
     /// How alerts arrive now, for `fieldhal daemon status`.
     let alertTransport = LockedValue("not signed in")
-    /// Sign-ins handed over by `fieldhal signin`, worked through one at a time.
-    let signIns = AsyncStream.makeStream(of: Void.self)
+    /// Sign-ins and unlocks handed over by `fieldhal signin` and `lock unlock`, worked
+    /// through one at a time.
+    let signIns = AsyncStream.makeStream(of: ControlSocket.Request.Command.self)
     /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
     let tagOffer = LockedValue<Task<Void, Never>?>(nil)
 
@@ -148,8 +149,11 @@ final class Daemon: Service, Sendable {
         while !Task.isCancelled, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .seconds(1))
             let (nowGeneration, environment) = configuration.withLock { ($0.generation, $0.environment) }
+            // Not the alert id: it arrives after a duress sign-in only, and a restart then
+            // would show (a second "alerts: …" line). The watcher knows its user's alerts by
+            // customer reference from the start.
             guard nowGeneration == generation, let now = try? environment.sessionStore().load(),
-                  now.sessionId == session.sessionId, now.alertId == session.alertId else { return }
+                  now.sessionId == session.sessionId else { return }
         }
     }
 
@@ -190,12 +194,16 @@ final class Daemon: Service, Sendable {
         let environment = current
         switch request.command {
         case .status:
-            let queued = (try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault()).items().count) ?? 0
+            // What the user queued by hand; the silent capture after a duress sign-in is not counted.
+            let queued = (try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
+                .visibleItems().count) ?? 0
             let signedIn = ((try? environment.sessionStore().load()) ?? nil) != nil
+            // Read from the session, not from the subscription, which notices a sign-in or
+            // sign-out up to a second later.
             return .init(status: .init(version: FieldHALVersion.current, pid: getpid(), startedAt: startedAt,
-                                       alerts: alertTransport.value, signedIn: signedIn, queuedEvidence: queued))
-        case .afterSignIn:
-            signIns.continuation.yield()
+                                       alerts: signedIn ? alertTransport.value : "not signed in", signedIn: signedIn, queuedEvidence: queued))
+        case .afterSignIn, .afterUnlock:
+            signIns.continuation.yield(request.command)
             return .init()
         case .ackNFC:
             let timeout = Duration.milliseconds(min(max(request.timeoutMilliseconds ?? 30_000, 100), 300_000))
@@ -214,8 +222,12 @@ final class Daemon: Service, Sendable {
     /// silently, as the detached `after-signin` would; the tag's offer goes on beside the
     /// next sign-ins. SIGTERM cancels it all: the evidence queue keeps what is not uploaded.
     private func workAfterSignIns() async {
-        for await _ in signIns.stream {
-            try? await BackgroundWork.afterSignIn(current) { self.keepTag($0) }
+        for await command in signIns.stream {
+            if command == .afterUnlock {
+                try? await BackgroundWork.afterUnlock(current) { self.keepTag($0) }
+            } else {
+                try? await BackgroundWork.afterSignIn(current) { self.keepTag($0) }
+            }
         }
     }
 
