@@ -185,7 +185,7 @@ public struct TransrifyClient: Sendable {
     private func perform(_ request: URLRequest) async throws -> (Data, Int) {
         let data: Data, response: URLResponse
         do {
-            (data, response) = try await uncancellable { try await URLSession.shared.data(for: request) }
+            (data, response) = try await uncancellable { try await HTTPSession.shared.data(for: request) }
         } catch is CancellationError {
             throw CancellationError()
         } catch {

@@ -123,7 +123,7 @@ public struct EvidenceUploader: Sendable {
         do {
             // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
             (body, response) = try await uncancellable { [request] in
-                try await URLSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
+                try await HTTPSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
             }
         } catch is CancellationError {
             throw CancellationError()
