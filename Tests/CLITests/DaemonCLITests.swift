@@ -83,12 +83,16 @@ struct DaemonCLITests {
         defer { Task { await lab.running.stop() } }
         try lab.running.server.addUser(tenantKey: SignInLab.tenantKey, customerRef: "bob02", pin: "8024", duressPin: "9753")
         let feedback = scratch("feedback.jsonl")
+        // The kits reach the server through a link with 50–300 ms each way, as in the field.
+        let link = try await LatencyProxy.start(targetPort: lab.running.port)
+        defer { link.stop() }
         let settings = switch transport {
         case .polling: "alert_poll_interval_ms = 1000"
-        case .webSocket: "alert_poll_interval_ms = 60000\nalerts_websocket_url = \"ws://127.0.0.1:\(lab.running.port)/v1/alerts/ws\""
+        case .webSocket: "alert_poll_interval_ms = 60000\nalerts_websocket_url = \"ws://127.0.0.1:\(link.port)/v1/alerts/ws\""
         }
         let config = scratch("daemon.toml")
         try (try String(contentsOfFile: lab.config, encoding: .utf8))
+            .replacingOccurrences(of: lab.running.baseURL.absoluteString, with: link.baseURL)
             .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\n\(settings)")
             .replacingOccurrences(of: "[speaker]\nplugin = \"fake\"", with: "[speaker]\nplugin = \"fake\"\nlog_file = \"\(feedback)\"")
             .replacingOccurrences(of: "[haptics]\nplugin = \"fake\"", with: "[haptics]\nplugin = \"fake\"\nlog_file = \"\(feedback)\"")

@@ -122,7 +122,7 @@ private final class EventLog: @unchecked Sendable {
 }
 
 /// Reads a pipe line by line, a byte at a time (the emulator's output is small).
-private final class LineReader: @unchecked Sendable {
+final class LineReader: @unchecked Sendable {
     private let handle: FileHandle
     init(_ handle: FileHandle) { self.handle = handle }
 
