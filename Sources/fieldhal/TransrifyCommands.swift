@@ -267,13 +267,18 @@ enum BackgroundWork {
     /// nil: this is a detached run, which lives exactly `backgroundRunLifetime` — its
     /// uploads and the tag's offer end with it (the queue keeps what is left for the next
     /// run, the daemon or `evidence flush`).
-    static func afterSignIn(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
+    /// `capture`: false after an unlock with the PIN in a session already limited (its
+    /// capture was made when it became limited, or at a later duress unlock).
+    static func afterSignIn(_ environment: Environment, capture: Bool = true,
+                            keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
         let client = try environment.transrifyClient()
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let offering = LockedValue<Task<Void, Never>?>(nil)
-        work.limitedMode = { record in
-            await limitedMode(record, environment) { offer in
-                if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
+        if capture {
+            work.limitedMode = { record in
+                await limitedMode(record, environment) { offer in
+                    if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
+                }
             }
         }
         let steps: @Sendable () async -> Void = { [work] in
@@ -313,11 +318,17 @@ enum BackgroundWork {
         let sessions = try environment.sessionStore()
         // Only a duress use during this session counts: one from before it (the lock used
         // while signed out) is not this session's to act on.
-        if var record = try sessions.load(), !record.limitedMode, duressUses.contains(where: { $0 >= record.signedInAt }) {
-            record.limitedMode = true
-            try sessions.save(record)
+        var duressNow = false
+        if var record = try sessions.load(), duressUses.contains(where: { $0 >= record.signedInAt }) {
+            duressNow = true
+            if !record.limitedMode {
+                record.limitedMode = true
+                try sessions.save(record)
+            }
         }
-        try await afterSignIn(environment, keepTag: keepTag)
+        // Every duress unlock captures anew (the alert goes out once per session); an unlock
+        // with the PIN captures nothing, whatever the session's mode.
+        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag)
     }
 
     /// Limited mode's silent work (Req 21, 24, 32), after a duress sign-in or a duress unlock

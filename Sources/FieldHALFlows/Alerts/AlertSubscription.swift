@@ -53,6 +53,9 @@ public struct AlertSubscription: Sendable {
                     do {
                         let poll = try await watcher.poll(here: await here())
                         for banner in poll.announce { await emit(.announce(banner)) }
+                    } catch is CancellationError {
+                        // Signed out or stopping: the subscription ends; nothing went wrong.
+                    } catch where Task.isCancelled {
                     } catch {
                         await emit(.problem((error as? TransrifyError)?.userMessage ?? String(describing: error)))
                     }
