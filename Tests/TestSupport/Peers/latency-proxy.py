@@ -89,17 +89,20 @@ class Proxy:
         self.args = args
         self.connections = 0
 
-    def generator(self, first_line):
+    def generators(self, first_line):
+        """One generator per direction, so that the delays one direction draws do not depend
+        on how the two directions' chunks interleave in time."""
         if self.args.epoch_file:
             try:
                 with open(self.args.epoch_file, "rb") as handle:
                     epoch = handle.read()
             except OSError:
                 epoch = b""
-            digest = hashlib.sha256(epoch + b"\0" + first_line).digest()
-            return random.Random(int.from_bytes(digest[:8], "big"))
-        self.connections += 1
-        return random.Random(self.args.seed * 1_000_003 + self.connections)
+            seed = epoch + b"\0" + first_line
+        else:
+            self.connections += 1
+            seed = f"{self.args.seed}:{self.connections}".encode()
+        return tuple(random.Random(int.from_bytes(hashlib.sha256(seed + tag).digest()[:8], "big")) for tag in (b"up", b"down"))
 
     async def handle(self, client_reader, client_writer):
         host, port = self.args.target
@@ -120,9 +123,9 @@ class Proxy:
         up_holder = Buffered()
         client_task = asyncio.ensure_future(pump(client_reader, up_holder, first_line))
         line = await first_line
-        rng = self.generator(line)
-        up = Direction(server_writer, self.args.up_ms, rng)
-        down = Direction(client_writer, self.args.down_ms, rng)
+        up_rng, down_rng = self.generators(line)
+        up = Direction(server_writer, self.args.up_ms, up_rng)
+        down = Direction(client_writer, self.args.down_ms, down_rng)
         # Chunks read before the generator existed go first, in order.
         for chunk in pending:
             up.push(chunk)
