@@ -267,8 +267,8 @@ enum BackgroundWork {
     /// nil: this is a detached run, which lives exactly `backgroundRunLifetime` — its
     /// uploads and the tag's offer end with it (the queue keeps what is left for the next
     /// run, the daemon or `evidence flush`).
-    /// `capture`: false after an unlock with the PIN in a session already limited (its
-    /// capture was made when it became limited, or at a later duress unlock).
+    /// `capture`: false after an unlock with the PIN — only a sign-in in limited mode and a
+    /// duress unlock capture evidence (a limited session is not re-captured at every unlock).
     static func afterSignIn(_ environment: Environment, capture: Bool = true,
                             keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
         let client = try environment.transrifyClient()
