@@ -120,6 +120,8 @@ let package = Package(
         .target(
             name: "TransrifyAlertChannel",
             dependencies: ["Transrify", .product(name: "WSClient", package: "swift-websocket"),
+                           .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSwift
         ),

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
+import NIOPosix
 import Transrify
 import WSClient
 
@@ -17,6 +19,10 @@ public struct AlertChannel: Sendable {
     public var sessionId: String?
     /// A ping this often; a server that does not answer within the period is gone.
     public var pingInterval: Duration = .seconds(20)
+    /// The connection and the upgrade within this, or the channel counts as failed (and the
+    /// caller polls): a server that accepts and never answers must not hold the kit off
+    /// both the channel and polling.
+    public var openTimeout: Duration = .seconds(10)
     /// The largest message accepted: a hostile server cannot make the kit hoard.
     public static let maxMessageBytes = 1 << 20
 
@@ -50,12 +56,63 @@ public struct AlertChannel: Sendable {
     /// Cancelling the task closes the channel and returns.
     public func listen(onOpen: @escaping @Sendable () async -> Void,
                        onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws {
+        // NIO cannot cancel a connection that waits for its upgrade, but shutting its event
+        // loop down closes it: each connection gets a loop of its own, shut down when the
+        // connection ends, or when it has not opened within `openTimeout`, or on cancel.
+        let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        // NIO names its threads by a counter that grows with every loop made; the name
+        // would differ from one sign-in to the next.
+        try? await loop.next().submit { Self.nameThread("fieldhal-alerts") }.get()
+        let opened = NIOLockedValueBox(false)
+        let timedOut = NIOLockedValueBox(false)
+        let closed: WebSocketCloseFrame?
+        do {
+            closed = try await withThrowingTaskGroup(of: WebSocketCloseFrame?.self) { group in
+                group.addTask {
+                    try await connect(on: loop, onOpen: {
+                        opened.withLockedValue { $0 = true }
+                        await onOpen()
+                    }, onAlerts: onAlerts)
+                }
+                group.addTask {
+                    // The watchdog: cut short by cancellation (the connection ended, or the
+                    // caller stopped listening). Not opened by then, the loop goes down with
+                    // the connection: an upgrade in progress ignores cancellation.
+                    try? await Task.sleep(for: openTimeout)
+                    if !opened.withLockedValue({ $0 }) {
+                        if !Task.isCancelled { timedOut.withLockedValue { $0 = true } }
+                        try? await loop.shutdownGracefully()
+                    }
+                    // Opened in time: stay out of the way until the connection ends.
+                    while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+                    return nil
+                }
+                // The connection's result comes first: the watchdog ends only when cancelled.
+                let result = try await group.next() ?? nil
+                group.cancelAll()
+                return result
+            }
+        } catch {
+            try? await loop.shutdownGracefully()
+            if timedOut.withLockedValue({ $0 }) {
+                throw AlertChannelError.connectionFailed(url.absoluteString, "no upgrade within \(openTimeout)")
+            }
+            throw error
+        }
+        try? await loop.shutdownGracefully()
+        if let closed, !Task.isCancelled, closed.closeCode != .normalClosure, closed.closeCode != .goingAway {
+            throw AlertChannelError.closed(url.absoluteString, "\(closed.closeCode)" + (closed.reason.map { " (\($0))" } ?? ""))
+        }
+    }
+
+    private func connect(on loop: MultiThreadedEventLoopGroup, onOpen: @escaping @Sendable () async -> Void,
+                         onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws -> WebSocketCloseFrame? {
         var logger = Logger(label: "fieldhal.alert-channel")
         logger.logLevel = .critical  // failures are thrown to the caller, which reports them once
         let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: pingInterval))
-        let closed: WebSocketCloseFrame?
         do {
-            closed = try await WebSocketClient.connect(url: connectURL, configuration: configuration, logger: logger) { inbound, outbound, _ in
+            return try await WebSocketClient.connect(url: connectURL, configuration: configuration, eventLoopGroup: loop,
+                                                     logger: logger) { inbound, outbound, _ in
                 await onOpen()
                 try await withTaskCancellationHandler {
                     for try await message in inbound.messages(maxSize: Self.maxMessageBytes) {
@@ -74,12 +131,13 @@ public struct AlertChannel: Sendable {
         } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
             throw AlertChannelError.refused(connectURL.redactingSecrets)
         } catch {
-            if Task.isCancelled { return }
+            if Task.isCancelled { return nil }
             throw AlertChannelError.connectionFailed(url.absoluteString, String(describing: error))
         }
-        if let closed, !Task.isCancelled, closed.closeCode != .normalClosure, closed.closeCode != .goingAway {
-            throw AlertChannelError.closed(url.absoluteString, "\(closed.closeCode)" + (closed.reason.map { " (\($0))" } ?? ""))
-        }
+    }
+
+    private static func nameThread(_ name: String) {
+        Thread.current.name = name  // the current thread's name in the system, as `ps -L` shows it
     }
 }
 

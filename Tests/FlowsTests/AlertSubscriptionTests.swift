@@ -1,5 +1,8 @@
 import FieldHAL
 import FieldHALFlows
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import Testing
 import Transrify
@@ -169,4 +172,77 @@ struct AlertSubscriptionTests {
         #expect(throws: AlertChannelError.invalidURL("http://x/ws")) { try AlertChannel.validated("http://x/ws") }
         #expect(try AlertChannel.validated("wss://alerts.example/v1/alerts/ws").scheme == "wss")
     }
+    /// A server that accepts the connection and never answers the upgrade: the channel gives
+    /// up within its open timeout (and the subscription polls); a cancel while the upgrade
+    /// hangs returns at once. Before, both waited for ever and the kit heard no alerts at all.
+    @Test func anUpgradeThatNeverComesIsGivenUpOn() async throws {
+        let silent = try SilentListener()
+        defer { silent.close() }
+        var channel = AlertChannel(url: URL(string: "ws://127.0.0.1:\(silent.port)/v1/alerts/ws")!, tenantKey: "t")
+        channel.openTimeout = .seconds(1)
+        let started = ContinuousClock.now
+        do {
+            try await channel.listen(onOpen: { Issue.record("opened") }, onAlerts: { _ in })
+            Issue.record("listen returned without an error")
+        } catch let error as AlertChannelError {
+            #expect("\(error)".contains("no upgrade within 1"), "\(error)")
+        }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .seconds(1) && waited < .seconds(5), "\(waited)")
+
+        channel.openTimeout = .seconds(60)
+        let listening = Task { try await channel.listen(onOpen: {}, onAlerts: { _ in }) }
+        try await Task.sleep(for: .milliseconds(300))
+        let cancelled = ContinuousClock.now
+        listening.cancel()
+        _ = await listening.result
+        #expect(ContinuousClock.now - cancelled < .seconds(3))
+
+        // The subscription falls back to polling when the channel hangs.
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let log = EventLog()
+        let subscription = try lab.subscription(pollEvery: 3_600_000, channel: channel.with(openTimeout: .seconds(1)))
+        let task = Task { await subscription.run { log.record($0) } }
+        let fallback = await log.wait(for: "transport polling", timeout: .seconds(10))
+        task.cancel()
+        await task.value
+        #expect(fallback != nil, "\(log.lines)")
+        #expect(log.lines.first?.contains("no upgrade within") == true, "\(log.lines)")
+    }
+}
+
+extension AlertChannel {
+    func with(openTimeout: Duration) -> AlertChannel {
+        var copy = self
+        copy.openTimeout = openTimeout
+        return copy
+    }
+}
+
+/// A TCP listener on loopback that accepts connections and never says a word.
+final class SilentListener: Sendable {
+    let port: Int
+    private let socket: Int32
+
+    init() throws {
+        let listener = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        guard bound, listen(listener, 16) == 0 else {
+            Glibc.close(listener)
+            throw POSIXError(.EADDRINUSE)
+        }
+        socket = listener
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// The kernel completes the handshakes (the backlog): nobody needs to accept.
+    func close() { _ = Glibc.close(socket) }
 }
