@@ -29,6 +29,9 @@ let package = Package(
         .executable(name: "fieldhal", targets: ["fieldhal"]),
         .executable(name: "fieldhal-labserver", targets: ["fieldhal-labserver"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
+        // The hardware API's values (for clients in Swift) and its server (for the daemon).
+        .library(name: "FieldHALAPI", targets: ["FieldHALAPI"]),
+        .library(name: "FieldHALServer", targets: ["FieldHALServer"]),
     ],
     traits: [
         .trait(name: "NFC", description: "NFC reader and tag emulation through libnfc (libnfc-dev)"),
@@ -146,10 +149,20 @@ let package = Package(
         .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel", "CSodium",
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strictSwift),
 
+        // The hardware API (issue 20): its wire values, and its server on a Unix socket.
+        .target(name: "FieldHALAPI", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .target(
+            name: "FieldHALServer",
+            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSwift
+        ),
+
         .executableTarget(
             name: "fieldhal",
             dependencies: [
-                "FieldHAL", "FieldHALVault", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
+                "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALServer
 import FieldHALFlows
 import Transrify
 import FieldHALPlugins
@@ -86,7 +87,8 @@ struct Environment {
 
     /// The sections besides the capabilities': the core's `[kit]` and the flows' own.
     static let settings: [String: [ParameterSpec]] = KitConfiguration.coreSettings.merging(
-        ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs, "daemon": DaemonSettings.specs]) { $1 }
+        ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs, "daemon": DaemonSettings.specs,
+         "api": APIAuthorisation.specs]) { $1 }
 
     /// Opens the vault in the state directory.
     func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }

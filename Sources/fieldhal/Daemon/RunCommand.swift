@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALFlows
 import FieldHALLock
+import FieldHALServer
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -33,8 +34,17 @@ struct RunCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "fieldhal")
-        let daemon = try Daemon(options: global, logger: logger,
+        // A configuration the daemon cannot run with: one line on stderr and its exit code
+        // (EX_CONFIG for a bad file), as every other command.
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(options: global, logger: logger,
                                 uploadInterval: .seconds(max(1, uploadInterval)), verifyInterval: .seconds(max(5, verifyInterval)))
+        } catch {
+            let failure = CommandFailure(error)
+            FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
+            throw ExitCode(failure.exitCode)
+        }
         let group = ServiceGroup(configuration: .init(services: [.init(service: daemon)],
                                                       gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
@@ -62,10 +72,14 @@ final class Daemon: Service, Sendable {
     let signIns = AsyncStream.makeStream(of: ControlSocket.Request.Command.self)
     /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
     let tagOffer = LockedValue<Task<Void, Never>?>(nil)
+    /// The hardware API's state, once it is serving (see `serveAPI`).
+    let api = LockedValue<APIHost?>(nil)
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
-        self.configuration = LockedValue((try Environment(options), 0))
+        let environment = try Environment(options)
+        _ = try environment.apiAuthorisation()
+        self.configuration = LockedValue((environment, 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
         self.verifyInterval = verifyInterval
@@ -84,6 +98,7 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.verifySession() }
                 group.addTask { await self.watchLock() }
                 group.addTask { await self.serveControlSocket() }
+                group.addTask { await self.serveAPI() }
                 group.addTask { await self.workAfterSignIns() }
                 group.addTask { await self.resumeDuressTag() }
             }
@@ -104,8 +119,14 @@ final class Daemon: Service, Sendable {
         for await _ in hangUps {
             do {
                 let fresh = try Environment(options)
+                let authorisation = try fresh.apiAuthorisation()
                 configuration.withLock { $0 = (fresh, $0.generation + 1) }
                 logger.info("configuration reloaded")
+                if let host = api.value {
+                    await host.reload(identity: fresh.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
+                        await fresh.loadKit(only: only)
+                    }
+                }
             } catch {
                 logger.error("configuration not reloaded, the old one stays: \(CommandFailure(error).description)")
             }
@@ -187,6 +208,26 @@ final class Daemon: Service, Sendable {
             try await ControlSocket.serve(at: path, group: group) { request in await self.answer(request) }
         } catch where !Task.isCancelled {
             logger.error("control socket \(path): \(error) — other fieldhal commands will open devices themselves")
+        } catch {}
+    }
+
+    /// The hardware API on its Unix socket (issue 20). Like the control socket, a failure to
+    /// serve is logged and the daemon's other work carries on.
+    private func serveAPI() async {
+        let environment = current
+        let path = environment.apiSocketPath
+        do {
+            let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt),
+                                           authorisation: try environment.apiAuthorisation()) { only in
+                await environment.loadKit(only: only)
+            }
+            api.withLock { $0 = host }
+            let served = await Result { try await APIServer(socketPath: path, host: host).run { self.logger.info("api: serving on \(path)") } }
+            api.withLock { $0 = nil }
+            await host.close()
+            try served.get()
+        } catch where !Task.isCancelled {
+            logger.error("api \(path): \(CommandFailure(error).description) — the API is off until the daemon restarts")
         } catch {}
     }
 

@@ -1,0 +1,224 @@
+import FieldHAL
+import Foundation
+
+/// The kit's hardware API (issue 20): what `fieldhal run` serves on its Unix socket and what
+/// its clients send and receive. HTTP/1.1 and JSON; the contract is `api/openapi.yaml`, and
+/// every type here is one of its schemas under the same name.
+///
+/// This module holds values only (no server, no client), so that the daemon, the Swift
+/// client and the tests agree on the wire form by construction.
+public enum FieldHALAPI {
+    /// The path prefix of this version. A change that breaks a client gets a new one.
+    public static let version = "v1"
+
+    /// JSON as the API writes it: ISO 8601 times with fractions, keys sorted (stable output
+    /// for scripts and tests).
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)))
+        }
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    public static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let text = try decoder.singleValueContainer().decode(String.self)
+            if let date = try? Date(text, strategy: .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)) {
+                return date
+            }
+            if let date = try? Date(text, strategy: .iso8601) { return date }
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an ISO 8601 time: \(text)"))
+        }
+        return decoder
+    }
+}
+
+/// What a caller may do. Root, the daemon's own user and members of the control group may
+/// do everything; anyone else only what `[api] grants` gives them.
+public enum APIScope: String, Sendable, Codable, CaseIterable, Comparable {
+    /// `GET /v1/status`, `GET /v1/capabilities`, capability events.
+    case status
+    /// Fixes: `GET /v1/location`, fix events.
+    case location
+    case nfcRead = "nfc.read"
+    case nfcWrite = "nfc.write"
+    case nfcEmulate = "nfc.emulate"
+    case camera
+    case microphone
+    case haptics
+    case speaker
+    case biometrics
+    case lock
+    /// Transrify sign-in, session, sign-out.
+    case transrify
+    case alerts
+    case evidence
+
+    public static func < (lhs: APIScope, rhs: APIScope) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// Who the daemon takes the caller to be, from the socket's peer credentials.
+public struct APICaller: Sendable, Codable, Equatable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public var pid: Int32
+    /// The user's name, when the user database has one.
+    public var user: String?
+    /// What this caller may do, sorted.
+    public var scopes: [APIScope]
+
+    public init(uid: UInt32, gid: UInt32, pid: Int32, user: String?, scopes: [APIScope]) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+        self.user = user
+        self.scopes = scopes
+    }
+}
+
+/// `GET /v1/status`.
+public struct APIStatus: Sendable, Codable, Equatable {
+    /// FieldHAL's version (`fieldhal --version`).
+    public var version: String
+    /// The API version this daemon serves (`v1`).
+    public var api: String
+    public var pid: Int32
+    public var startedAt: Date
+    /// The configuration file the daemon runs with.
+    public var configuration: String
+    public var caller: APICaller
+
+    public init(version: String, api: String, pid: Int32, startedAt: Date, configuration: String, caller: APICaller) {
+        self.version = version
+        self.api = api
+        self.pid = pid
+        self.startedAt = startedAt
+        self.configuration = configuration
+        self.caller = caller
+    }
+}
+
+/// `GET /v1/capabilities`: how each capability came out of the daemon's loading of the kit.
+public struct APICapabilities: Sendable, Codable, Equatable {
+    public var capabilities: [CapabilityStatus]
+    /// When the kit was loaded (at the daemon's start, and again on SIGHUP).
+    public var loadedAt: Date
+
+    public init(capabilities: [CapabilityStatus], loadedAt: Date) {
+        self.capabilities = capabilities
+        self.loadedAt = loadedAt
+    }
+}
+
+/// Every error the API returns: the same typed error the CLI prints, as JSON, with the
+/// HTTP status it came with.
+public struct APIErrorBody: Sendable, Codable, Equatable {
+    public var error: APIProblem
+
+    public init(error: APIProblem) {
+        self.error = error
+    }
+}
+
+/// One error: `kind` is a `FieldHALError.Kind`, or one of the API's own (`forbidden`,
+/// `notFound`, `methodNotAllowed`); `subject`, `detail` and `advice` read as the CLI's do.
+public struct APIProblem: Error, Sendable, Codable, Equatable, CustomStringConvertible {
+    public var kind: String
+    public var subject: String
+    public var detail: String
+    public var advice: String?
+    /// The HTTP status, repeated for clients that only keep the body.
+    public var status: Int
+
+    public init(kind: String, subject: String, detail: String, advice: String? = nil, status: Int) {
+        self.kind = kind
+        self.subject = subject
+        self.detail = detail
+        self.advice = advice
+        self.status = status
+    }
+
+    public var description: String {
+        var text = subject.isEmpty ? detail : "\(subject): \(detail)"
+        if let advice { text += " — \(advice)" }
+        return text
+    }
+
+    /// The API's kinds beside `FieldHALError.Kind`'s.
+    public static let forbidden = "forbidden"
+    public static let notFound = "notFound"
+    public static let methodNotAllowed = "methodNotAllowed"
+}
+
+extension APIProblem {
+    /// A FieldHAL error with the HTTP status that says the same thing.
+    public init(_ error: FieldHALError) {
+        self.init(kind: error.kind.rawValue, subject: error.subject, detail: error.detail, advice: error.advice,
+                  status: Self.status(for: error.kind))
+    }
+
+    /// 4xx for what the caller can change, 5xx for the kit's own state.
+    public static func status(for kind: FieldHALError.Kind) -> Int {
+        switch kind {
+        case .invalidArgument, .malformedData, .stale: 400
+        case .permissionDenied: 403
+        case .busy: 409
+        case .notConfigured, .unavailable, .deviceNotFound, .disconnected, .noFix: 503
+        case .timeout: 504
+        case .cancelled: 499
+        case .unsupported: 501
+        case .io, .protocolError: 502
+        }
+    }
+}
+
+/// One Server-Sent Event of `GET /v1/events`: `event: <type>` and one `data:` line of JSON.
+public enum APIEvent: Sendable, Equatable {
+    /// A fix from the kit's location capability (scope `location`).
+    case fix(Fix)
+    /// A capability's state (scope `status`): each one once when the stream opens, then on
+    /// every change.
+    case capability(CapabilityStatus)
+
+    public enum Kind: String, Sendable, CaseIterable {
+        case fix
+        case capability
+
+        public var scope: APIScope {
+            switch self {
+            case .fix: .location
+            case .capability: .status
+            }
+        }
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .fix: .fix
+        case .capability: .capability
+        }
+    }
+
+    /// The event as it goes on the wire, with its blank line.
+    public func serverSentEvent() throws -> String {
+        let data: Data = switch self {
+        case .fix(let fix): try FieldHALAPI.encoder.encode(fix)
+        case .capability(let status): try FieldHALAPI.encoder.encode(status)
+        }
+        return "event: \(kind.rawValue)\ndata: \(String(decoding: data, as: UTF8.self))\n\n"
+    }
+
+    /// An event from its type and its `data:` line; nil for a type this client does not know
+    /// (a newer daemon may send more).
+    public init?(kind: String, data: Data) throws {
+        switch Kind(rawValue: kind) {
+        case .fix: self = .fix(try FieldHALAPI.decoder.decode(Fix.self, from: data))
+        case .capability: self = .capability(try FieldHALAPI.decoder.decode(CapabilityStatus.self, from: data))
+        case nil: return nil
+        }
+    }
+}

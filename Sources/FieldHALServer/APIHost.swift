@@ -1,0 +1,119 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import Synchronization
+
+/// What the API serves from: who may do what, how the kit loaded, and the devices the API
+/// keeps open. The daemon composes one and calls `reload` on SIGHUP.
+///
+/// Step 1 of issue 20 keeps open only the location provider (gpsd is shared by design, so
+/// the daemon's other loops may still open their own). The other capabilities are probed —
+/// opened and closed again — to report their state: the NFC chip, the camera and the
+/// microphone stay free for the flows that open them today, until one owner holds them all.
+public final class APIHost: Sendable {
+    /// What the daemon is: for `GET /v1/status`.
+    public struct Identity: Sendable {
+        public var version: String
+        public var pid: Int32
+        public var startedAt: Date
+        public var configurationFile: String
+
+        public init(version: String, pid: Int32, startedAt: Date, configurationFile: String) {
+            self.version = version
+            self.pid = pid
+            self.startedAt = startedAt
+            self.configurationFile = configurationFile
+        }
+    }
+
+    /// Loads the kit the way the daemon does: all of it (`nil`) or some capabilities.
+    public typealias KitLoader = @Sendable (_ only: Set<Capability>?) async -> Kit
+
+    private struct State {
+        var identity: Identity
+        var authorisation: APIAuthorisation
+        var capabilities: APICapabilities
+        var held: Kit?
+        var location: SharedLocation?
+    }
+
+    private let state: Mutex<State>
+    private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
+
+    private init(_ state: State) {
+        self.state = Mutex(state)
+    }
+
+    /// Probes the kit and opens what the API holds.
+    public static func start(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async -> APIHost {
+        let (capabilities, held) = await probe(load)
+        return APIHost(State(identity: identity, authorisation: authorisation, capabilities: capabilities, held: held,
+                             location: (try? held.location()).map(SharedLocation.init)))
+    }
+
+    /// A new configuration: new grants, the kit probed again, the location provider opened
+    /// again. Clients watching fixes see their stream end (they reconnect); capabilities
+    /// whose state changed are sent as events.
+    public func reload(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async {
+        let (capabilities, held) = await APIHost.probe(load)
+        let location = (try? held.location()).map(SharedLocation.init)
+        let (before, oldKit, oldLocation) = state.withLock { state in
+            defer {
+                state.identity = identity
+                state.authorisation = authorisation
+                state.capabilities = capabilities
+                state.held = held
+                state.location = location
+            }
+            return (state.capabilities.capabilities, state.held, state.location)
+        }
+        await oldLocation?.close()
+        await oldKit?.close()
+        for status in capabilities.capabilities where !before.contains(status) {
+            capabilityChanges.yield(status)
+        }
+    }
+
+    private static func probe(_ load: KitLoader) async -> (APICapabilities, Kit) {
+        let probe = await load(nil)
+        let statuses = probe.statuses
+        await probe.close()
+        let held = await load([.location])
+        // What the probe saw, except for the capability held: its state is the held one's.
+        let merged = statuses.map { $0.capability == .location ? held.status(of: .location) : $0 }
+        return (APICapabilities(capabilities: merged, loadedAt: Date()), held)
+    }
+
+    public var identity: Identity { state.withLock { $0.identity } }
+    public var authorisation: APIAuthorisation { state.withLock { $0.authorisation } }
+    public var capabilities: APICapabilities { state.withLock { $0.capabilities } }
+
+    /// The shared location watch, or the reason there is none.
+    public func location() throws -> SharedLocation {
+        let (location, status, file) = state.withLock { ($0.location, $0.capabilities.capabilities.first { $0.capability == .location },
+                                                         $0.identity.configurationFile) }
+        if let location { return location }
+        if status?.state == .notConfigured {
+            throw FieldHALError(.notConfigured, subject: "location", detail: status?.reason ?? "not configured",
+                                advice: "add a [\(Capability.location.rawValue)] section with plugin = \"gpsd\" (or \"fake\") to \(file), then reload the daemon")
+        }
+        throw FieldHALError(.unavailable, subject: "location", detail: status?.reason ?? "unavailable",
+                            advice: "see `fieldhal status`; the daemon tries again when reloaded (SIGHUP)")
+    }
+
+    /// Capability states as they change, from now on.
+    public func capabilityEvents() -> AsyncThrowingStream<CapabilityStatus, any Error> {
+        capabilityChanges.subscribe()
+    }
+
+    /// Closes what the API holds and ends every event stream.
+    public func close() async {
+        let (kit, location) = state.withLock { state in
+            defer { state.held = nil; state.location = nil }
+            return (state.held, state.location)
+        }
+        await location?.close()
+        await kit?.close()
+        capabilityChanges.finish()
+    }
+}

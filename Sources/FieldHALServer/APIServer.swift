@@ -1,0 +1,291 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The kit's hardware API (issue 20): HTTP/1.1 and JSON on a Unix socket, so that a program
+/// in any language uses the kit the daemon holds — `curl --unix-socket`, Python's
+/// `http.client`, Go's `net/http` — without opening a device itself. The contract is
+/// `api/openapi.yaml`; the values are `FieldHALAPI`'s.
+///
+/// Callers are known by the kernel's peer credentials and authorised by `APIAuthorisation`.
+/// The socket itself is open to everyone (0666): the decision is made per request, by who
+/// the caller is, and a refusal says how to be allowed.
+public struct APIServer: Sendable {
+    public let socketPath: String
+    public let host: APIHost
+    /// How often an idle event stream gets a comment line, so that a client (and any proxy)
+    /// knows the daemon is alive.
+    public var keepAlive: Duration = .seconds(15)
+
+    public init(socketPath: String, host: APIHost) {
+        self.socketPath = socketPath
+        self.host = host
+    }
+
+    /// Serves until cancelled; calls `onListening` once the socket accepts connections.
+    /// Refuses to take the socket of another daemon that answers on it; a stale socket file
+    /// (left by a daemon killed with SIGKILL) is replaced. The socket file is removed on return.
+    public func run(onListening: @escaping @Sendable () async -> Void = {}) async throws {
+        try Self.claim(socketPath)
+        var quiet = Logger(label: "fieldhal.api")
+        // Hummingbird reports a connection cancelled at shutdown as an error: the daemon's
+        // journal gets our own lines, not the server library's.
+        quiet.logLevel = .critical
+        let path = socketPath
+        let app = Application(
+            router: makeRouter(),
+            configuration: .init(address: .unixDomainSocket(path: path), serverName: nil),
+            onServerRunning: { _ in
+                chmod(path, 0o666)
+                await onListening()
+            },
+            eventLoopGroupProvider: .singleton,
+            logger: quiet)
+        defer { unlink(path) }
+        try await app.runService(gracefulShutdownSignals: [])
+    }
+
+    /// Makes `path` free to bind, or says who holds it.
+    static func claim(_ path: String) throws {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw FieldHALError(.busy, subject: path, detail: "exists and is not a socket",
+                                advice: "move the file away or set [api] socket to another path")
+        }
+        if let pid = try answeringPeer(path) {
+            throw FieldHALError(.busy, subject: path, detail: "another daemon (pid \(pid)) serves the API here",
+                                advice: "stop it (systemctl stop fieldhal) or set [api] socket to another path")
+        }
+        unlink(path)
+    }
+
+    /// The pid of the process listening on `path`, or nil when nobody does (ECONNREFUSED).
+    private static func answeringPeer(_ path: String) throws -> Int32? {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw FieldHALError(.io, subject: path, detail: "socket(): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw FieldHALError(.invalidArgument, subject: path, detail: "longer than a Unix socket path may be (107 bytes)",
+                                advice: "set [api] socket to a shorter path")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else { return nil }
+        var credentials = KernelCredentials()
+        var length = socklen_t(MemoryLayout<KernelCredentials>.size)
+        getsockopt(fd, SOL_SOCKET, KernelCredentials.option, &credentials, &length)
+        return credentials.pid
+    }
+
+    // MARK: Routes
+
+    func makeRouter() -> Router<APIRequestContext> {
+        let router = Router(context: APIRequestContext.self)
+        router.middlewares.add(APIErrorMiddleware())
+        // Every route is a GET for now; `APIErrorMiddleware` answers another method with 405.
+        let v1 = router.group(RouterPath("/\(FieldHALAPI.version)"))
+        v1.get("status") { _, context in
+            let caller = try await context.caller(host)
+            try host.authorise(.status, caller, doing: "GET /v1/status")
+            let identity = host.identity
+            return try json(APIStatus(version: identity.version, api: FieldHALAPI.version, pid: identity.pid,
+                                      startedAt: identity.startedAt, configuration: identity.configurationFile,
+                                      caller: host.describe(caller)))
+        }
+        v1.get("capabilities") { _, context in
+            try host.authorise(.status, try await context.caller(host), doing: "GET /v1/capabilities")
+            return try json(host.capabilities)
+        }
+        v1.get("location") { request, context in
+            try host.authorise(.location, try await context.caller(host), doing: "GET /v1/location")
+            let fixRequest = try Self.fixRequest(request.uri.queryParameters)
+            return try json(try await host.location().provider.currentFix(fixRequest))
+        }
+        v1.get("events") { request, context in
+            let caller = try await context.caller(host)
+            let kinds = try Self.eventKinds(request.uri.queryParameters)
+            for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
+            return try events(kinds)
+        }
+        return router
+    }
+
+    private func json(_ value: some Encodable) throws -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"],
+                 body: .init(byteBuffer: ByteBuffer(bytes: try FieldHALAPI.encoder.encode(value))))
+    }
+
+    /// `timeout_ms` (default 5000, at most 60000), `max_age_ms` (default 300000; 0: live
+    /// fixes only), `accuracy_m` (default: any).
+    static func fixRequest(_ query: Parameters) throws -> FixRequest {
+        func milliseconds(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
+            guard let text = query.get(name) else { return value }
+            guard let number = Int(text), range.contains(number) else {
+                throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(text)\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
+            }
+            return number
+        }
+        let timeout = try milliseconds("timeout_ms", default: 5000, range: 0...60_000)
+        let maxAge = try milliseconds("max_age_ms", default: 300_000, range: 0...86_400_000)
+        var accuracy: Double?
+        if let text = query.get("accuracy_m") {
+            guard let metres = Double(text), metres.isFinite, metres > 0 else {
+                throw FieldHALError(.invalidArgument, subject: "accuracy_m", detail: "\"\(text)\" is not a positive number of metres")
+            }
+            accuracy = metres
+        }
+        return FixRequest(timeout: .milliseconds(timeout), maxAge: maxAge == 0 ? nil : .milliseconds(maxAge), requiredAccuracy: accuracy)
+    }
+
+    /// `types=fix,capability` (default: both).
+    static func eventKinds(_ query: Parameters) throws -> [APIEvent.Kind] {
+        guard let text = query.get("types") else { return APIEvent.Kind.allCases }
+        var kinds: [APIEvent.Kind] = []
+        for name in text.split(separator: ",") {
+            guard let kind = APIEvent.Kind(rawValue: String(name)) else {
+                throw FieldHALError(.invalidArgument, subject: "types", detail: "no event type \"\(name)\"",
+                                    advice: "the types are " + APIEvent.Kind.allCases.map(\.rawValue).joined(separator: ", "))
+            }
+            if !kinds.contains(kind) { kinds.append(kind) }
+        }
+        guard !kinds.isEmpty else {
+            throw FieldHALError(.invalidArgument, subject: "types", detail: "names no event type",
+                                advice: "leave it out for all, or name some of " + APIEvent.Kind.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        return kinds
+    }
+
+    /// Server-Sent Events: each capability's state first (when asked for), then fixes and
+    /// changes as they come, one event per write so that a client sees each at once.
+    private func events(_ kinds: [APIEvent.Kind]) throws -> Response {
+        // Before the response starts: a missing location is a plain error, not a stream that ends.
+        let location = kinds.contains(.fix) ? try host.location() : nil
+        let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
+        let initial = kinds.contains(.capability) ? host.capabilities.capabilities : []
+        let keepAlive = keepAlive
+        let body = ResponseBody { writer in
+            let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                if let location {
+                    group.addTask {
+                        for try await fix in location.watch() { sink.yield(try APIEvent.fix(fix).serverSentEvent()) }
+                    }
+                }
+                if let changes {
+                    group.addTask {
+                        for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
+                    }
+                }
+                group.addTask {
+                    while true {
+                        try await Task.sleep(for: keepAlive)
+                        sink.yield(": keep-alive\n\n")
+                    }
+                }
+                for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
+                // The daemon's shutdown or reload ends the streams above: then this one ends too.
+                for await text in merged {
+                    try await writer.write(ByteBuffer(string: text))
+                }
+                group.cancelAll()
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+    }
+}
+
+extension APIHost {
+    /// Throws the refusal when `caller` may not use `scope`.
+    func authorise(_ scope: APIScope, _ caller: PeerCredentials, doing what: String) throws {
+        if let refusal = authorisation.refusal(scope, for: caller, doing: what) { throw refusal }
+    }
+}
+
+extension APIHost {
+    /// The caller as `GET /v1/status` shows it: who, and what they may do.
+    func describe(_ caller: PeerCredentials) -> APICaller {
+        APICaller(uid: caller.uid, gid: caller.gid, pid: caller.pid, user: caller.userName,
+                  scopes: authorisation.scopes(for: caller).sorted())
+    }
+}
+
+/// A request and the connection it came on: the connection's peer is the caller.
+public struct APIRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    let channel: any Channel
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
+    }
+
+    func caller(_ host: APIHost) async throws -> PeerCredentials {
+        do {
+            return try await PeerCredentials.of(channel)
+        } catch {
+            throw APIProblem(kind: APIProblem.forbidden, subject: "caller", detail: "the kernel did not say who is calling (\(error))",
+                             advice: "connect over the daemon's Unix socket", status: 403)
+        }
+    }
+}
+
+/// Every failure becomes the API's JSON error body, unknown routes included, so that a client
+/// reads one shape for every error.
+struct APIErrorMiddleware: RouterMiddleware {
+    typealias Context = APIRequestContext
+
+    /// The routes, all GET: the router answers another method on them with 404, which would
+    /// tell a client the route does not exist.
+    static let routes: Set<String> = ["status", "capabilities", "location", "events"].reduce(into: []) {
+        $0.insert("/\(FieldHALAPI.version)/\($1)")
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let problem as APIProblem {
+            return Self.response(problem)
+        } catch let error as FieldHALError {
+            return Self.response(APIProblem(error))
+        } catch let error as any HTTPResponseError {
+            var status = Int(error.status.code)
+            let known = Self.routes.contains(request.uri.path)
+            if status == 404, known, request.method != .get { status = 405 }
+            let (kind, detail, advice): (String, String, String?) = switch status {
+            case 404: (APIProblem.notFound, "no such route in API \(FieldHALAPI.version)", "the routes are in api/openapi.yaml and docs/api.md")
+            case 405: (APIProblem.methodNotAllowed, "only GET is served here", "use GET")
+            default: ("http", error.status.reasonPhrase, nil)
+            }
+            var response = Self.response(APIProblem(kind: kind, subject: "\(request.method) \(request.uri.path)", detail: detail,
+                                                    advice: advice, status: status))
+            if status == 405 { response.headers[.allow] = "GET" }
+            return response
+        } catch is CancellationError {
+            return Self.response(APIProblem(FieldHALError(.cancelled, subject: "\(request.method) \(request.uri.path)", detail: "the daemon is stopping")))
+        } catch {
+            return Self.response(APIProblem(kind: FieldHALError.Kind.io.rawValue, subject: "\(request.method) \(request.uri.path)",
+                                            detail: "\(error)", status: 500))
+        }
+    }
+
+    static func response(_ problem: APIProblem) -> Response {
+        let body = (try? FieldHALAPI.encoder.encode(APIErrorBody(error: problem))) ?? Data("{}".utf8)
+        return Response(status: .init(code: problem.status), headers: [.contentType: "application/json"],
+                        body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+}

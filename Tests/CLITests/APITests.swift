@@ -1,0 +1,148 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The daemon's hardware API (issue 20), from outside: `fieldhal run` on the fake kit, its
+/// socket checked against api/openapi.yaml by `lab/api-contract`, which uses the Python
+/// example client — the client a user would copy — and callers of other users made with
+/// setpriv, as the kernel reports them.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct APITests {
+    /// A directory anyone may enter, holding the socket, a configuration, and copies of the
+    /// contract, the checker and the client (a caller of another uid must be able to read them).
+    struct Place {
+        let directory: String
+        var socket: String { directory + "/api.sock" }
+        var config: String { directory + "/kit.toml" }
+        var checker: String { directory + "/lab/api-contract" }
+        var client: String { directory + "/examples/python/fieldhal_api.py" }
+
+        init(api settings: String = "") throws {
+            directory = scratch("api")
+            let files = FileManager.default
+            for folder in ["lab", "examples/python", "api"] {
+                try files.createDirectory(atPath: directory + "/" + folder, withIntermediateDirectories: true)
+            }
+            for file in ["lab/api-contract", "examples/python/fieldhal_api.py", "api/openapi.yaml"] {
+                try files.copyItem(atPath: CLI.repositoryRoot.appendingPathComponent(file).path, toPath: directory + "/" + file)
+            }
+            chmod(directory, 0o755)
+            try write(api: settings)
+        }
+
+        func write(api settings: String) throws {
+            let kit = try String(contentsOfFile: CLI.exampleConfig, encoding: .utf8)
+            try (kit + "\n[api]\nsocket = \"\(socket)\"\n\(settings)\n").write(toFile: config, atomically: true, encoding: .utf8)
+        }
+    }
+
+    /// Whether this test run may start processes as other users (root, or sudo without a password).
+    static let canSwitchUser: Bool = getuid() == 0 || (try? CLI.runBlocking(["-n", "true"], executable: URL(fileURLWithPath: "/usr/bin/sudo")).status) == 0
+
+    /// Runs `arguments` as uid 4242 with the given supplementary groups, as the kernel will see it.
+    static func asOtherUser(_ arguments: [String], groups: [Int] = []) async throws -> CLI.Result {
+        let switchUser = ["--reuid=4242", "--regid=4242"] + (groups.isEmpty ? ["--clear-groups"] : ["--groups=" + groups.map(String.init).joined(separator: ",")])
+        let command = getuid() == 0 ? ["/usr/bin/setpriv"] + switchUser : ["/usr/bin/sudo", "-n", "/usr/bin/setpriv"] + switchUser
+        return try await CLI.runTool(command[0], Array(command.dropFirst()) + arguments)
+    }
+
+    func startDaemon(_ place: Place) async throws -> DaemonProcess {
+        let daemon = try DaemonProcess(["--config", place.config, "--state-dir", scratch("api-state")])
+        #expect(await daemon.waitForLine(containing: "api: serving on \(place.socket)", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        return daemon
+    }
+
+    /// Every route, every documented error, the event stream: as the contract says. The
+    /// socket is open to all (the kernel's word on the caller decides), and gone after SIGTERM.
+    @Test func theAPIAnswersAsItsContractSays() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let checked = try await CLI.runTool("/usr/bin/python3", [place.checker, "--socket", place.socket])
+        #expect(checked.status == 0, "\(checked.stdout)\(checked.stderr)")
+        #expect(checked.stdout.contains(" passed, 0 failed"), "\(checked.stdout)")
+        let mode = try FileManager.default.attributesOfItem(atPath: place.socket)[.posixPermissions] as? Int
+        #expect(mode == 0o666)
+
+        // A second daemon does not take the socket from the first: it says who holds it.
+        let second = try DaemonProcess(["--config", place.config, "--state-dir", scratch("api-state-2")])
+        #expect(await second.waitForLine(containing: "another daemon (pid \(daemon.process.processIdentifier)) serves the API here",
+                                         timeout: .seconds(20)) != nil, "\(second.output)")
+        _ = await second.stop()
+        let stillServed = try await CLI.runTool("/usr/bin/python3", [place.client, "--socket", place.socket, "status"])
+        #expect(stillServed.status == 0, "\(stillServed.stderr)")
+
+        // A client following events is let go when the daemon stops, and the daemon stops at once.
+        let follower = Process()
+        follower.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        follower.arguments = [place.client, "--socket", place.socket, "events", "--types", "fix"]
+        let followed = Pipe()
+        follower.standardOutput = followed
+        try follower.run()
+        try await Task.sleep(for: .seconds(2))
+        let stopped = await daemon.stop()
+        #expect(stopped.status == 0 && stopped.took < .seconds(5), "\(stopped) \(daemon.output)")
+        let exited = try await offPool { () -> Int32 in
+            let deadline = ContinuousClock.now + .seconds(5)
+            while follower.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
+            if follower.isRunning { follower.terminate() }
+            follower.waitUntilExit()
+            return follower.terminationStatus
+        }
+        #expect(exited == 0, "the event client was not let go")
+        let fixes = String(decoding: followed.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+        #expect(!fixes.isEmpty && fixes.allSatisfy { $0.hasPrefix("{\"data\": {") && $0.contains("\"type\": \"fix\"") }, "\(fixes)")
+        #expect(!FileManager.default.fileExists(atPath: place.socket), "the socket outlived the daemon")
+    }
+
+    /// Another user gets 403s that say how to be allowed; a grant to their group lets them
+    /// read exactly what it names; the control group lets them do everything. Grants change
+    /// on SIGHUP, without a restart.
+    @Test(.enabled(if: canSwitchUser, "needs root or passwordless sudo to start callers as another uid"))
+    func callersAreAuthorisedByWhoTheKernelSaysTheyAre() async throws {
+        let place = try Place(api: "group = \"4444\"")
+        let daemon = try await startDaemon(place)
+        let refused = try await Self.asOtherUser(["/usr/bin/python3", place.checker, "--socket", place.socket, "--refused"])
+        #expect(refused.status == 0, "\(refused.stdout)\(refused.stderr)")
+        #expect(refused.stdout.contains("8 passed, 0 failed"), "\(refused.stdout)")
+
+        try place.write(api: "group = \"4444\"\ngrants = [{ group = \"4343\", allow = [\"status\"] }]")
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "configuration reloaded", timeout: .seconds(10)) != nil)
+        try await Task.sleep(for: .seconds(1))
+        let granted = try await Self.asOtherUser(["/usr/bin/python3", place.client, "--socket", place.socket, "status"], groups: [4343])
+        #expect(granted.status == 0, "\(granted.stderr)")
+        #expect(granted.stdout.contains("\"scopes\": [\"status\"]") && granted.stdout.contains("\"uid\": 4242"), "\(granted.stdout)")
+        let notGranted = try await Self.asOtherUser(["/usr/bin/python3", place.client, "--socket", place.socket, "location"], groups: [4343])
+        #expect(notGranted.status == 77, "\(notGranted.stdout)\(notGranted.stderr)")
+        #expect(notGranted.stderr.contains("uid 4242 may not use location"), "\(notGranted.stderr)")
+
+        let controller = try await Self.asOtherUser(["/usr/bin/python3", place.checker, "--socket", place.socket], groups: [4444])
+        #expect(controller.status == 0, "\(controller.stdout)\(controller.stderr)")
+        _ = await daemon.stop()
+    }
+
+    /// A grant that names a user this machine does not have stops the daemon's start with
+    /// the place to fix, and a reload with it keeps the old configuration.
+    @Test func aGrantForNobodyIsAConfigurationError() async throws {
+        let place = try Place(api: "grants = [{ user = \"no-such-user-fieldhal\", allow = [\"status\"] }]")
+        let start = try await CLI.run(["run", "--config", place.config, "--state-dir", scratch("api-state")])
+        #expect(start.status == 78, "\(start.status) \(start.stderr)")
+        #expect(start.stderr == "fieldhal: \(place.config): api.grants[0]: no user \"no-such-user-fieldhal\" on this machine: "
+                + "create the user, name another, or remove the grant\n", "\(start.stderr)")
+
+        try place.write(api: "grants = [{ group = \"0\", allow = [\"telepathy\"] }]")
+        let badScope = try await CLI.run(["run", "--config", place.config, "--state-dir", scratch("api-state")])
+        #expect(badScope.status == 78 && badScope.stderr.contains("api.grants[0]: no scope \"telepathy\"; the scopes are ")
+                && badScope.stderr.contains("nfc.read"), "\(badScope.stderr)")
+
+        try place.write(api: "")
+        let daemon = try await startDaemon(place)
+        try place.write(api: "grants = [{ user = \"no-such-user-fieldhal\", allow = [\"status\"] }]")
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "configuration not reloaded, the old one stays", timeout: .seconds(10)) != nil,
+                "\(daemon.output)")
+        let still = try await CLI.runTool("/usr/bin/python3", [place.client, "--socket", place.socket, "capabilities"])
+        #expect(still.status == 0, "\(still.stderr)")
+        _ = await daemon.stop()
+    }
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""A client of FieldHAL's hardware API in plain Python (standard library only).
+
+The daemon (`fieldhal run`) serves HTTP/1.1 and JSON on a Unix socket; this module dials
+it with http.client. Use it as a module:
+
+    from fieldhal_api import FieldHAL
+    kit = FieldHAL("/run/fieldhal/api.sock")
+    print(kit.status()["caller"]["scopes"])
+    print(kit.location(timeout_ms=3000)["fix"])
+    for event in kit.events(types=["fix"]):
+        print(event.type, event.data)
+
+or from a shell:
+
+    python3 fieldhal_api.py --socket /run/fieldhal/api.sock status
+    python3 fieldhal_api.py location --timeout-ms 3000
+    python3 fieldhal_api.py events --types fix --count 5
+
+Each command prints JSON (one line per event, flushed); an error prints the daemon's typed
+error on stderr and exits 69 (unavailable), 77 (refused), 64 (bad request) or 70.
+The contract is api/openapi.yaml.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import sys
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+DEFAULT_SOCKETS = ("/run/fieldhal/api.sock",)
+
+
+class FieldHALError(Exception):
+    """The daemon's typed error (the `error` of an ErrorBody), or a transport failure."""
+
+    def __init__(self, kind: str, subject: str, detail: str, advice: str | None = None, status: int = 0):
+        self.kind, self.subject, self.detail, self.advice, self.status = kind, subject, detail, advice, status
+        text = f"{subject}: {detail}" if subject else detail
+        super().__init__(text + (f" — {advice}" if advice else ""))
+
+
+@dataclass
+class Event:
+    type: str
+    data: Any
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None):
+        super().__init__("fieldhal", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError as error:
+            sock.close()
+            raise FieldHALError("unavailable", self._path, f"cannot connect: {error.strerror or error}",
+                                "is `fieldhal run` running? `systemctl status fieldhal`; "
+                                "or pass the daemon's [api] socket") from None
+        self.sock = sock
+
+
+class FieldHAL:
+    """The daemon at `socket_path` (default: $FIELDHAL_API_SOCKET, else /run/fieldhal/api.sock)."""
+
+    def __init__(self, socket_path: str | None = None, timeout: float = 70.0):
+        self.socket_path = socket_path or os.environ.get("FIELDHAL_API_SOCKET") or DEFAULT_SOCKETS[0]
+        self.timeout = timeout
+
+    def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False):
+        query = {k: v for k, v in (query or {}).items() if v is not None}
+        target = "/v1/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        connection = _UnixConnection(self.socket_path, None if stream else self.timeout)
+        connection.request("GET", target, headers={"Accept": "text/event-stream" if stream else "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            body = response.read()
+            connection.close()
+            try:
+                problem = json.loads(body)["error"]
+            except (ValueError, KeyError, TypeError):
+                raise FieldHALError("protocolError", target, f"HTTP {response.status} with a body that is not an ErrorBody",
+                                    status=response.status) from None
+            raise FieldHALError(problem.get("kind", "?"), problem.get("subject", ""), problem.get("detail", ""),
+                                problem.get("advice"), problem.get("status", response.status))
+        return connection, response
+
+    def _json(self, path: str, query: dict[str, Any] | None = None) -> Any:
+        connection, response = self._request(path, query)
+        try:
+            return json.loads(response.read())
+        finally:
+            connection.close()
+
+    def status(self) -> dict:
+        return self._json("status")
+
+    def capabilities(self) -> dict:
+        return self._json("capabilities")
+
+    def location(self, timeout_ms: int | None = None, max_age_ms: int | None = None,
+                 accuracy_m: float | None = None) -> dict:
+        return self._json("location", {"timeout_ms": timeout_ms, "max_age_ms": max_age_ms, "accuracy_m": accuracy_m})
+
+    def events(self, types: list[str] | None = None) -> Iterator[Event]:
+        """Server-Sent Events until the daemon ends the stream (it stops or reloads)."""
+        connection, response = self._request("events", {"types": ",".join(types) if types else None}, stream=True)
+        try:
+            kind, data = None, []
+            for raw in response:
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if not line:
+                    if kind is not None:
+                        yield Event(kind, json.loads("\n".join(data)))
+                    kind, data = None, []
+                elif line.startswith(":"):
+                    continue
+                elif line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+        finally:
+            connection.close()
+
+
+EXIT = {"forbidden": 77, "invalidArgument": 64, "notFound": 64, "noFix": 69, "unavailable": 69,
+        "notConfigured": 78, "timeout": 75}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="FieldHAL's hardware API from the shell (JSON out).")
+    parser.add_argument("--socket", help="the daemon's API socket (default $FIELDHAL_API_SOCKET or /run/fieldhal/api.sock)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("status", help="the daemon and who it takes you to be")
+    commands.add_parser("capabilities", help="how each capability loaded")
+    location = commands.add_parser("location", help="one fix")
+    location.add_argument("--timeout-ms", type=int)
+    location.add_argument("--max-age-ms", type=int)
+    location.add_argument("--accuracy-m", type=float)
+    events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
+    events.add_argument("--types", help="comma-separated: fix, capability")
+    events.add_argument("--count", type=int, help="stop after this many events")
+    args = parser.parse_args(argv)
+    kit = FieldHAL(args.socket)
+    try:
+        if args.command == "status":
+            print(json.dumps(kit.status(), sort_keys=True))
+        elif args.command == "capabilities":
+            print(json.dumps(kit.capabilities(), sort_keys=True))
+        elif args.command == "location":
+            print(json.dumps(kit.location(args.timeout_ms, args.max_age_ms, args.accuracy_m), sort_keys=True))
+        else:
+            seen = 0
+            for event in kit.events(args.types.split(",") if args.types else None):
+                print(json.dumps({"type": event.type, "data": event.data}, sort_keys=True), flush=True)
+                seen += 1
+                if args.count and seen >= args.count:
+                    break
+    except FieldHALError as error:
+        print(f"fieldhal-api: {error}", file=sys.stderr)
+        return EXIT.get(error.kind, 70)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
