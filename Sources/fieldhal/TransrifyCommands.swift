@@ -200,6 +200,8 @@ struct AfterSignInCommand: FieldHALSubcommand {
     @Flag(help: "After an unlock of the lock rather than a sign-in.") var unlock = false
 
     func execute(_ environment: Environment) async throws {
+        // Its threads must not show whether it makes requests (see DispatchWorkers).
+        DispatchWorkers.hold()
         if unlock { try await BackgroundWork.afterUnlock(environment) } else { try await BackgroundWork.afterSignIn(environment) }
     }
 }

@@ -89,6 +89,8 @@ final class Daemon: Service, Sendable {
         // Trap SIGHUP before saying "running": a reload asked for from then on is never lost
         // (and never kills the process, which is SIGHUP's default).
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
+        // The same thread names before and after HTTP requests (see DispatchWorkers).
+        DispatchWorkers.hold()
         logger.info("fieldhal \(FieldHALVersion.current) running; state \(current.stateDirectory.path)")
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
