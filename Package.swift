@@ -32,6 +32,7 @@ let package = Package(
         // The hardware API's values (for clients in Swift) and its server (for the daemon).
         .library(name: "FieldHALAPI", targets: ["FieldHALAPI"]),
         .library(name: "FieldHALServer", targets: ["FieldHALServer"]),
+        .library(name: "FieldHALClient", targets: ["FieldHALClient"]),
     ],
     traits: [
         .trait(name: "NFC", description: "NFC reader and tag emulation through libnfc (libnfc-dev)"),
@@ -158,6 +159,13 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSwift
         ),
+        // A Swift client of that API (SwiftNIO's HTTP/1.1 on the Unix socket).
+        .target(
+            name: "FieldHALClient",
+            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")],
+            swiftSettings: strictSwift
+        ),
 
         .executableTarget(
             name: "fieldhal",
@@ -178,7 +186,7 @@ let package = Package(
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport", "Transrify", "TransrifyLabServer"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 

@@ -1,3 +1,6 @@
+import FieldHAL
+import FieldHALAPI
+import FieldHALClient
 import Foundation
 import TestSupport
 import Testing
@@ -119,6 +122,77 @@ struct APITests {
         let controller = try await Self.asOtherUser(["/usr/bin/python3", place.checker, "--socket", place.socket], groups: [4444])
         #expect(controller.status == 0, "\(controller.stdout)\(controller.stderr)")
         _ = await daemon.stop()
+    }
+
+    /// The Swift client: the same answers, typed; the daemon's errors as `APIProblem` with
+    /// their advice; a missing daemon and a wait past its bound as typed errors too.
+    @Test func theSwiftClientGetsTheKitThroughTheDaemon() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        let status = try await kit.status()
+        #expect(status.api == "v1" && status.pid == daemon.process.processIdentifier)
+        #expect(status.caller.uid == getuid() && status.caller.scopes == APIScope.allCases.sorted())
+        let capabilities = try await kit.capabilities()
+        #expect(capabilities.capabilities.map(\.capability) == Capability.allCases)
+        #expect(capabilities.capabilities.allSatisfy { $0.isAvailable }, "\(capabilities)")
+        let reading = try await kit.location(timeout: .seconds(3))
+        #expect(reading.fix.hasPosition && reading.fix.latitude.map { abs($0 - 52.5163) < 0.001 } == true, "\(reading)")
+
+        // The daemon's refusal of a bad request, typed, with what to do.
+        await #expect(throws: APIProblem.self) { _ = try await kit.location(timeout: .seconds(120)) }
+        do {
+            _ = try await kit.location(timeout: .milliseconds(300), maxAge: nil, accuracy: 0.001)
+            Issue.record("a fix at 1 mm from the fake receiver")
+        } catch let problem as APIProblem {
+            #expect(problem.kind == "noFix" && problem.status == 503 && problem.advice != nil, "\(problem)")
+        }
+
+        // Events: every capability once, then fixes, as they come.
+        var capabilityEvents = 0, fixes: [Fix] = []
+        for try await event in kit.events() {
+            switch event {
+            case .capability: capabilityEvents += 1
+            case .fix(let fix): fixes.append(fix)
+            }
+            if fixes.count == 2 { break }
+        }
+        #expect(capabilityEvents == Capability.allCases.count && fixes.allSatisfy { $0.hasPosition }, "\(capabilityEvents) \(fixes)")
+
+        // A daemon that does not answer within the client's bound: a timeout, not a hang.
+        // (A negative slack puts the bound before the daemon's own 3 s wait ends.)
+        var impatient = kit
+        impatient.slack = .milliseconds(-2500)
+        let asked = ContinuousClock.now
+        do {
+            _ = try await impatient.location(timeout: .seconds(3), maxAge: nil, accuracy: 0.001)
+            Issue.record("an answer after the bound")
+        } catch let error as FieldHALError {
+            #expect(error.kind == .timeout, "\(error)")
+        }
+        #expect(ContinuousClock.now - asked < .seconds(2))
+        _ = await daemon.stop()
+
+        do {
+            _ = try await kit.status()
+            Issue.record("a daemon answered after it stopped")
+        } catch let error as FieldHALError {
+            #expect(error.kind == .unavailable && error.advice?.contains("fieldhal run") == true, "\(error)")
+        }
+    }
+
+    /// schemathesis, from the contract: invalid requests refused with a documented 4xx at
+    /// once, valid ones answered as documented within their bound, nothing undocumented.
+    /// (lab/api-fuzz installs schemathesis from PyPI into .venv-api-fuzz on first use.)
+    @Test func schemathesisFindsNothingOutsideTheContract() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let fuzz = try await CLI.runTool("/usr/bin/python3", [CLI.repositoryRoot.appendingPathComponent("lab/api-fuzz").path,
+                                                             "--socket", place.socket])
+        #expect(fuzz.status == 0, "\(fuzz.stdout.suffix(4000))\(fuzz.stderr.suffix(2000))")
+        #expect(fuzz.stdout.contains("api-fuzz: passed"))
+        let stopped = await daemon.stop()
+        #expect(stopped.status == 0, "the daemon did not survive the fuzzing: \(daemon.output.suffix(20))")
     }
 
     /// A grant that names a user this machine does not have stops the daemon's start with

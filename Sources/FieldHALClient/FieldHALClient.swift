@@ -1,0 +1,193 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A Swift client of the kit's hardware API: what a Swift program uses to reach the devices
+/// that `fieldhal run` holds, instead of opening them itself.
+///
+/// One HTTP/1.1 connection per call, on the daemon's Unix socket, through SwiftNIO's event
+/// loops (never the cooperative pool). Errors are the daemon's typed errors (`APIProblem`,
+/// with its advice); a daemon that is not there is `FieldHALError.unavailable` saying so.
+///
+///     let kit = FieldHALClient(socketPath: "/run/fieldhal/api.sock")
+///     let reading = try await kit.location(timeout: .seconds(3))
+///     for try await event in kit.events([.fix]) { … }
+public struct FieldHALClient: Sendable {
+    public let socketPath: String
+    /// How long a call may take beyond the wait it asks for (connect, the answer's transfer).
+    public var slack: Duration = .seconds(10)
+
+    /// The shipped unit's socket; `FIELDHAL_API_SOCKET` overrides it.
+    public static var defaultSocketPath: String {
+        ProcessInfo.processInfo.environment["FIELDHAL_API_SOCKET"] ?? "/run/fieldhal/api.sock"
+    }
+
+    public init(socketPath: String = FieldHALClient.defaultSocketPath) {
+        self.socketPath = socketPath
+    }
+
+    /// `GET /v1/status`: the daemon, and who it takes this process to be.
+    public func status() async throws -> APIStatus {
+        try await get("status", as: APIStatus.self)
+    }
+
+    /// `GET /v1/capabilities`.
+    public func capabilities() async throws -> APICapabilities {
+        try await get("capabilities", as: APICapabilities.self)
+    }
+
+    /// `GET /v1/location`: a live fix within `timeout`, else a cached one no older than
+    /// `maxAge` (nil: live only), at `accuracy` metres or better when given.
+    public func location(timeout: Duration = .seconds(5), maxAge: Duration? = .seconds(300), accuracy: Double? = nil) async throws -> LocationReading {
+        var query = [("timeout_ms", "\(timeout.milliseconds)"), ("max_age_ms", "\(maxAge?.milliseconds ?? 0)")]
+        if let accuracy { query.append(("accuracy_m", "\(accuracy)")) }
+        return try await get("location", query: query, waiting: timeout, as: LocationReading.self)
+    }
+
+    /// `GET /v1/events`: events until the daemon ends the stream (it stops or reloads) or the
+    /// caller stops iterating. Types this client does not know are skipped.
+    public func events(_ kinds: [APIEvent.Kind] = APIEvent.Kind.allCases) -> AsyncThrowingStream<APIEvent, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
+        let path = route("events", query: [("types", kinds.map(\.rawValue).joined(separator: ","))])
+        let socketPath = socketPath
+        let task = Task {
+            do {
+                var parser = ServerSentEvents()
+                try await Self.exchange(socketPath: socketPath, path: path, deadline: nil) { chunk in
+                    for (kind, data) in parser.feed(chunk) {
+                        if let event = try APIEvent(kind: kind, data: Data(data.utf8)) { continuation.yield(event) }
+                    }
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    // MARK: Transport
+
+    private func route(_ name: String, query: [(String, String)] = []) -> String {
+        var components = URLComponents()
+        components.path = "/\(FieldHALAPI.version)/\(name)"
+        if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
+        return components.string ?? components.path
+    }
+
+    private func get<T: Decodable>(_ name: String, query: [(String, String)] = [], waiting: Duration = .zero, as type: T.Type) async throws -> T {
+        let path = route(name, query: query)
+        var body = Data()
+        try await Self.exchange(socketPath: socketPath, path: path, deadline: .now + waiting + slack) { body += $0 }
+        do {
+            return try FieldHALAPI.decoder.decode(T.self, from: body)
+        } catch {
+            throw FieldHALError(.malformedData, subject: "GET \(path)", detail: "the daemon's answer is not a \(T.self): \(error)",
+                                advice: "is the daemon the same FieldHAL version as this client?")
+        }
+    }
+
+    /// One request: connects, sends `GET path`, and hands a 200's body to `onChunk` as it
+    /// arrives; any other status is read whole and thrown as the daemon's `APIProblem`.
+    private static func exchange(socketPath: String, path: String, deadline: ContinuousClock.Instant?,
+                                 _ onChunk: (Data) async throws -> Void) async throws {
+        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(unixDomainSocketPath: socketPath) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                    }
+                }
+        } catch {
+            throw FieldHALError(.unavailable, subject: socketPath, detail: "no daemon answers here (\(error))",
+                                advice: "start it (systemctl start fieldhal, or fieldhal run) or give its [api] socket")
+        }
+        let closer = channel.channel
+        // The bound: closing the connection ends any wait below, wherever it is.
+        let watchdog = deadline.map { deadline in
+            Task {
+                try await Task.sleep(until: deadline, clock: .continuous)
+                try? await closer.close()
+            }
+        }
+        defer { watchdog?.cancel() }
+        do {
+            try await withTaskCancellationHandler {
+                try await channel.executeThenClose { inbound, outbound in
+                    var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
+                    head.headers.add(name: "Host", value: "fieldhal")
+                    head.headers.add(name: "Connection", value: "close")
+                    try await outbound.write(.head(head))
+                    try await outbound.write(.end(nil))
+                    var parts = inbound.makeAsyncIterator()
+                    guard case .head(let response)? = try await parts.next() else {
+                        throw FieldHALError(.protocolError, subject: "GET \(path)", detail: "the daemon closed the connection without an answer")
+                    }
+                    if response.status != .ok {
+                        var text = Data()
+                        while let part = try await parts.next() {
+                            if case .body(let buffer) = part { text += Data(buffer.readableBytesView) }
+                        }
+                        if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: text) { throw problem.error }
+                        throw FieldHALError(.protocolError, subject: "GET \(path)", detail: "HTTP \(response.status.code) without an error body")
+                    }
+                    while let part = try await parts.next() {
+                        switch part {
+                        case .body(let buffer): try await onChunk(Data(buffer.readableBytesView))
+                        case .end: return
+                        case .head: continue
+                        }
+                    }
+                }
+            } onCancel: {
+                closer.close(promise: nil)
+            }
+        } catch let error where deadline.map({ ContinuousClock.now >= $0 }) == true && !(error is APIProblem) {
+            // The watchdog closed the connection: say so, not what the closing looked like.
+            throw FieldHALError(.timeout, subject: "GET \(path)", detail: "no whole answer from the daemon in time")
+        }
+    }
+}
+
+/// Server-Sent Events from chunks of bytes: lines end at LF (a chunk may end mid-line, or
+/// mid-character), events at a blank line; comments (`:`) are keep-alives.
+struct ServerSentEvents {
+    private var pending = Data()
+    private var kind: String?
+    private var data: [String] = []
+
+    mutating func feed(_ chunk: Data) -> [(kind: String, data: String)] {
+        pending += chunk
+        var events: [(String, String)] = []
+        while let newline = pending.firstIndex(of: 0x0A) {
+            var line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+            pending = Data(pending[pending.index(after: newline)...])
+            if line.hasSuffix("\r") { line.removeLast() }
+            if line.isEmpty {
+                if let kind { events.append((kind, data.joined(separator: "\n"))) }
+                kind = nil
+                data = []
+            } else if line.hasPrefix(":") {
+                continue
+            } else if line.hasPrefix("event:") {
+                kind = line.dropFirst(6).trimmingCharacters(in: .whitespaces)
+            } else if line.hasPrefix("data:") {
+                data.append(String(line.dropFirst(5).drop { $0 == " " }))
+            }
+        }
+        return events
+    }
+}
+
+extension Duration {
+    fileprivate var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}
