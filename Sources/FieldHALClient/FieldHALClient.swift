@@ -47,8 +47,8 @@ public struct FieldHALClient: Sendable {
         return try await get("location", query: query, waiting: timeout, as: LocationReading.self)
     }
 
-    /// `GET /v1/events`: events until the daemon ends the stream (it stops or reloads) or the
-    /// caller stops iterating. Types this client does not know are skipped.
+    /// `GET /v1/events`: events until the daemon ends the stream (it stops) or the caller
+    /// stops iterating. Types this client does not know are skipped.
     public func events(_ kinds: [APIEvent.Kind] = APIEvent.Kind.allCases) -> AsyncThrowingStream<APIEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
         let path = route("events", query: [("types", kinds.map(\.rawValue).joined(separator: ","))])

@@ -34,40 +34,41 @@ public final class APIHost: Sendable {
         var authorisation: APIAuthorisation
         var capabilities: APICapabilities
         var held: Kit?
-        var location: SharedLocation?
     }
 
     private let state: Mutex<State>
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
+    /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
+    private let sharedLocation: SharedLocation
 
-    private init(_ state: State) {
+    private init(_ state: State, location: (any LocationProvider)?) {
         self.state = Mutex(state)
+        sharedLocation = SharedLocation(location)
     }
 
     /// Probes the kit and opens what the API holds.
     public static func start(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async -> APIHost {
         let (capabilities, held) = await probe(load)
-        return APIHost(State(identity: identity, authorisation: authorisation, capabilities: capabilities, held: held,
-                             location: (try? held.location()).map(SharedLocation.init)))
+        return APIHost(State(identity: identity, authorisation: authorisation, capabilities: capabilities, held: held),
+                       location: try? held.location())
     }
 
     /// A new configuration: new grants, the kit probed again, the location provider opened
-    /// again. Clients watching fixes see their stream end (they reconnect); capabilities
-    /// whose state changed are sent as events.
+    /// again. Clients watching fixes stay subscribed and get the new provider's fixes;
+    /// capabilities whose state changed are sent as events.
     public func reload(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async {
         let (capabilities, held) = await APIHost.probe(load)
-        let location = (try? held.location()).map(SharedLocation.init)
-        let (before, oldKit, oldLocation) = state.withLock { state in
+        let status = capabilities.capabilities.first { $0.capability == .location }
+        await sharedLocation.replace(with: try? held.location(), reason: status?.reason ?? "location is not available")
+        let (before, oldKit) = state.withLock { state in
             defer {
                 state.identity = identity
                 state.authorisation = authorisation
                 state.capabilities = capabilities
                 state.held = held
-                state.location = location
             }
-            return (state.capabilities.capabilities, state.held, state.location)
+            return (state.capabilities.capabilities, state.held)
         }
-        await oldLocation?.close()
         await oldKit?.close()
         for status in capabilities.capabilities where !before.contains(status) {
             capabilityChanges.yield(status)
@@ -90,9 +91,15 @@ public final class APIHost: Sendable {
 
     /// The shared location watch, or the reason there is none.
     public func location() throws -> SharedLocation {
-        let (location, status, file) = state.withLock { ($0.location, $0.capabilities.capabilities.first { $0.capability == .location },
-                                                         $0.identity.configurationFile) }
-        if let location { return location }
+        _ = try locationProvider()
+        return sharedLocation
+    }
+
+    /// The location provider loaded now, or the reason there is none.
+    public func locationProvider() throws -> any LocationProvider {
+        if let provider = sharedLocation.provider { return provider }
+        let (status, file) = state.withLock { ($0.capabilities.capabilities.first { $0.capability == .location },
+                                               $0.identity.configurationFile) }
         if status?.state == .notConfigured {
             throw FieldHALError(.notConfigured, subject: "location", detail: status?.reason ?? "not configured",
                                 advice: "add a [\(Capability.location.rawValue)] section with plugin = \"gpsd\" (or \"fake\") to \(file), then reload the daemon")
@@ -108,11 +115,11 @@ public final class APIHost: Sendable {
 
     /// Closes what the API holds and ends every event stream.
     public func close() async {
-        let (kit, location) = state.withLock { state in
-            defer { state.held = nil; state.location = nil }
-            return (state.held, state.location)
+        let kit = state.withLock { state in
+            defer { state.held = nil }
+            return state.held
         }
-        await location?.close()
+        await sharedLocation.close()
         await kit?.close()
         capabilityChanges.finish()
     }

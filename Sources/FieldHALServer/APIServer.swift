@@ -113,7 +113,13 @@ public struct APIServer: Sendable {
         v1.get("location") { request, context in
             try host.authorise(.location, try await context.caller(host), doing: "GET /v1/location")
             let fixRequest = try Self.fixRequest(request.uri.queryParameters)
-            return try json(try await host.location().provider.currentFix(fixRequest))
+            do {
+                return try json(try await host.locationProvider().currentFix(fixRequest))
+            } catch var error as FieldHALError where error.kind == .noFix {
+                // The core's advice names the CLI's flags; a caller of the API has parameters.
+                error.advice = "check the antenna has a view of the sky, or raise timeout_ms or max_age_ms, or ask for less with accuracy_m"
+                throw error
+            }
         }
         v1.get("events") { request, context in
             let caller = try await context.caller(host)
@@ -180,13 +186,17 @@ public struct APIServer: Sendable {
         let body = ResponseBody { writer in
             let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
             try await withThrowingTaskGroup(of: Void.self) { group in
+                // A source that ends (its device closed by a reload, or the daemon stopping)
+                // ends the response: the client reconnects and gets the new state.
                 if let location {
                     group.addTask {
+                        defer { sink.finish() }
                         for try await fix in location.watch() { sink.yield(try APIEvent.fix(fix).serverSentEvent()) }
                     }
                 }
                 if let changes {
                     group.addTask {
+                        defer { sink.finish() }
                         for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
                     }
                 }
@@ -197,7 +207,6 @@ public struct APIServer: Sendable {
                     }
                 }
                 for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
-                // The daemon's shutdown or reload ends the streams above: then this one ends too.
                 for await text in merged {
                     try await writer.write(ByteBuffer(string: text))
                 }

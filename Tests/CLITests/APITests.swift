@@ -181,6 +181,46 @@ struct APITests {
         }
     }
 
+    /// A reload keeps every event stream: the capability it changed arrives as an event, and
+    /// fixes continue from the receiver the new configuration opened.
+    @Test func aReloadIsHeardOnTheStreamAndDoesNotEndIt() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        let (heard, note) = AsyncStream.makeStream(of: APIEvent.self)
+        let listener = Task {
+            for try await event in kit.events() { note.yield(event) }
+            note.finish()
+        }
+        var events = heard.makeAsyncIterator()
+        var initial = 0
+        var fixesBefore = 0
+        while initial < Capability.allCases.count || fixesBefore < 1, let event = await events.next() {
+            if case .capability = event { initial += 1 } else { fixesBefore += 1 }
+        }
+        #expect(initial == Capability.allCases.count)
+
+        let original = try String(contentsOfFile: place.config, encoding: .utf8)
+        try original.replacingOccurrences(of: "[camera]\nplugin = \"fake\"", with: "[camera]\nplugin = \"fake\"\nenabled = false")
+            .write(toFile: place.config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        var change: CapabilityStatus?
+        var fixesAfter = 0
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline, change == nil || fixesAfter < 2, let event = await events.next() {
+            switch event {
+            case .capability(let status): change = status
+            case .fix(let fix) where change != nil && fix.hasPosition: fixesAfter += 1
+            case .fix: break
+            }
+        }
+        #expect(change?.capability == .camera && change?.state == .notConfigured, "\(String(describing: change))")
+        #expect(fixesAfter >= 2, "the fixes did not continue after the reload")
+        #expect(try await kit.capabilities().capabilities.first { $0.capability == .camera }?.state == .notConfigured)
+        listener.cancel()
+        _ = await daemon.stop()
+    }
+
     /// schemathesis, from the contract: invalid requests refused with a documented 4xx at
     /// once, valid ones answered as documented within their bound, nothing undocumented.
     /// (lab/api-fuzz installs schemathesis from PyPI into .venv-api-fuzz on first use.)

@@ -112,7 +112,7 @@ class FieldHAL:
         return self._json("location", {"timeout_ms": timeout_ms, "max_age_ms": max_age_ms, "accuracy_m": accuracy_m})
 
     def events(self, types: list[str] | None = None) -> Iterator[Event]:
-        """Server-Sent Events until the daemon ends the stream (it stops or reloads)."""
+        """Server-Sent Events until the daemon ends the stream (it stops)."""
         connection, response = self._request("events", {"types": ",".join(types) if types else None}, stream=True)
         try:
             kind, data = None, []
