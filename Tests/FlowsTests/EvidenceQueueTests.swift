@@ -212,7 +212,38 @@ struct EvidenceQueueTests {
         let refused = try await uploader(queue, lab).flush()
         #expect(refused.uploaded.isEmpty)
         #expect(try queue.items().first?.phase == .queued)
-        #expect(try await uploader(queue, lab).flush(ignoringBackoff: true).uploaded.count == 1)
+        let again = try await uploader(queue, lab).flush(ignoringBackoff: true)
+        #expect(again.uploaded.count == 1, "deferred: \(again.deferred), waiting: \(again.waiting), queue: \((try? queue.items()) ?? [])")
+    }
+
+    /// The uploader found an item "claimed" right after its own claim had ended, because a
+    /// child being spawned elsewhere in the process still held a copy of the descriptor.
+    @Test func aClaimEndsWhenItIsReleasedEvenWhileChildrenAreSpawned() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let item = try queue.add(kind: .text, contentType: "text/plain", incidentId: "inc-5", bytes: Array("note".utf8))
+        let spawning = Atomic<Bool>(true)
+        let spawned = Atomic<Int>(0)
+        let spawner = Thread {
+            while spawning.load(ordering: .relaxed) {
+                let child = Process()
+                child.executableURL = URL(fileURLWithPath: "/bin/true")
+                try? child.run()
+                child.waitUntilExit()
+                spawned.add(1, ordering: .relaxed)
+            }
+        }
+        spawner.start()
+        defer { spawning.store(false, ordering: .relaxed) }
+        var claims = 0
+        var refused = 0
+        // Long enough that dozens of spawns overlap the claims (before the fix: 19 to 1532 refused).
+        while claims < 3000 || (spawned.load(ordering: .relaxed) < 30 && claims < 3_000_000) {
+            if let claim = queue.claim(item.id) { withExtendedLifetime(claim) {} } else { refused += 1 }
+            claims += 1
+        }
+        #expect(spawned.load(ordering: .relaxed) >= 30)
+        #expect(refused == 0, "\(refused) of \(claims) claims found the item still claimed after its release")
     }
 
     @Test func missingDevicesAreReportedAndTheOtherKindsGoOn() async throws {

@@ -84,7 +84,7 @@ public final class EvidenceQueue: Sendable {
         guard descriptor >= 0 else {
             throw FieldHALError(.io, subject: directory + "/queue.lock", detail: String(cString: strerror(errno)))
         }
-        defer { close(descriptor) }
+        defer { unlockAndClose(descriptor) }
         // Held for microseconds by whoever makes the key: wait for it, within a bound.
         let deadline = Date().addingTimeInterval(10)
         while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
@@ -104,7 +104,16 @@ public final class EvidenceQueue: Sendable {
     public final class Claim: Sendable {
         let descriptor: Int32
         init(_ descriptor: Int32) { self.descriptor = descriptor }
-        deinit { close(descriptor) }
+        deinit { unlockAndClose(descriptor) }
+    }
+
+    /// A flock belongs to the open file, not to the descriptor: a child this process is
+    /// spawning holds a copy of every descriptor until its exec, so close alone can leave the
+    /// lock held for that long (the next claim of the same item then found it "busy").
+    /// LOCK_UN releases it at once, whatever copies exist.
+    static func unlockAndClose(_ descriptor: Int32) {
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
     }
 
     /// Claims the item for upload, or nil when another process is working on it (or it is gone).
