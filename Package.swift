@@ -170,7 +170,7 @@ let package = Package(
         .executableTarget(
             name: "fieldhal",
             dependencies: [
-                "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
+                "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

@@ -70,6 +70,25 @@ public struct FieldHALClient: Sendable {
         return stream
     }
 
+    // MARK: NFC
+
+    /// `POST /v1/nfc/read`: a tag within `timeout` (the wait for the shared chip included).
+    public func readTag(timeout: Duration = .seconds(10)) async throws -> APITag {
+        try await post("nfc/read", APINFCRead(timeoutMs: Int(timeout.milliseconds)), waiting: timeout, as: APITag.self)
+    }
+
+    /// `POST /v1/nfc/write`: `records` written to the next tag within `timeout`.
+    public func writeTag(_ records: [APIRecordInput], timeout: Duration = .seconds(10)) async throws -> APITag {
+        try await post("nfc/write", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), waiting: timeout, as: APITag.self)
+    }
+
+    /// `POST /v1/nfc/emulate`: the kit presents `records` as a tag until a reader has read
+    /// them or `timeout` passes (then `wasRead` is false).
+    public func emulateTag(_ records: [APIRecordInput], timeout: Duration = .seconds(30)) async throws -> EmulationOutcome {
+        try await post("nfc/emulate", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), waiting: timeout,
+                       as: EmulationOutcome.self)
+    }
+
     // MARK: Transport
 
     private func route(_ name: String, query: [(String, String)] = []) -> String {
@@ -80,21 +99,29 @@ public struct FieldHALClient: Sendable {
     }
 
     private func get<T: Decodable>(_ name: String, query: [(String, String)] = [], waiting: Duration = .zero, as type: T.Type) async throws -> T {
-        let path = route(name, query: query)
+        try await call(.GET, route(name, query: query), body: nil, waiting: waiting, as: type)
+    }
+
+    private func post<T: Decodable>(_ name: String, _ body: some Encodable, waiting: Duration, as type: T.Type) async throws -> T {
+        try await call(.POST, route(name), body: try FieldHALAPI.encoder.encode(body), waiting: waiting, as: type)
+    }
+
+    private func call<T: Decodable>(_ method: HTTPMethod, _ path: String, body request: Data?, waiting: Duration, as type: T.Type) async throws -> T {
         var body = Data()
-        try await Self.exchange(socketPath: socketPath, path: path, deadline: .now + waiting + slack) { body += $0 }
+        try await Self.exchange(socketPath: socketPath, method: method, path: path, body: request, deadline: .now + waiting + slack) { body += $0 }
         do {
             return try FieldHALAPI.decoder.decode(T.self, from: body)
         } catch {
-            throw FieldHALError(.malformedData, subject: "GET \(path)", detail: "the daemon's answer is not a \(T.self): \(error)",
+            throw FieldHALError(.malformedData, subject: "\(method) \(path)", detail: "the daemon's answer is not a \(T.self): \(error)",
                                 advice: "is the daemon the same FieldHAL version as this client?")
         }
     }
 
-    /// One request: connects, sends `GET path`, and hands a 200's body to `onChunk` as it
-    /// arrives; any other status is read whole and thrown as the daemon's `APIProblem`.
-    private static func exchange(socketPath: String, path: String, deadline: ContinuousClock.Instant?,
-                                 _ onChunk: (Data) async throws -> Void) async throws {
+    /// One request: connects, sends `method path` (with a JSON body), and hands a 200's body
+    /// to `onChunk` as it arrives; any other status is read whole and thrown as the daemon's
+    /// `APIProblem`.
+    private static func exchange(socketPath: String, method: HTTPMethod = .GET, path: String, body request: Data? = nil,
+                                 deadline: ContinuousClock.Instant?, _ onChunk: (Data) async throws -> Void) async throws {
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -120,14 +147,19 @@ public struct FieldHALClient: Sendable {
         do {
             try await withTaskCancellationHandler {
                 try await channel.executeThenClose { inbound, outbound in
-                    var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
+                    var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
                     head.headers.add(name: "Host", value: "fieldhal")
                     head.headers.add(name: "Connection", value: "close")
+                    if let request {
+                        head.headers.add(name: "Content-Type", value: "application/json")
+                        head.headers.add(name: "Content-Length", value: "\(request.count)")
+                    }
                     try await outbound.write(.head(head))
+                    if let request { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: request)))) }
                     try await outbound.write(.end(nil))
                     var parts = inbound.makeAsyncIterator()
                     guard case .head(let response)? = try await parts.next() else {
-                        throw FieldHALError(.protocolError, subject: "GET \(path)", detail: "the daemon closed the connection without an answer")
+                        throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "the daemon closed the connection without an answer")
                     }
                     if response.status != .ok {
                         var text = Data()
@@ -135,7 +167,7 @@ public struct FieldHALClient: Sendable {
                             if case .body(let buffer) = part { text += Data(buffer.readableBytesView) }
                         }
                         if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: text) { throw problem.error }
-                        throw FieldHALError(.protocolError, subject: "GET \(path)", detail: "HTTP \(response.status.code) without an error body")
+                        throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "HTTP \(response.status.code) without an error body")
                     }
                     while let part = try await parts.next() {
                         switch part {
@@ -150,7 +182,7 @@ public struct FieldHALClient: Sendable {
             }
         } catch let error where deadline.map({ ContinuousClock.now >= $0 }) == true && !(error is APIProblem) {
             // The watchdog closed the connection: say so, not what the closing looked like.
-            throw FieldHALError(.timeout, subject: "GET \(path)", detail: "no whole answer from the daemon in time")
+            throw FieldHALError(.timeout, subject: "\(method) \(path)", detail: "no whole answer from the daemon in time")
         }
     }
 }

@@ -6,10 +6,11 @@ import Synchronization
 /// What the API serves from: who may do what, how the kit loaded, and the devices the API
 /// keeps open. The daemon composes one and calls `reload` on SIGHUP.
 ///
-/// Step 1 of issue 20 keeps open only the location provider (gpsd is shared by design, so
-/// the daemon's other loops may still open their own). The other capabilities are probed —
-/// opened and closed again — to report their state: the NFC chip, the camera and the
-/// microphone stay free for the flows that open them today, until one owner holds them all.
+/// It holds open the location provider (one watch for every client, `SharedLocation`) and
+/// the NFC chip (reader and tag emulator taking turns, `NFCTurns`), which the daemon's own
+/// flows use too: the duress tag's offer and the NFC acknowledgement of an alert. The other
+/// capabilities are probed — opened and closed again — to report their state, and stay free
+/// for the flows that open them today, until the daemon holds them all.
 public final class APIHost: Sendable {
     /// What the daemon is: for `GET /v1/status`.
     public struct Identity: Sendable {
@@ -40,17 +41,22 @@ public final class APIHost: Sendable {
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation
+    /// The NFC chip, shared by turns; its devices are replaced on reload.
+    public let nfc: NFCTurns
 
-    private init(_ state: State, location: (any LocationProvider)?) {
+    /// What the daemon holds open for everyone.
+    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator]
+
+    private init(_ state: State, kit: Kit) {
         self.state = Mutex(state)
-        sharedLocation = SharedLocation(location)
+        sharedLocation = SharedLocation(try? kit.location())
+        nfc = NFCTurns(reader: try? kit.nfcReader(), emulator: try? kit.nfcEmulator())
     }
 
     /// Probes the kit and opens what the API holds.
     public static func start(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async -> APIHost {
         let (capabilities, held) = await probe(load)
-        return APIHost(State(identity: identity, authorisation: authorisation, capabilities: capabilities, held: held),
-                       location: try? held.location())
+        return APIHost(State(identity: identity, authorisation: authorisation, capabilities: capabilities, held: held), kit: held)
     }
 
     /// A new configuration: new grants, the kit probed again, the location provider opened
@@ -60,6 +66,7 @@ public final class APIHost: Sendable {
         let (capabilities, held) = await APIHost.probe(load)
         let status = capabilities.capabilities.first { $0.capability == .location }
         await sharedLocation.replace(with: try? held.location(), reason: status?.reason ?? "location is not available")
+        nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
         let (before, oldKit) = state.withLock { state in
             defer {
                 state.identity = identity
@@ -79,9 +86,9 @@ public final class APIHost: Sendable {
         let probe = await load(nil)
         let statuses = probe.statuses
         await probe.close()
-        let held = await load([.location])
-        // What the probe saw, except for the capability held: its state is the held one's.
-        let merged = statuses.map { $0.capability == .location ? held.status(of: .location) : $0 }
+        let held = await load(Self.held)
+        // What the probe saw, except for the capabilities held: their state is the held ones'.
+        let merged = statuses.map { Self.held.contains($0.capability) ? held.status(of: $0.capability) : $0 }
         return (APICapabilities(capabilities: merged, loadedAt: Date()), held)
     }
 
@@ -120,6 +127,7 @@ public final class APIHost: Sendable {
             return state.held
         }
         await sharedLocation.close()
+        nfc.replace(reader: nil, emulator: nil)
         await kit?.close()
         capabilityChanges.finish()
     }

@@ -96,7 +96,7 @@ public struct APIServer: Sendable {
     func makeRouter() -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         router.middlewares.add(APIErrorMiddleware())
-        // Every route is a GET for now; `APIErrorMiddleware` answers another method with 405.
+        // `APIErrorMiddleware.routes` knows each route's method, to answer another with 405.
         let v1 = router.group(RouterPath("/\(FieldHALAPI.version)"))
         v1.get("status") { _, context in
             let caller = try await context.caller(host)
@@ -127,10 +127,13 @@ public struct APIServer: Sendable {
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
             return try events(kinds)
         }
+        addNFCRoutes(to: v1)
         return router
     }
 
-    private func json(_ value: some Encodable) throws -> Response {
+    private func json(_ value: some Encodable) throws -> Response { try Self.json(value) }
+
+    static func json(_ value: some Encodable) throws -> Response {
         Response(status: .ok, headers: [.contentType: "application/json"],
                  body: .init(byteBuffer: ByteBuffer(bytes: try FieldHALAPI.encoder.encode(value))))
     }
@@ -258,11 +261,12 @@ public struct APIRequestContext: RequestContext {
 struct APIErrorMiddleware: RouterMiddleware {
     typealias Context = APIRequestContext
 
-    /// The routes, all GET: the router answers another method on them with 404, which would
-    /// tell a client the route does not exist.
-    static let routes: Set<String> = ["status", "capabilities", "location", "events"].reduce(into: []) {
-        $0.insert("/\(FieldHALAPI.version)/\($1)")
-    }
+    /// Each route's method: the router answers another method on a route with 404, which
+    /// would tell a client the route does not exist.
+    static let routes: [String: HTTPRequest.Method] = [
+        "status": .get, "capabilities": .get, "location": .get, "events": .get,
+        "nfc/read": .post, "nfc/write": .post, "nfc/emulate": .post,
+    ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
@@ -273,16 +277,17 @@ struct APIErrorMiddleware: RouterMiddleware {
             return Self.response(APIProblem(error))
         } catch let error as any HTTPResponseError {
             var status = Int(error.status.code)
-            let known = Self.routes.contains(request.uri.path)
-            if status == 404, known, request.method != .get { status = 405 }
+            let allowed = Self.routes[request.uri.path]
+            if status == 404, let allowed, request.method != allowed { status = 405 }
+            let method = allowed?.rawValue ?? "GET"
             let (kind, detail, advice): (String, String, String?) = switch status {
             case 404: (APIProblem.notFound, "no such route in API \(FieldHALAPI.version)", "the routes are in api/openapi.yaml and docs/api.md")
-            case 405: (APIProblem.methodNotAllowed, "only GET is served here", "use GET")
+            case 405: (APIProblem.methodNotAllowed, "only \(method) is served here", "use \(method)")
             default: ("http", error.status.reasonPhrase, nil)
             }
             var response = Self.response(APIProblem(kind: kind, subject: "\(request.method) \(request.uri.path)", detail: detail,
                                                     advice: advice, status: status))
-            if status == 405 { response.headers[.allow] = "GET" }
+            if status == 405 { response.headers[.allow] = method }
             return response
         } catch is CancellationError {
             return Self.response(APIProblem(FieldHALError(.cancelled, subject: "\(request.method) \(request.uri.path)", detail: "the daemon is stopping")))

@@ -201,13 +201,19 @@ enum Acknowledgement {
     }
 
     /// Reads the duressed kit's tag (`trf:duress:<alertId>`) and acknowledges with method NFC.
-    static func byNFC(_ environment: Environment, expecting expected: String?, timeout: Duration) async throws -> String {
+    /// `shared`: the daemon's shared chip; without it the kit's reader is opened here.
+    static func byNFC(_ environment: Environment, expecting expected: String?, timeout: Duration,
+                      shared: (any NFCReader)? = nil) async throws -> String {
         guard environment.nfcEnabled else {
             throw FieldHALError(.notConfigured, subject: "alerts ack --nfc", detail: "NFC is disabled",
                                 advice: "set nfc_enabled = true in [transrify]")
         }
         _ = try environment.signedInSession()
-        let tag = try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: timeout) }
+        let tag = if let shared {
+            try await shared.readTag(timeout: timeout)
+        } else {
+            try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: timeout) }
+        }
         guard let read = DuressTagPayload.alertId(in: tag.ndef) else {
             throw FieldHALError(.malformedData, subject: "nfc tag \(tag.uidString)", detail: "no trf:duress:<alertId> record on this tag")
         }

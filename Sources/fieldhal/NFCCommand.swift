@@ -1,11 +1,13 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 
 struct NFCCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "nfc", abstract: "Read, write and emulate NFC tags.",
                                                     subcommands: [Read.self, Write.self, Emulate.self])
 
-    /// A tag as the CLI prints it.
+    /// A tag as the CLI prints it: the API's form, so that a tag read through the daemon
+    /// and one read here print the same.
     struct TagReport: Encodable {
         let type: String
         let uid: String
@@ -13,12 +15,12 @@ struct NFCCommand: AsyncParsableCommand {
         let sak: String?
         let records: [RecordReport]
 
-        init(_ tag: NFCTag) {
-            type = tag.type.rawValue
-            uid = tag.uidString
-            atqa = tag.atqa.map { String(format: "%04X", $0) }
-            sak = tag.sak.map { String(format: "%02X", $0) }
-            records = (tag.ndef?.records ?? []).map(RecordReport.init)
+        init(_ tag: APITag) {
+            type = tag.type
+            uid = tag.uid
+            atqa = tag.atqa
+            sak = tag.sak
+            records = tag.records.map { RecordReport(kind: $0.kind, value: $0.value, language: $0.language) }
         }
 
         var text: String {
@@ -33,19 +35,6 @@ struct NFCCommand: AsyncParsableCommand {
         let kind: String
         let value: String
         let language: String?
-
-        init(_ record: NDEFRecord) {
-            switch try? record.content() {
-            case .text(let text, let language)?: (kind, value, self.language) = ("text", text, language)
-            case .uri(let uri)?: (kind, value, language) = ("uri", uri, nil)
-            case .absoluteURI(let uri)?: (kind, value, language) = ("absolute-uri", uri, nil)
-            case .media(let type, let payload)?: (kind, value, language) = ("media", "\(type), \(payload.count) bytes", nil)
-            case .external(let type, let payload)?: (kind, value, language) = ("external", "\(type), \(payload.count) bytes", nil)
-            case .empty?: (kind, value, language) = ("empty", "", nil)
-            case .other(let tnf, _, let payload)?: (kind, value, language) = ("tnf-\(tnf.rawValue)", "\(payload.count) bytes", nil)
-            case nil: (kind, value, language) = ("malformed", "record payload does not decode", nil)
-            }
-        }
     }
 
     struct MessageOptions: ParsableArguments {
@@ -53,14 +42,17 @@ struct NFCCommand: AsyncParsableCommand {
         @Option(help: "A URI record to carry.") var uri: String?
         @Option(help: "The Text record's language code.") var language = "en"
 
-        func message() throws -> NDEFMessage {
+        /// The record as the API takes it; checked here first, so that a mistake reads the
+        /// same with or without a daemon.
+        func record() throws -> APIRecordInput {
             switch (text, uri) {
             case (let text?, nil):
-                do { return try .text(text, language: language) } catch {
+                do { _ = try NDEFMessage.text(text, language: language) } catch {
                     throw FieldHALError(.invalidArgument, subject: "--language", detail: "\(error)")
                 }
+                return APIRecordInput(text: text, language: language)
             case (nil, let uri?):
-                return .uri(uri)
+                return APIRecordInput(uri: uri)
             default:
                 throw FieldHALError(.invalidArgument, subject: "nfc", detail: "give exactly one of --text and --uri")
             }
@@ -68,13 +60,19 @@ struct NFCCommand: AsyncParsableCommand {
     }
 
     struct Read: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Wait for a tag and print its UID and NDEF records.")
+        static let configuration = CommandConfiguration(
+            abstract: "Wait for a tag and print its UID and NDEF records.",
+            discussion: "With a daemon running (fieldhal run), the read goes through its API and takes its turn on the chip.")
         @OptionGroup var global: GlobalOptions
         @Option(help: "Seconds to wait for a tag.") var timeout: Double = 10
 
         func execute(_ environment: Environment) async throws {
             let wait = try duration(seconds: timeout, option: "--timeout")
-            let tag = try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: wait) }
+            var tag = try await environment.throughDaemon { try await $0.readTag(timeout: wait) }
+            if tag == nil {
+                tag = APITag(try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: wait) })
+            }
+            guard let tag else { return }
             let report = TagReport(tag)
             try Output.emit(report, json: global.json) { report.text }
         }
@@ -87,9 +85,15 @@ struct NFCCommand: AsyncParsableCommand {
         @Option(help: "Seconds to wait for a tag.") var timeout: Double = 10
 
         func execute(_ environment: Environment) async throws {
-            let message = try content.message()
+            let record = try content.record()
             let wait = try duration(seconds: timeout, option: "--timeout")
-            let tag = try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().write(message, timeout: wait) }
+            var tag = try await environment.throughDaemon { try await $0.writeTag([record], timeout: wait) }
+            if tag == nil {
+                tag = APITag(try await environment.withKit(for: .nfcReader) { kit in
+                    try await kit.nfcReader().write(try APINFCMessage(records: [record]).message(), timeout: wait)
+                })
+            }
+            guard let tag else { return }
             let report = TagReport(tag)
             try Output.emit(report, json: global.json) { "written:\n" + report.text }
         }
@@ -104,11 +108,15 @@ struct NFCCommand: AsyncParsableCommand {
         @Option(help: "Seconds to wait for a reader.") var timeout: Double = 30
 
         func execute(_ environment: Environment) async throws {
-            let message = try content.message()
+            let record = try content.record()
             let wait = try duration(seconds: timeout, option: "--timeout")
-            let outcome = try await environment.withKit(for: .nfcEmulator) { kit in
-                try await kit.nfcEmulator().emulate(message, timeout: wait)
+            var outcome = try await environment.throughDaemon { try await $0.emulateTag([record], timeout: wait) }
+            if outcome == nil {
+                outcome = try await environment.withKit(for: .nfcEmulator) { kit in
+                    try await kit.nfcEmulator().emulate(try APINFCMessage(records: [record]).message(), timeout: wait)
+                }
             }
+            guard let outcome else { return }
             try Output.emit(outcome, json: global.json) {
                 outcome.wasRead ? "read by a reader (\(outcome.commandCount) commands)" : "not read within \(timeout) s"
             }

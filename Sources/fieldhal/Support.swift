@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import FieldHALServer
 import FieldHALFlows
 import Transrify
@@ -160,18 +161,25 @@ struct CommandFailure: Error, CustomStringConvertible {
             default: 1
             }
         case let error as FieldHALError:
-            exitCode = switch error.kind {
-            case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
-            case .timeout, .noFix: 75
-            case .invalidArgument: 64
-            case .malformedData, .stale: 65
-            default: 1
-            }
+            exitCode = Self.exitCode(error.kind)
+        case let problem as APIProblem:
+            // The daemon's answer to a command it served: the same codes as the error itself.
+            exitCode = problem.kind == APIProblem.forbidden ? 77 : FieldHALError.Kind(rawValue: problem.kind).map(Self.exitCode) ?? 69
         default:
             exitCode = 1
         }
         self.description = description
         self.exitCode = exitCode
+    }
+
+    static func exitCode(_ kind: FieldHALError.Kind) -> Int32 {
+        switch kind {
+        case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
+        case .timeout, .noFix: 75
+        case .invalidArgument: 64
+        case .malformedData, .stale: 65
+        default: 1
+        }
     }
 }
 

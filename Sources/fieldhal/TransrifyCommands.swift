@@ -271,14 +271,16 @@ enum BackgroundWork {
     /// run, the daemon or `evidence flush`).
     /// `capture`: false after an unlock with the PIN — only a sign-in in limited mode and a
     /// duress unlock capture evidence (a limited session is not re-captured at every unlock).
+    /// `sharedTag`: the daemon's shared NFC chip, for the tag's offer.
     static func afterSignIn(_ environment: Environment, capture: Bool = true,
-                            keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
+                            keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
+                            sharedTag: (any NFCTagEmulator)? = nil) async throws {
         let client = try environment.transrifyClient()
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let offering = LockedValue<Task<Void, Never>?>(nil)
         if capture {
             work.limitedMode = { record in
-                await limitedMode(record, environment) { offer in
+                await limitedMode(record, environment, sharedTag: sharedTag) { offer in
                     if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
                 }
             }
@@ -315,7 +317,8 @@ enum BackgroundWork {
     /// state is written either way). A duress use while a Transrify session exists puts the
     /// session in limited mode: the silent duress alert goes out and evidence is captured,
     /// as after a duress sign-in.
-    static func afterUnlock(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
+    static func afterUnlock(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
+                            sharedTag: (any NFCTagEmulator)? = nil) async throws {
         let duressUses = try environment.lockService().takeDuressEvents()
         let sessions = try environment.sessionStore()
         // Only a duress use during this session counts: one from before it (the lock used
@@ -330,18 +333,18 @@ enum BackgroundWork {
         }
         // Every duress unlock captures anew (the alert goes out once per session); an unlock
         // with the PIN captures nothing, whatever the session's mode.
-        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag)
+        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag, sharedTag: sharedTag)
     }
 
     /// Limited mode's silent work (Req 21, 24, 32), after a duress sign-in or a duress unlock
     /// of the lock: the duress tag's offer (handed to `keep`), and every kind of evidence,
     /// queued as silent items.
-    static func limitedMode(_ record: SessionRecord, _ environment: Environment,
+    static func limitedMode(_ record: SessionRecord, _ environment: Environment, sharedTag: (any NFCTagEmulator)? = nil,
                             keep: @Sendable (Task<Void, Never>) -> Void) async {
         // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
         if environment.nfcEnabled, let alertId = record.alertId {
             let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
-            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment) })
+            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment, shared: sharedTag) })
         }
         guard let queue = await environment.evidenceQueue() else { return }
         let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
@@ -355,24 +358,17 @@ enum BackgroundWork {
     }
 }
 
-/// The duressed kit's tag (Req 32): the kit's NFC emulator presents `trf:duress:<alertId>`
-/// to any reader that comes, again and again, until the time is up. Errors end nothing
-/// and show nothing (Req 32.5): the emulator is retried a second later.
+/// The duressed kit's tag (Req 32), on the daemon's shared chip (`shared`) or, in a
+/// detached background run, on the kit's own emulator, opened for the offer.
 enum DuressTag {
-    static func offer(alertId: String, for window: Duration, _ environment: Environment) async {
-        guard let message = try? DuressTagPayload.message(alertId: alertId) else { return }
-        let kit = await environment.loadKit(only: [.nfcEmulator])
-        guard let emulator = try? kit.nfcEmulator() else {  // no [nfc_emulator] in this kit: nothing to offer
-            await kit.close()
+    static func offer(alertId: String, for window: Duration, _ environment: Environment, shared: (any NFCTagEmulator)? = nil) async {
+        if let shared {
+            await DuressTagOffer.run(alertId: alertId, for: window, on: shared)
             return
         }
-        let deadline = ContinuousClock.now + window
-        while ContinuousClock.now < deadline, !Task.isCancelled {
-            do {
-                _ = try await emulator.emulate(message, timeout: min(deadline - ContinuousClock.now, .seconds(60)))
-            } catch {
-                try? await Task.sleep(for: .seconds(1))
-            }
+        let kit = await environment.loadKit(only: [.nfcEmulator])
+        if let emulator = try? kit.nfcEmulator() {  // no [nfc_emulator] in this kit: nothing to offer
+            await DuressTagOffer.run(alertId: alertId, for: window, on: emulator)
         }
         await kit.close()
     }

@@ -106,7 +106,7 @@ struct APITests {
         let daemon = try await startDaemon(place)
         let refused = try await Self.asOtherUser(["/usr/bin/python3", place.checker, "--socket", place.socket, "--refused"])
         #expect(refused.status == 0, "\(refused.stdout)\(refused.stderr)")
-        #expect(refused.stdout.contains("8 passed, 0 failed"), "\(refused.stdout)")
+        #expect(refused.stdout.contains("10 passed, 0 failed"), "\(refused.stdout)")
 
         try place.write(api: "group = \"4444\"\ngrants = [{ group = \"4343\", allow = [\"status\"] }]")
         kill(daemon.process.processIdentifier, SIGHUP)
@@ -221,6 +221,52 @@ struct APITests {
         _ = await daemon.stop()
     }
 
+    /// The NFC chip through the daemon, in turns: a client's emulation holds it; a read that
+    /// cannot wait long enough is told what holds it; one that can gets it when the holder is
+    /// done; a client that hangs up gives it back at once; `fieldhal nfc read` takes its
+    /// turn through the daemon too (on its own, it would open the reader and succeed).
+    @Test func theNFCChipIsTakenInTurnsThroughTheDaemon() async throws {
+        let place = try Place()
+        // Nobody taps the kit: an emulation holds the chip for its whole timeout.
+        let config = try String(contentsOfFile: place.config, encoding: .utf8)
+        try config.replacingOccurrences(of: "reader = \"reads\"", with: "reader = \"absent\"")
+            .write(toFile: place.config, atomically: true, encoding: .utf8)
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        #expect(try await kit.readTag(timeout: .seconds(3)).uid == "04:A1:B2:C3:D4:E5:F6")
+
+        let holder = Task { try await kit.emulateTag([APIRecordInput(uri: "https://transrify.example/ack")], timeout: .seconds(3)) }
+        try await Task.sleep(for: .milliseconds(300))
+        do {
+            _ = try await kit.readTag(timeout: .milliseconds(500))
+            Issue.record("a read got the chip while an emulation held it")
+        } catch let problem as APIProblem {
+            #expect(problem.kind == "busy" && problem.status == 409, "\(problem)")
+            #expect(problem.detail.contains("a tag emulation (uid \(getuid())"), "\(problem)")
+        }
+        let cli = try await CLI.run(["nfc", "read", "--timeout", "0.5", "--config", place.config, "--state-dir", scratch("api-cli-state")])
+        #expect(cli.status == 69 && cli.stderr.contains("the chip was in use") && cli.stderr.contains("a tag emulation (uid"), "\(cli)")
+        var late: APITag?
+        let waited = try await elapsed { late = try await kit.readTag(timeout: .seconds(8)) }
+        #expect(late?.uid == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try await holder.value.wasRead == false)
+        #expect(waited > .seconds(1) && waited < .seconds(4), "the read waited \(waited) for an emulation of 3 s begun before it")
+
+        // A client that hangs up mid-emulation: the chip is free at once, not in 20 s.
+        let leaver = Process()
+        leaver.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        leaver.arguments = [place.client, "--socket", place.socket, "emulate-tag", "--text", "gone", "--timeout-ms", "20000"]
+        try leaver.run()
+        try await Task.sleep(for: .milliseconds(800))
+        kill(leaver.processIdentifier, SIGKILL)
+        leaver.waitUntilExit()
+        let after = try await elapsed { _ = try await kit.readTag(timeout: .seconds(5)) }
+        #expect(after < .seconds(1), "the chip stayed with a client that had hung up: \(after)")
+        let local = try await CLI.run(["nfc", "read", "--json", "--config", place.config, "--state-dir", scratch("api-cli-state")])
+        #expect(local.status == 0 && local.stdout.contains("04:A1:B2:C3:D4:E5:F6") && local.stdout.contains("trf:duress:demo-alert-1"), "\(local)")
+        _ = await daemon.stop()
+    }
+
     /// schemathesis, from the contract: invalid requests refused with a documented 4xx at
     /// once, valid ones answered as documented within their bound, nothing undocumented.
     /// (lab/api-fuzz installs schemathesis from PyPI into .venv-api-fuzz on first use.)
@@ -259,4 +305,10 @@ struct APITests {
         #expect(still.status == 0, "\(still.stderr)")
         _ = await daemon.stop()
     }
+}
+
+private func elapsed(_ body: () async throws -> Void) async rethrows -> Duration {
+    let start = ContinuousClock.now
+    try await body()
+    return ContinuousClock.now - start
 }

@@ -76,11 +76,16 @@ class FieldHAL:
         self.socket_path = socket_path or os.environ.get("FIELDHAL_API_SOCKET") or DEFAULT_SOCKETS[0]
         self.timeout = timeout
 
-    def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False):
+    def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False, body: dict | None = None):
         query = {k: v for k, v in (query or {}).items() if v is not None}
         target = "/v1/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
         connection = _UnixConnection(self.socket_path, None if stream else self.timeout)
-        connection.request("GET", target, headers={"Accept": "text/event-stream" if stream else "application/json"})
+        headers = {"Accept": "text/event-stream" if stream else "application/json"}
+        if body is None:
+            connection.request("GET", target, headers=headers)
+        else:
+            headers["Content-Type"] = "application/json"
+            connection.request("POST", target, body=json.dumps(body).encode(), headers=headers)
         response = connection.getresponse()
         if response.status != 200:
             body = response.read()
@@ -94,8 +99,8 @@ class FieldHAL:
                                 problem.get("advice"), problem.get("status", response.status))
         return connection, response
 
-    def _json(self, path: str, query: dict[str, Any] | None = None) -> Any:
-        connection, response = self._request(path, query)
+    def _json(self, path: str, query: dict[str, Any] | None = None, body: dict | None = None) -> Any:
+        connection, response = self._request(path, query, body=body)
         try:
             return json.loads(response.read())
         finally:
@@ -110,6 +115,20 @@ class FieldHAL:
     def location(self, timeout_ms: int | None = None, max_age_ms: int | None = None,
                  accuracy_m: float | None = None) -> dict:
         return self._json("location", {"timeout_ms": timeout_ms, "max_age_ms": max_age_ms, "accuracy_m": accuracy_m})
+
+    # The NFC chip, shared in turns with everyone else who uses it: each call ends within
+    # timeout_ms, waiting for the chip included (a "busy" error names what holds it).
+
+    def read_tag(self, timeout_ms: int | None = None) -> dict:
+        return self._json("nfc/read", body=_without_none({"timeoutMs": timeout_ms}))
+
+    def write_tag(self, records: list[dict], timeout_ms: int | None = None) -> dict:
+        """records: [{"text": "…", "language": "en"}] or [{"uri": "https://…"}], up to 8."""
+        return self._json("nfc/write", body=_without_none({"records": records, "timeoutMs": timeout_ms}))
+
+    def emulate_tag(self, records: list[dict], timeout_ms: int | None = None) -> dict:
+        """Presents the records as a tag until a reader reads them: {"wasRead": …}."""
+        return self._json("nfc/emulate", body=_without_none({"records": records, "timeoutMs": timeout_ms}))
 
     def events(self, types: list[str] | None = None) -> Iterator[Event]:
         """Server-Sent Events until the daemon ends the stream (it stops)."""
@@ -132,8 +151,12 @@ class FieldHAL:
             connection.close()
 
 
+def _without_none(values: dict) -> dict:
+    return {key: value for key, value in values.items() if value is not None}
+
+
 EXIT = {"forbidden": 77, "invalidArgument": 64, "notFound": 64, "noFix": 69, "unavailable": 69,
-        "notConfigured": 78, "timeout": 75}
+        "notConfigured": 78, "timeout": 75, "busy": 75}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     location.add_argument("--timeout-ms", type=int)
     location.add_argument("--max-age-ms", type=int)
     location.add_argument("--accuracy-m", type=float)
+    read = commands.add_parser("read-tag", help="wait for an NFC tag and read it")
+    read.add_argument("--timeout-ms", type=int)
+    for name, text in [("write-tag", "write a Text or URI record to the next tag"),
+                       ("emulate-tag", "present a Text or URI record as a tag until it is read")]:
+        command = commands.add_parser(name, help=text)
+        content = command.add_mutually_exclusive_group(required=True)
+        content.add_argument("--text")
+        content.add_argument("--uri")
+        command.add_argument("--language")
+        command.add_argument("--timeout-ms", type=int)
     events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
     events.add_argument("--types", help="comma-separated: fix, capability")
     events.add_argument("--count", type=int, help="stop after this many events")
@@ -158,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(kit.capabilities(), sort_keys=True))
         elif args.command == "location":
             print(json.dumps(kit.location(args.timeout_ms, args.max_age_ms, args.accuracy_m), sort_keys=True))
+        elif args.command == "read-tag":
+            print(json.dumps(kit.read_tag(args.timeout_ms), sort_keys=True))
+        elif args.command in ("write-tag", "emulate-tag"):
+            record = _without_none({"text": args.text, "uri": args.uri, "language": args.language})
+            call = kit.write_tag if args.command == "write-tag" else kit.emulate_tag
+            print(json.dumps(call([record], args.timeout_ms), sort_keys=True))
         else:
             seen = 0
             for event in kit.events(args.types.split(",") if args.types else None):

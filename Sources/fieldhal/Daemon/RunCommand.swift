@@ -72,13 +72,15 @@ final class Daemon: Service, Sendable {
     let signIns = AsyncStream.makeStream(of: ControlSocket.Request.Command.self)
     /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
     let tagOffer = LockedValue<Task<Void, Never>?>(nil)
-    /// The hardware API's state, once it is serving (see `serveAPI`).
+    /// The devices the daemon holds for everyone (the shared location watch and NFC chip)
+    /// and the API's state: made when the daemon starts, before anything uses them.
     let api = LockedValue<APIHost?>(nil)
+    let authorisation: APIAuthorisation
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
         let environment = try Environment(options)
-        _ = try environment.apiAuthorisation()
+        authorisation = try environment.apiAuthorisation()
         self.configuration = LockedValue((environment, 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
@@ -91,7 +93,12 @@ final class Daemon: Service, Sendable {
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
         // The same thread names before and after HTTP requests (see DispatchWorkers).
         DispatchWorkers.hold()
-        logger.info("fieldhal \(FieldHALVersion.current) running; state \(current.stateDirectory.path)")
+        let environment = current
+        let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
+            await environment.loadKit(only: only)
+        }
+        api.withLock { $0 = host }
+        logger.info("fieldhal \(FieldHALVersion.current) running; state \(environment.stateDirectory.path)")
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.reloadOnHangUp(hangUps) }
@@ -100,7 +107,7 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.verifySession() }
                 group.addTask { await self.watchLock() }
                 group.addTask { await self.serveControlSocket() }
-                group.addTask { await self.serveAPI() }
+                group.addTask { await self.serveAPI(host) }
                 group.addTask { await self.workAfterSignIns() }
                 group.addTask { await self.resumeDuressTag() }
             }
@@ -109,7 +116,14 @@ final class Daemon: Service, Sendable {
         let offer = tagOffer.withLock { offer in defer { offer = nil }; return offer }
         offer?.cancel()
         await offer?.value
+        api.withLock { $0 = nil }
+        await host.close()
     }
+
+    /// The daemon's NFC chip as the duress tag's background turn, and as a reader for an
+    /// alert's acknowledgement (which goes first).
+    private var sharedTag: (any NFCTagEmulator)? { api.value?.nfc.emulator(for: "the kit's tag offer", priority: .background) }
+    private var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
 
     private func keepTag(_ offer: Task<Void, Never>) {
         tagOffer.withLock { $0?.cancel(); $0 = offer }
@@ -214,20 +228,11 @@ final class Daemon: Service, Sendable {
     }
 
     /// The hardware API on its Unix socket (issue 20). Like the control socket, a failure to
-    /// serve is logged and the daemon's other work carries on.
-    private func serveAPI() async {
-        let environment = current
-        let path = environment.apiSocketPath
+    /// serve is logged and the daemon's other work carries on (with the devices it holds).
+    private func serveAPI(_ host: APIHost) async {
+        let path = current.apiSocketPath
         do {
-            let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt),
-                                           authorisation: try environment.apiAuthorisation()) { only in
-                await environment.loadKit(only: only)
-            }
-            api.withLock { $0 = host }
-            let served = await Result { try await APIServer(socketPath: path, host: host).run { self.logger.info("api: serving on \(path)") } }
-            api.withLock { $0 = nil }
-            await host.close()
-            try served.get()
+            try await APIServer(socketPath: path, host: host).run { self.logger.info("api: serving on \(path)") }
         } catch where !Task.isCancelled {
             logger.error("api \(path): \(CommandFailure(error).description) — the API is off until the daemon restarts")
         } catch {}
@@ -251,7 +256,8 @@ final class Daemon: Service, Sendable {
         case .ackNFC:
             let timeout = Duration.milliseconds(min(max(request.timeoutMilliseconds ?? 30_000, 100), 300_000))
             do {
-                return .init(alertId: try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: timeout))
+                return .init(alertId: try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: timeout,
+                                                                       shared: sharedReader))
             } catch let failure as Acknowledgement.Failure {
                 return .init(error: failure.message, exitCode: 1)
             } catch {
@@ -267,9 +273,9 @@ final class Daemon: Service, Sendable {
     private func workAfterSignIns() async {
         for await command in signIns.stream {
             if command == .afterUnlock {
-                try? await BackgroundWork.afterUnlock(current) { self.keepTag($0) }
+                try? await BackgroundWork.afterUnlock(current, keepTag: { self.keepTag($0) }, sharedTag: sharedTag)
             } else {
-                try? await BackgroundWork.afterSignIn(current) { self.keepTag($0) }
+                try? await BackgroundWork.afterSignIn(current, keepTag: { self.keepTag($0) }, sharedTag: sharedTag)
             }
         }
     }
@@ -283,7 +289,8 @@ final class Daemon: Service, Sendable {
         let window = Double(environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800)
         let left = window - Date().timeIntervalSince(record.signedInAt)
         guard left >= 1 else { return }
-        keepTag(Task { await DuressTag.offer(alertId: alertId, for: .seconds(left), environment) })
+        let shared = sharedTag
+        keepTag(Task { await DuressTag.offer(alertId: alertId, for: .seconds(left), environment, shared: shared) })
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that

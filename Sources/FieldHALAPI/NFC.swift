@@ -1,0 +1,140 @@
+import FieldHAL
+import Foundation
+
+/// `POST /v1/nfc/read`: how long to wait for a tag (and for the chip, if another request
+/// has it): the whole call ends within `timeoutMs`.
+public struct APINFCRead: Sendable, Codable, Equatable {
+    /// 1 to 300000; default 10000.
+    public var timeoutMs: Int?
+
+    public init(timeoutMs: Int? = nil) {
+        self.timeoutMs = timeoutMs
+    }
+}
+
+/// `POST /v1/nfc/write` and `POST /v1/nfc/emulate`: the NDEF message, record by record,
+/// and how long to wait for a tag (write; default 10000) or a reader (emulate; default 30000).
+public struct APINFCMessage: Sendable, Codable, Equatable {
+    public var records: [APIRecordInput]
+    public var timeoutMs: Int?
+
+    public init(records: [APIRecordInput], timeoutMs: Int? = nil) {
+        self.records = records
+        self.timeoutMs = timeoutMs
+    }
+
+    /// The message, or what is wrong with it.
+    public func message() throws -> NDEFMessage {
+        guard (1...8).contains(records.count) else {
+            throw FieldHALError(.invalidArgument, subject: "records", detail: "\(records.count) records; give 1 to 8")
+        }
+        return NDEFMessage(records: try records.enumerated().map { index, record in try record.record(at: index) })
+    }
+}
+
+/// One record to write or emulate: a Text record (`text`, optional `language`, default
+/// "en") or a URI record (`uri`) — exactly one of the two.
+public struct APIRecordInput: Sendable, Codable, Equatable {
+    public var text: String?
+    public var language: String?
+    public var uri: String?
+
+    public init(text: String? = nil, language: String? = nil, uri: String? = nil) {
+        self.text = text
+        self.language = language
+        self.uri = uri
+    }
+
+    func record(at index: Int) throws -> NDEFRecord {
+        let subject = "records[\(index)]"
+        // Counted as JSON Schema counts a maxLength: in code points.
+        for (name, value) in [("text", text), ("uri", uri)] where (value?.unicodeScalars.count ?? 0) > 4096 {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "\(name) is longer than 4096 characters")
+        }
+        if let language, language.isEmpty || language.utf8.count > 63 || !language.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "\"\(language)\" is not a language code",
+                                advice: "give an IANA language code such as en or de-CH")
+        }
+        switch (text, uri) {
+        case (let text?, nil):
+            do {
+                return try .text(text, language: language ?? "en")
+            } catch {
+                throw FieldHALError(.invalidArgument, subject: subject, detail: "\(error)")
+            }
+        case (nil, let uri?):
+            guard language == nil else {
+                throw FieldHALError(.invalidArgument, subject: subject, detail: "a URI record has no language")
+            }
+            return .uri(uri)
+        default:
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "give exactly one of text and uri")
+        }
+    }
+}
+
+/// A tag as a read or a write found it.
+public struct APITag: Sendable, Codable, Equatable {
+    /// `type2`, `type4`, `mifare-classic`, `iso14443a`.
+    public var type: String
+    /// The UID as reader tools print it: `04:A1:B2:C3:D4:E5:F6`.
+    public var uid: String
+    /// ATQA and SAK in hex, when the reader reports them.
+    public var atqa: String?
+    public var sak: String?
+    /// The NDEF message's records; empty when the tag holds none.
+    public var records: [APIRecord]
+
+    public init(type: String, uid: String, atqa: String?, sak: String?, records: [APIRecord]) {
+        self.type = type
+        self.uid = uid
+        self.atqa = atqa
+        self.sak = sak
+        self.records = records
+    }
+
+    public init(_ tag: NFCTag) {
+        self.init(type: tag.type.rawValue, uid: tag.uidString, atqa: tag.atqa.map { String(format: "%04X", $0) },
+                  sak: tag.sak.map { String(format: "%02X", $0) }, records: (tag.ndef?.records ?? []).map(APIRecord.init))
+    }
+}
+
+/// One NDEF record of a tag: what it means (`kind`, `value`, `language`) and what it is
+/// (`tnf`, `recordType`, `payload` in base64), so that a client can decode any record itself.
+public struct APIRecord: Sendable, Codable, Equatable {
+    /// `text`, `uri`, `absolute-uri`, `media`, `external`, `empty`, `tnf-N` or `malformed`.
+    public var kind: String
+    /// The text, the URI, or a summary ("image/png, 120 bytes").
+    public var value: String
+    public var language: String?
+    /// The Type Name Format (0–7).
+    public var tnf: Int
+    /// The record type's bytes as text (`T`, `U`, a MIME type, an external type).
+    public var recordType: String
+    /// The payload, base64.
+    public var payload: String
+
+    public init(kind: String, value: String, language: String?, tnf: Int, recordType: String, payload: String) {
+        self.kind = kind
+        self.value = value
+        self.language = language
+        self.tnf = tnf
+        self.recordType = recordType
+        self.payload = payload
+    }
+
+    public init(_ record: NDEFRecord) {
+        let (kind, value, language): (String, String, String?) = switch try? record.content() {
+        case .text(let text, let language)?: ("text", text, language)
+        case .uri(let uri)?: ("uri", uri, nil)
+        case .absoluteURI(let uri)?: ("absolute-uri", uri, nil)
+        case .media(let type, let payload)?: ("media", "\(type), \(payload.count) bytes", nil)
+        case .external(let type, let payload)?: ("external", "\(type), \(payload.count) bytes", nil)
+        case .empty?: ("empty", "", nil)
+        case .other(let tnf, _, let payload)?: ("tnf-\(tnf.rawValue)", "\(payload.count) bytes", nil)
+        case nil: ("malformed", "record payload does not decode", nil)
+        }
+        self.init(kind: kind, value: value, language: language, tnf: Int(record.typeNameFormat.rawValue),
+                  recordType: String(decoding: record.type, as: UTF8.self), payload: Data(record.payload).base64EncodedString())
+    }
+}
