@@ -11,17 +11,24 @@ import TransrifyLabServer
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct AlertsCLITests {
     func kitConfig(_ lab: SignInLab, nfcSection: String, connstring: String) throws -> String {
+        try kitConfig(lab, nfcSections: [nfcSection], connstring: connstring)
+    }
+
+    /// The lab's kit with `nfcSections` (nfc, nfc_emulator) on libnfc, on one chip.
+    func kitConfig(_ lab: SignInLab, nfcSections: [String], connstring: String) throws -> String {
         let base = try String(contentsOfFile: lab.config, encoding: .utf8)
-        // Swap the fake NFC section for libnfc on this kit's side of the bridge.
+        // Swap the fake NFC sections for libnfc on this kit's side of the bridge.
         var lines = base.components(separatedBy: "\n")
-        if let start = lines.firstIndex(of: "[\(nfcSection)]") {
-            let end = lines[(start + 1)...].firstIndex { $0.hasPrefix("[") } ?? lines.endIndex
-            lines.removeSubrange(start..<end)
+        for section in nfcSections {
+            if let start = lines.firstIndex(of: "[\(section)]") {
+                let end = lines[(start + 1)...].firstIndex { $0.hasPrefix("[") } ?? lines.endIndex
+                lines.removeSubrange(start..<end)
+            }
         }
         let text = lines.joined(separator: "\n")
             .replacingOccurrences(of: "evidence_audio_seconds = 1", with: "evidence_audio_seconds = 1\nnfc_enabled = true\nnfc_emulation_s = 10")
-            + "\n[\(nfcSection)]\nplugin = \"libnfc\"\nconnstring = \"\(connstring)\"\n"
-        let path = scratch("kit-\(nfcSection).toml")
+            + nfcSections.map { "\n[\($0)]\nplugin = \"libnfc\"\nconnstring = \"\(connstring)\"\n" }.joined()
+        let path = scratch("kit-\(nfcSections.joined(separator: "-")).toml")
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -85,7 +92,8 @@ struct AlertsCLITests {
             try text.write(toFile: path, atomically: true, encoding: .utf8)
             return path
         }
-        let configA = try withChannel(try kitConfig(lab, nfcSection: "nfc_emulator", connstring: bridge.connstring(0)))
+        // Kit A's one chip is its reader and its tag: the daemon shares it in turns.
+        let configA = try withChannel(try kitConfig(lab, nfcSections: ["nfc", "nfc_emulator"], connstring: bridge.connstring(0)))
         let configB = try withChannel(try kitConfig(lab, nfcSection: "nfc", connstring: bridge.connstring(1)))
         let stateA = try await lab.stateDirectory(), stateB = try await lab.stateDirectory()
         let daemonA = try DaemonProcess(["--config", configA, "--state-dir", stateA])
@@ -115,6 +123,11 @@ struct AlertsCLITests {
         let status = try await CLI.run(["daemon", "status", "--config", configB, "--state-dir", stateB])
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains("alerts: over the WebSocket channel\nsigned in: yes\n"), "\(status.stdout)")
+
+        // Kit A's chip offers the tag, yet a read on it through kit A's daemon is served at
+        // once — no tag in the field, so the timeout, not "busy" — and the offer resumes.
+        let readA = try await CLI.run(["nfc", "read", "--timeout", "1", "--config", configA, "--state-dir", stateA])
+        #expect(readA.status == 75 && readA.stderr.contains("no tag within"), "\(readA)")
 
         // Kit B's daemon reads kit A's daemon's tag for the CLI.
         let ack = try await CLI.run(["alerts", "ack", "--nfc", "--timeout", "20", "--config", configB, "--state-dir", stateB])
