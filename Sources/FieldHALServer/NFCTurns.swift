@@ -82,6 +82,9 @@ public final class NFCTurns: Sendable {
     /// What holds the chip now, for errors and status.
     public var holderDescription: String? { state.withLock { $0.holder?.label } }
 
+    /// How many foreground requests wait for the chip.
+    public var waitingCount: Int { state.withLock { $0.waiting.count } }
+
     // MARK: Foreground
 
     public func readTag(timeout: Duration, for label: String) async throws -> NFCTag {

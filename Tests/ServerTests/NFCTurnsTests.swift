@@ -56,6 +56,18 @@ final class ScriptedChipEmulator: NFCTagEmulator {
     func close() async {}
 }
 
+/// Waits until `condition` holds (the full suite loads the machine: no fixed sleeps).
+func waitUntil(_ what: String, within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + limit
+    while !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("not within \(limit): \(what)")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
+
 func elapsed(_ body: () async throws -> Void) async rethrows -> Duration {
     let start = ContinuousClock.now
     try await body()
@@ -71,27 +83,25 @@ struct NFCTurnsTests {
         let reader = ScriptedChipReader(delay: .milliseconds(50))
         let emulator = ScriptedChipEmulator()
         let turns = NFCTurns(reader: reader, emulator: emulator)
-        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(20)) }
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(emulator.started.load(ordering: .relaxed) == 1)
+        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(60)) }
+        try await waitUntil("the offer emulates") { emulator.started.load(ordering: .relaxed) == 1 }
         var tag: NFCTag?
-        let took = try await elapsed { tag = try await turns.readTag(timeout: .seconds(2), for: "a test read") }
+        // Bounds far below the offer's 60 s, with room for a loaded machine.
+        let took = try await elapsed { tag = try await turns.readTag(timeout: .seconds(5), for: "a test read") }
         #expect(tag?.uid == [0x04, 0xA1, 0xB2, 0xC3])
-        #expect(took < .milliseconds(500), "the read waited \(took) behind the offer")
+        #expect(took < .seconds(3), "the read waited \(took) behind the offer")
         #expect(emulator.cancelled.load(ordering: .relaxed) == 1, "the offer's emulation was not ended for the read")
         // The offer takes the chip back and goes on.
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(emulator.started.load(ordering: .relaxed) == 2)
+        try await waitUntil("the offer resumes") { emulator.started.load(ordering: .relaxed) == 2 }
         // A second read the same way.
-        _ = try await turns.readTag(timeout: .seconds(2), for: "another read")
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(emulator.started.load(ordering: .relaxed) == 3)
+        _ = try await turns.readTag(timeout: .seconds(5), for: "another read")
+        try await waitUntil("the offer resumes again") { emulator.started.load(ordering: .relaxed) == 3 }
         let ending = try await elapsed {
             offer.cancel()
             let result = await offer.result
             #expect(throws: (any Error).self) { try result.get() }
         }
-        #expect(ending < .milliseconds(500))
+        #expect(ending < .seconds(3))
     }
 
     @Test func anOfferThatIsReadEnds() async throws {
@@ -103,8 +113,8 @@ struct NFCTurnsTests {
     @Test func anOfferNobodyReadsEndsNotReadWhenItsTimeIsUp() async throws {
         let emulator = ScriptedChipEmulator()
         let turns = NFCTurns(reader: ScriptedChipReader(delay: .milliseconds(100)), emulator: emulator)
-        let offer = Task { try await turns.offer(Self.message, timeout: .milliseconds(600)) }
-        try await Task.sleep(for: .milliseconds(100))
+        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(2)) }
+        try await waitUntil("the offer emulates") { emulator.started.load(ordering: .relaxed) == 1 }
         _ = try await turns.readTag(timeout: .seconds(1), for: "a read in the middle")
         let outcome = try await offer.value
         #expect(!outcome.wasRead)
@@ -112,16 +122,17 @@ struct NFCTurnsTests {
     }
 
     @Test func requestsTakeTurnsFirstComeFirstServed() async throws {
-        let reader = ScriptedChipReader(delay: .milliseconds(150))
+        let reader = ScriptedChipReader(delay: .seconds(1))
         let turns = NFCTurns(reader: reader, emulator: nil)
         let order = LockedValue<[String]>([])
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for label in ["first", "second", "third", "fourth"] {
+            for (index, label) in ["first", "second", "third", "fourth"].enumerated() {
                 group.addTask {
-                    _ = try await turns.readTag(timeout: .seconds(5), for: label)
+                    _ = try await turns.readTag(timeout: .seconds(30), for: label)
                     order.withLock { $0.append(label) }
                 }
-                try await Task.sleep(for: .milliseconds(30))
+                // Each in the queue before the next comes.
+                try await waitUntil("\(label) is in line") { turns.holderDescription == "first" && turns.waitingCount == index }
             }
             try await group.waitForAll()
         }
@@ -130,41 +141,43 @@ struct NFCTurnsTests {
     }
 
     @Test func aRequestWhoseTurnDoesNotComeSaysWhatHoldsTheChip() async throws {
-        let turns = NFCTurns(reader: ScriptedChipReader(delay: .milliseconds(10)), emulator: ScriptedChipEmulator())
-        let holder = Task { try await turns.emulate(Self.message, timeout: .seconds(10), for: "an emulation for uid 1000 (pid 42)") }
-        try await Task.sleep(for: .milliseconds(100))
+        let emulator = ScriptedChipEmulator()
+        let turns = NFCTurns(reader: ScriptedChipReader(delay: .milliseconds(10)), emulator: emulator)
+        let holder = Task { try await turns.emulate(Self.message, timeout: .seconds(60), for: "an emulation for uid 1000 (pid 42)") }
+        try await waitUntil("the emulation holds the chip") { emulator.started.load(ordering: .relaxed) == 1 }
         var failure: FieldHALError?
         let took = await elapsed {
             do { _ = try await turns.readTag(timeout: .milliseconds(400), for: "a read") } catch let error as FieldHALError { failure = error } catch {}
         }
         #expect(failure?.kind == .busy)
         #expect(failure?.detail.contains("an emulation for uid 1000 (pid 42) has held it for") == true, "\(String(describing: failure))")
-        #expect(took >= .milliseconds(350) && took < .milliseconds(900), "\(took)")
+        #expect(took >= .milliseconds(390) && took < .seconds(5), "\(took)")
         holder.cancel()
         _ = await holder.result
-        // The chip is free again at once.
-        let next = try await elapsed { _ = try await turns.readTag(timeout: .seconds(1), for: "a read after") }
-        #expect(next < .milliseconds(200))
+        // The chip is free again at once, not after the holder's 60 s.
+        let next = try await elapsed { _ = try await turns.readTag(timeout: .seconds(5), for: "a read after") }
+        #expect(next < .seconds(3))
     }
 
     @Test func aCallerThatGoesAwayLeavesTheQueueAndGivesTheChipBack() async throws {
         let reader = ScriptedChipReader(delay: .milliseconds(20))
-        let turns = NFCTurns(reader: reader, emulator: ScriptedChipEmulator())
-        let holder = Task { try await turns.emulate(Self.message, timeout: .seconds(10), for: "a client that hangs up") }
-        try await Task.sleep(for: .milliseconds(50))
-        let waiter = Task { try await turns.readTag(timeout: .seconds(10), for: "a client that gives up") }
-        try await Task.sleep(for: .milliseconds(50))
+        let emulator = ScriptedChipEmulator()
+        let turns = NFCTurns(reader: reader, emulator: emulator)
+        let holder = Task { try await turns.emulate(Self.message, timeout: .seconds(60), for: "a client that hangs up") }
+        try await waitUntil("the emulation holds the chip") { emulator.started.load(ordering: .relaxed) == 1 }
+        let waiter = Task { try await turns.readTag(timeout: .seconds(60), for: "a client that gives up") }
+        try await waitUntil("the read waits") { turns.waitingCount == 1 }
         let leaving = await elapsed {
             waiter.cancel()
             let result = await waiter.result
             #expect((try? result.get()) == nil)
         }
-        #expect(leaving < .milliseconds(200), "a cancelled waiter stayed \(leaving)")
+        #expect(leaving < .seconds(3), "a cancelled waiter stayed \(leaving)")
         holder.cancel()
         _ = await holder.result
         #expect(turns.holderDescription == nil)
-        let next = try await elapsed { _ = try await turns.readTag(timeout: .seconds(1), for: "the next client") }
-        #expect(next < .milliseconds(200), "the chip was not given back: \(next)")
+        let next = try await elapsed { _ = try await turns.readTag(timeout: .seconds(5), for: "the next client") }
+        #expect(next < .seconds(3), "the chip was not given back: \(next)")
     }
 
     @Test func aMissingDeviceIsSaidAtOnce() async throws {
@@ -178,12 +191,11 @@ struct NFCTurnsTests {
         let old = ScriptedChipEmulator()
         let new = ScriptedChipEmulator()
         let turns = NFCTurns(reader: nil, emulator: old)
-        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(20)) }
-        try await Task.sleep(for: .milliseconds(100))
+        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(60)) }
+        try await waitUntil("the offer emulates") { old.started.load(ordering: .relaxed) == 1 }
         turns.replace(reader: nil, emulator: new)
-        try await Task.sleep(for: .milliseconds(200))
+        try await waitUntil("the offer moves to the new emulator") { new.started.load(ordering: .relaxed) == 1 }
         #expect(old.cancelled.load(ordering: .relaxed) == 1)
-        #expect(new.started.load(ordering: .relaxed) == 1)
         offer.cancel()
         _ = await offer.result
     }
