@@ -89,6 +89,18 @@ public struct FieldHALClient: Sendable {
                        as: EmulationOutcome.self)
     }
 
+    // MARK: Feedback
+
+    /// `POST /v1/haptics/play`: a named pattern, played to its end on the daemon's haptics.
+    public func playHaptics(_ pattern: String) async throws -> APIHapticsPlayed {
+        try await post("haptics/play", APIHapticsPlay(pattern: pattern), waiting: .seconds(30), as: APIHapticsPlayed.self)
+    }
+
+    /// `POST /v1/speaker/play`: a named sound, played to its end on the daemon's speaker.
+    public func playSound(_ sound: String) async throws -> APISoundPlayed {
+        try await post("speaker/play", APISoundPlay(sound: sound), waiting: .seconds(30), as: APISoundPlayed.self)
+    }
+
     // MARK: Transport
 
     private func route(_ name: String, query: [(String, String)] = []) -> String {

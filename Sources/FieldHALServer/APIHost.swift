@@ -6,9 +6,10 @@ import Synchronization
 /// What the API serves from: who may do what, how the kit loaded, and the devices the API
 /// keeps open. The daemon composes one and calls `reload` on SIGHUP.
 ///
-/// It holds open the location provider (one watch for every client, `SharedLocation`) and
-/// the NFC chip (reader and tag emulator taking turns, `NFCTurns`), which the daemon's own
-/// flows use too: the duress tag's offer and the NFC acknowledgement of an alert. The other
+/// It holds open the location provider (one watch for every client, `SharedLocation`), the
+/// NFC chip (reader and tag emulator taking turns, `NFCTurns`), the haptics and the speaker,
+/// which the daemon's own flows use too: the alert loop's position and feedback, the duress
+/// tag's offer and the NFC acknowledgement of an alert. The other
 /// capabilities are probed — opened and closed again — to report their state, and stay free
 /// for the flows that open them today, until the daemon holds them all.
 public final class APIHost: Sendable {
@@ -45,7 +46,7 @@ public final class APIHost: Sendable {
     public let nfc: NFCTurns
 
     /// What the daemon holds open for everyone.
-    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator]
+    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker]
 
     private init(_ state: State, kit: Kit) {
         self.state = Mutex(state)
@@ -113,6 +114,18 @@ public final class APIHost: Sendable {
         }
         throw FieldHALError(.unavailable, subject: "location", detail: status?.reason ?? "unavailable",
                             advice: "see `fieldhal status`; the daemon tries again when reloaded (SIGHUP)")
+    }
+
+    /// The haptics and the speaker the daemon holds. Their plugins play one pattern or clip
+    /// at a time on the device's own thread, so callers simply take turns there.
+    public func haptics() throws -> any HapticsEngine { try heldKit().haptics() }
+    public func speaker() throws -> any Speaker { try heldKit().speaker() }
+
+    private func heldKit() throws -> Kit {
+        guard let kit = state.withLock({ $0.held }) else {
+            throw FieldHALError(.unavailable, subject: "daemon", detail: "the daemon is stopping")
+        }
+        return kit
     }
 
     /// Capability states as they change, from now on.

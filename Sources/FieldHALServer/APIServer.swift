@@ -128,6 +128,7 @@ public struct APIServer: Sendable {
             return try events(kinds)
         }
         addNFCRoutes(to: v1)
+        addFeedbackRoutes(to: v1)
         return router
     }
 
@@ -265,7 +266,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     /// would tell a client the route does not exist.
     static let routes: [String: HTTPRequest.Method] = [
         "status": .get, "capabilities": .get, "location": .get, "events": .get,
-        "nfc/read": .post, "nfc/write": .post, "nfc/emulate": .post,
+        "nfc/read": .post, "nfc/write": .post, "nfc/emulate": .post, "haptics/play": .post, "speaker/play": .post,
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

@@ -50,9 +50,12 @@ extension Environment {
 
     /// The subscription of a signed-in kit: its position asked per alert.
     func alertSubscription(session: SessionRecord, kit: Kit) throws -> AlertSubscription {
-        AlertSubscription(watcher: try alertWatcher(session: session), channel: try alertChannel(session: session)) { [self] in
-            await here(kit)
-        }
+        try alertSubscription(session: session) { [self] in await here(kit) }
+    }
+
+    /// `here`: the kit's position for each request (the daemon's comes from its shared receiver).
+    func alertSubscription(session: SessionRecord, here: @escaping @Sendable () async -> Geolocation?) throws -> AlertSubscription {
+        AlertSubscription(watcher: try alertWatcher(session: session), channel: try alertChannel(session: session), here: here)
     }
 
     /// Req 30: NFC features only when enabled (`[transrify] nfc_enabled = true`); off, no

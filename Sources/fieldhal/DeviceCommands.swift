@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import Foundation
 
 struct CameraCommand: AsyncParsableCommand {
@@ -104,16 +105,16 @@ struct SoundCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The sound.") var sound = "soft-alert"
 
-        struct Report: Encodable { let sound: String; let milliseconds: Int }
-
         func execute(_ environment: Environment) async throws {
-            guard let clip = SoundClip.named(sound) else {
-                throw FieldHALError(.invalidArgument, subject: "sound", detail: "unknown sound \"\(sound)\"",
-                                    advice: "use one of \(SoundClip.names.joined(separator: ", "))")
+            let clip = try APISoundPlay(sound: sound).clip()
+            // Through the daemon when it runs (it holds the speaker), else here.
+            var played = try await environment.throughDaemon { try await $0.playSound(sound) }
+            if played == nil {
+                try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
+                played = APISoundPlayed(clip)
             }
-            try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
-            let report = Report(sound: clip.name, milliseconds: Int(clip.duration.seconds * 1000))
-            try Output.emit(report, json: global.json) { "played \(clip.name) (\(report.milliseconds) ms)" }
+            guard let report = played else { return }
+            try Output.emit(report, json: global.json) { "played \(report.sound) (\(report.milliseconds) ms)" }
         }
     }
 }
@@ -126,17 +127,16 @@ struct HapticsCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The pattern.") var pattern: String
 
-        struct Report: Encodable { let pattern: String; let steps: Int; let milliseconds: Int }
-
         func execute(_ environment: Environment) async throws {
-            guard let named = HapticPattern.namedPatterns[pattern] else {
-                throw FieldHALError(.invalidArgument, subject: "haptics", detail: "unknown pattern \"\(pattern)\"",
-                                    advice: "use one of \(HapticPattern.namedPatterns.keys.sorted().joined(separator: ", "))")
+            let named = try APIHapticsPlay(pattern: pattern).named()
+            // Through the daemon when it runs (it holds the haptics), else here.
+            var played = try await environment.throughDaemon { try await $0.playHaptics(pattern) }
+            if played == nil {
+                try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
+                played = APIHapticsPlayed(pattern, named)
             }
-            try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
-            let report = Report(pattern: pattern, steps: named.steps.count,
-                                milliseconds: named.steps.reduce(0) { $0 + $1.durationMilliseconds + $1.pauseMilliseconds })
-            try Output.emit(report, json: global.json) { "played \(pattern) (\(report.steps) steps, \(report.milliseconds) ms)" }
+            guard let report = played else { return }
+            try Output.emit(report, json: global.json) { "played \(report.pattern) (\(report.steps) steps, \(report.milliseconds) ms)" }
         }
     }
 }

@@ -267,6 +267,24 @@ struct APITests {
         _ = await daemon.stop()
     }
 
+    /// `fieldhal haptics play` and `sound play` use the daemon's devices when it runs: with a
+    /// configuration that has neither (only the daemon's socket), they play through the
+    /// daemon; with the daemon stopped, the same commands say the kit has none.
+    @Test func feedbackCommandsGoThroughTheDaemon() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let bare = place.directory + "/bare.toml"
+        try "[api]\nsocket = \"\(place.socket)\"\n".write(toFile: bare, atomically: true, encoding: .utf8)
+        let state = scratch("api-bare-state")
+        let buzz = try await CLI.run(["haptics", "play", "warning", "--json", "--config", bare, "--state-dir", state])
+        #expect(buzz.status == 0 && buzz.stdout.contains("warning") && buzz.stdout.contains("milliseconds"), "\(buzz)")
+        let sound = try await CLI.run(["sound", "play", "--config", bare, "--state-dir", state])
+        #expect(sound.status == 0 && sound.stdout.hasPrefix("played soft-alert ("), "\(sound)")
+        _ = await daemon.stop()
+        let alone = try await CLI.run(["haptics", "play", "warning", "--config", bare, "--state-dir", state])
+        #expect(alone.status == 69, "\(alone)")
+    }
+
     /// schemathesis, from the contract: invalid requests refused with a documented 4xx at
     /// once, valid ones answered as documented within their bound, nothing undocumented.
     /// (lab/api-fuzz installs schemathesis from PyPI into .venv-api-fuzz on first use.)

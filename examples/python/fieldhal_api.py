@@ -130,6 +130,13 @@ class FieldHAL:
         """Presents the records as a tag until a reader reads them: {"wasRead": …}."""
         return self._json("nfc/emulate", body=_without_none({"records": records, "timeoutMs": timeout_ms}))
 
+    def play_haptics(self, pattern: str) -> dict:
+        """A named pattern (success, warning, error, light, medium, heavy), played to its end."""
+        return self._json("haptics/play", body={"pattern": pattern})
+
+    def play_sound(self, sound: str = "soft-alert") -> dict:
+        return self._json("speaker/play", body={"sound": sound})
+
     def events(self, types: list[str] | None = None) -> Iterator[Event]:
         """Server-Sent Events until the daemon ends the stream (it stops)."""
         connection, response = self._request("events", {"types": ",".join(types) if types else None}, stream=True)
@@ -179,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         content.add_argument("--uri")
         command.add_argument("--language")
         command.add_argument("--timeout-ms", type=int)
+    commands.add_parser("haptics", help="play a vibration pattern").add_argument("pattern")
+    commands.add_parser("sound", help="play a sound").add_argument("sound", nargs="?", default="soft-alert")
     events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
     events.add_argument("--types", help="comma-separated: fix, capability")
     events.add_argument("--count", type=int, help="stop after this many events")
@@ -191,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(kit.capabilities(), sort_keys=True))
         elif args.command == "location":
             print(json.dumps(kit.location(args.timeout_ms, args.max_age_ms, args.accuracy_m), sort_keys=True))
+        elif args.command == "haptics":
+            print(json.dumps(kit.play_haptics(args.pattern), sort_keys=True))
+        elif args.command == "sound":
+            print(json.dumps(kit.play_sound(args.sound), sort_keys=True))
         elif args.command == "read-tag":
             print(json.dumps(kit.read_tag(args.timeout_ms), sort_keys=True))
         elif args.command in ("write-tag", "emulate-tag"):

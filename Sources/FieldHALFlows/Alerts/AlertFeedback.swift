@@ -5,8 +5,12 @@ import FieldHAL
 /// the rest: the banner has already been shown, and nothing here can stop it.
 public enum AlertFeedback {
     public static func announce(on kit: Kit) async {
-        async let buzz: Void? = try? await kit.haptics().play(.warning)
-        async let sound: Void? = try? await kit.speaker().play(.softAlert())
+        await announce(haptics: try? kit.haptics(), speaker: try? kit.speaker())
+    }
+
+    public static func announce(haptics: (any HapticsEngine)?, speaker: (any Speaker)?) async {
+        async let buzz: Void? = try? await haptics?.play(.warning)
+        async let sound: Void? = try? await speaker?.play(.softAlert())
         _ = await (buzz, sound)
     }
 }

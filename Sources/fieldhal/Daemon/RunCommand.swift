@@ -161,12 +161,15 @@ final class Daemon: Service, Sendable {
                 try? await Task.sleep(for: .seconds(1))
                 continue
             }
-            let kit = await environment.loadKit(only: [.location, .haptics, .speaker])
             do {
-                let subscription = try environment.alertSubscription(session: session, kit: kit)
+                // The daemon's own receiver, haptics and speaker (see APIHost): as they are
+                // after a reload, not as they were when the session began.
+                let subscription = try environment.alertSubscription(session: session) { [api] in
+                    await (try? api.value?.locationProvider())?.geolocation()
+                }
                 lastProblem = nil
                 await withTaskGroup(of: Void.self) { group in
-                    group.addTask { await subscription.run { event in await self.report(event, kit: kit) } }
+                    group.addTask { await subscription.run { event in await self.report(event) } }
                     await waitWhileCurrent(session: session, generation: generation)
                     group.cancelAll()
                 }
@@ -176,7 +179,6 @@ final class Daemon: Service, Sendable {
                 lastProblem = problem
                 await waitWhileCurrent(session: session, generation: generation, atMost: .seconds(15))
             }
-            await kit.close()
         }
     }
 
@@ -196,11 +198,12 @@ final class Daemon: Service, Sendable {
 
     private let alertProblem = LockedValue<String?>(nil)
 
-    private func report(_ event: AlertSubscription.Event, kit: Kit) async {
+    private func report(_ event: AlertSubscription.Event) async {
         switch event {
         case .announce(let banner):
             logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
-            await AlertFeedback.announce(on: kit)
+            let host = api.value
+            await AlertFeedback.announce(haptics: try? host?.haptics(), speaker: try? host?.speaker())
         case .transport(.webSocket, _):
             alertTransport.withLock { $0 = "over the WebSocket channel" }
             alertProblem.withLock { $0 = nil }

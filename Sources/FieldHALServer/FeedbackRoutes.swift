@@ -1,0 +1,26 @@
+import FieldHAL
+import FieldHALAPI
+import Hummingbird
+
+/// `POST /v1/haptics/play` and `POST /v1/speaker/play`: the kit's feedback, on the devices
+/// the daemon holds (its alert banner's buzz and sound use the same ones).
+extension APIServer {
+    func addFeedbackRoutes(to v1: RouterGroup<APIRequestContext>) {
+        v1.post("haptics/play") { request, context in
+            try host.authorise(.haptics, try await context.caller(host), doing: "POST /v1/haptics/play")
+            let body = try await APIRequestBody.decode(APIHapticsPlay.self, request, fields: ["pattern"])
+            let pattern = try body.named()
+            let haptics = try host.haptics()
+            try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
+            return try Self.json(APIHapticsPlayed(body.pattern, pattern))
+        }
+        v1.post("speaker/play") { request, context in
+            try host.authorise(.speaker, try await context.caller(host), doing: "POST /v1/speaker/play")
+            let body = try await APIRequestBody.decode(APISoundPlay.self, request, fields: ["sound"])
+            let clip = try body.clip()
+            let speaker = try host.speaker()
+            try await Self.whileConnected(context.channel) { try await speaker.play(clip) }
+            return try Self.json(APISoundPlayed(clip))
+        }
+    }
+}
