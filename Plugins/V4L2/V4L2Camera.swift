@@ -2,6 +2,7 @@
 import CV4L2
 import FieldHAL
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,6 +23,8 @@ final class V4L2Camera: Camera {
 
     let deviceName: String
     private let settings: Settings
+    /// While a recording streams: stills asked for meanwhile, served from its next frame.
+    private let recordingTap = Mutex<StillTap?>(nil)
     private let thread: DeviceThread
     private let wakeup: WakeupEvent
 
@@ -84,6 +87,11 @@ final class V4L2Camera: Camera {
         guard (16...4096).contains(request.width), (16...4096).contains(request.height) else {
             throw FieldHALError(.unsupported, subject: subject, detail: "size \(request.width)x\(request.height) is outside 16x16…4096x4096")
         }
+        // A recording holds the device: the still is its next frame, at the recording's size,
+        // within a frame or two — not a wait for the recording's end, and not EBUSY.
+        if let tap = recordingTap.withLock({ $0 }), let photo = try await tap.still(quality: request.quality) {
+            return photo
+        }
         return try await onThread { [self] handle in
             let stream = try openStream(handle, width: request.width, height: request.height, framesPerSecond: nil)
             defer { stream.release() }
@@ -105,6 +113,12 @@ final class V4L2Camera: Camera {
                                         framesPerSecond: request.framesPerSecond)
             defer { stream.release() }
             let encoder = try FrameEncoder(stream: stream, subject: subject)
+            let tap = StillTap(width: stream.width, height: stream.height)
+            recordingTap.withLock { $0 = tap }
+            defer {
+                recordingTap.withLock { $0 = nil }
+                tap.close()  // a still that came too late is taken the usual way
+            }
             let writer = try MJPEGAVIWriter(path: path, width: stream.width, height: stream.height)
             var started: ContinuousClock.Instant?
             var lastSequence: UInt32?
@@ -115,6 +129,9 @@ final class V4L2Camera: Camera {
                     if started == nil { started = .now }
                     if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
                     lastSequence = frame.sequence
+                    for still in tap.take() {
+                        still.deliver(Result { try encoder.jpeg(frame, quality: still.quality) { Array($0) } })
+                    }
                     return try encoder.jpeg(frame, quality: request.quality) { jpeg in
                         full = writer.full(forFrameOf: jpeg.count)
                         if full != nil { return false }
@@ -204,6 +221,70 @@ final class V4L2Camera: Camera {
         return rates
     }
 }
+/// Stills asked for while a recording streams: each is the JPEG of the next frame the
+/// recording takes. Closed when the recording ends; a still still waiting then is answered
+/// with nil, and its caller opens the device itself.
+private final class StillTap: Sendable {
+    struct Pending: Sendable {
+        let id: Int
+        let quality: Int
+        let continuation: CheckedContinuation<[UInt8]?, any Error>
+
+        func deliver(_ result: Result<[UInt8], any Error>) { continuation.resume(with: result.map { Optional($0) }) }
+    }
+
+    let width: Int
+    let height: Int
+    private let state = Mutex<(open: Bool, pending: [Pending], nextId: Int)>((true, [], 0))
+
+    init(width: Int, height: Int) {
+        self.width = width
+        self.height = height
+    }
+
+    /// The next frame as a photo, or nil when the recording ended first.
+    func still(quality: Int) async throws -> Photo? {
+        let id = state.withLock { state in
+            state.nextId += 1
+            return state.nextId
+        }
+        let jpeg = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
+                let queued = state.withLock { state in
+                    guard state.open else { return false }
+                    state.pending.append(Pending(id: id, quality: quality, continuation: continuation))
+                    return true
+                }
+                if !queued { continuation.resume(returning: nil) }
+            }
+        } onCancel: {
+            let pending = state.withLock { state -> Pending? in
+                guard let index = state.pending.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.pending.remove(at: index)
+            }
+            pending?.continuation.resume(throwing: CancellationError())
+        }
+        return jpeg.map { Photo(jpeg: $0, width: width, height: height, capturedAt: Date()) }
+    }
+
+    /// The stills waiting now, for the frame at hand.
+    func take() -> [Pending] {
+        state.withLock { state in
+            defer { state.pending = [] }
+            return state.pending
+        }
+    }
+
+    func close() {
+        let left = state.withLock { state in
+            state.open = false
+            defer { state.pending = [] }
+            return state.pending
+        }
+        for still in left { still.continuation.resume(returning: nil) }
+    }
+}
+
 /// Turns a stream's frames into JPEG: MJPEG passes through (checked, standard Huffman
 /// tables added when the camera left them out), 4:2:0 is compressed.
 private struct FrameEncoder {

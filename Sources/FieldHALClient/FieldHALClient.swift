@@ -89,6 +89,18 @@ public struct FieldHALClient: Sendable {
                        as: EmulationOutcome.self)
     }
 
+    // MARK: Camera
+
+    /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at
+    /// its size).
+    public func photo(width: Int = 640, height: Int = 480, quality: Int = 85) async throws -> [UInt8] {
+        var body = Data()
+        try await Self.exchange(socketPath: socketPath, path: route("camera/photo", query: [("width", "\(width)"), ("height", "\(height)"),
+                                                                                           ("quality", "\(quality)")]),
+                                deadline: .now + .seconds(10) + slack) { body += $0 }
+        return [UInt8](body)
+    }
+
     // MARK: Feedback
 
     /// `POST /v1/haptics/play`: a named pattern, played to its end on the daemon's haptics.

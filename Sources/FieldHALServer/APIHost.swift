@@ -7,11 +7,10 @@ import Synchronization
 /// keeps open. The daemon composes one and calls `reload` on SIGHUP.
 ///
 /// It holds open the location provider (one watch for every client, `SharedLocation`), the
-/// NFC chip (reader and tag emulator taking turns, `NFCTurns`), the haptics and the speaker,
-/// which the daemon's own flows use too: the alert loop's position and feedback, the duress
-/// tag's offer and the NFC acknowledgement of an alert. The other
-/// capabilities are probed — opened and closed again — to report their state, and stay free
-/// for the flows that open them today, until the daemon holds them all.
+/// NFC chip (reader and tag emulator taking turns, `NFCTurns`), the haptics, the speaker, the
+/// camera and the microphone, which the daemon's own flows use too: the alert loop's position
+/// and feedback, the duress tag's offer, the NFC acknowledgement of an alert and the duress
+/// capture. Biometrics is probed — opened and closed again — to report its state.
 public final class APIHost: Sendable {
     /// What the daemon is: for `GET /v1/status`.
     public struct Identity: Sendable {
@@ -46,7 +45,7 @@ public final class APIHost: Sendable {
     public let nfc: NFCTurns
 
     /// What the daemon holds open for everyone.
-    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker]
+    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker, .camera, .microphone]
 
     private init(_ state: State, kit: Kit) {
         self.state = Mutex(state)
@@ -84,7 +83,8 @@ public final class APIHost: Sendable {
     }
 
     private static func probe(_ load: KitLoader) async -> (APICapabilities, Kit) {
-        let probe = await load(nil)
+        // Only what the daemon does not hold: opening a held device again could find it busy.
+        let probe = await load(Set(Capability.allCases).subtracting(Self.held))
         let statuses = probe.statuses
         await probe.close()
         let held = await load(Self.held)
@@ -120,6 +120,11 @@ public final class APIHost: Sendable {
     /// at a time on the device's own thread, so callers simply take turns there.
     public func haptics() throws -> any HapticsEngine { try heldKit().haptics() }
     public func speaker() throws -> any Speaker { try heldKit().speaker() }
+
+    /// The camera and the microphone the daemon holds: its duress capture records on them,
+    /// and a still asked for during a recording is taken from the recording's stream.
+    public func camera() throws -> any Camera { try heldKit().camera() }
+    public func microphone() throws -> any Microphone { try heldKit().microphone() }
 
     private func heldKit() throws -> Kit {
         guard let kit = state.withLock({ $0.held }) else {

@@ -271,16 +271,17 @@ enum BackgroundWork {
     /// run, the daemon or `evidence flush`).
     /// `capture`: false after an unlock with the PIN — only a sign-in in limited mode and a
     /// duress unlock capture evidence (a limited session is not re-captured at every unlock).
-    /// `sharedTag`: the daemon's shared NFC chip, for the tag's offer.
+    /// `shared`: the devices the daemon holds (its NFC chip for the tag's offer, its camera,
+    /// microphone and receiver for the capture); nil in a detached run, which opens its own.
     static func afterSignIn(_ environment: Environment, capture: Bool = true,
                             keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
-                            sharedTag: (any NFCTagEmulator)? = nil) async throws {
+                            shared: SharedDevices? = nil) async throws {
         let client = try environment.transrifyClient()
         var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let offering = LockedValue<Task<Void, Never>?>(nil)
         if capture {
             work.limitedMode = { record in
-                await limitedMode(record, environment, sharedTag: sharedTag) { offer in
+                await limitedMode(record, environment, shared: shared) { offer in
                     if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
                 }
             }
@@ -318,7 +319,7 @@ enum BackgroundWork {
     /// session in limited mode: the silent duress alert goes out and evidence is captured,
     /// as after a duress sign-in.
     static func afterUnlock(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
-                            sharedTag: (any NFCTagEmulator)? = nil) async throws {
+                            shared: SharedDevices? = nil) async throws {
         let duressUses = try environment.lockService().takeDuressEvents()
         let sessions = try environment.sessionStore()
         // Only a duress use during this session counts: one from before it (the lock used
@@ -333,29 +334,42 @@ enum BackgroundWork {
         }
         // Every duress unlock captures anew (the alert goes out once per session); an unlock
         // with the PIN captures nothing, whatever the session's mode.
-        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag, sharedTag: sharedTag)
+        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag, shared: shared)
     }
 
     /// Limited mode's silent work (Req 21, 24, 32), after a duress sign-in or a duress unlock
     /// of the lock: the duress tag's offer (handed to `keep`), and every kind of evidence,
     /// queued as silent items.
-    static func limitedMode(_ record: SessionRecord, _ environment: Environment, sharedTag: (any NFCTagEmulator)? = nil,
+    static func limitedMode(_ record: SessionRecord, _ environment: Environment, shared: SharedDevices? = nil,
                             keep: @Sendable (Task<Void, Never>) -> Void) async {
         // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
         if environment.nfcEnabled, let alertId = record.alertId {
             let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
-            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment, shared: sharedTag) })
+            let tag = shared?.tag
+            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment, shared: tag) })
         }
         guard let queue = await environment.evidenceQueue() else { return }
         let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
-        let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-        var capture = EvidenceCapture(queue: queue, kit: kit)
+        let kit = shared == nil ? await environment.loadKit(only: [.camera, .microphone, .location]) : nil
+        var capture = if let shared {
+            EvidenceCapture(queue: queue, camera: shared.camera, microphone: shared.microphone, location: shared.location)
+        } else {
+            EvidenceCapture(queue: queue, kit: kit!)
+        }
         capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
         capture.video = environment.evidenceVideo()
         capture.silent = true
         _ = await capture.captureDuressEvidence(for: record)
-        await kit.close()
+        await kit?.close()
     }
+}
+
+/// The devices the daemon holds for everyone, as the work after a sign-in uses them.
+struct SharedDevices: Sendable {
+    var tag: (any NFCTagEmulator)?
+    var camera: (any Camera)?
+    var microphone: (any Microphone)?
+    var location: (any LocationProvider)?
 }
 
 /// The duressed kit's tag (Req 32), on the daemon's shared chip (`shared`) or, in a

@@ -107,6 +107,26 @@ struct VividCameraTests {
         #expect(try await recording.value.frames > 0)
     }
 
+    /// The camera the daemon holds records evidence and is asked for a still meanwhile: the
+    /// still is the recording's next frame (its size), at once, and the recording goes on
+    /// without a gap.
+    @Test func aStillDuringARecordingIsTakenFromItsStream() async throws {
+        let camera = try await camera()
+        let path = KernelLab.scratch("with-still.avi")
+        let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(3), width: 640, height: 360, framesPerSecond: 30), to: path) }
+        try await Task.sleep(for: .seconds(1))
+        let asked = ContinuousClock.now
+        let photo = try await camera.captureStill(PhotoRequest(width: 320, height: 180, quality: 80))
+        let took = ContinuousClock.now - asked
+        #expect(took < .milliseconds(500), "the still waited \(took) (for the recording's end?)")
+        #expect(photo.width == 640 && photo.height == 360)
+        #expect(photo.jpeg.starts(with: [0xFF, 0xD8]) && photo.jpeg.suffix(2) == [0xFF, 0xD9])
+        let video = try await recording.value
+        #expect(video.droppedFrames <= 3, "\(video)")
+        #expect(video.frames >= 75, "\(video)")
+        print("still during a recording: \(took), \(photo.jpeg.count) bytes; recording \(video.frames) frames, \(video.droppedFrames) dropped")
+    }
+
     @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
         let camera = try await camera()
         let path = KernelLab.scratch("cancelled.avi")

@@ -130,6 +130,14 @@ class FieldHAL:
         """Presents the records as a tag until a reader reads them: {"wasRead": …}."""
         return self._json("nfc/emulate", body=_without_none({"records": records, "timeoutMs": timeout_ms}))
 
+    def photo(self, width: int | None = None, height: int | None = None, quality: int | None = None) -> bytes:
+        """A still as JPEG bytes (during a recording: its next frame, at its size)."""
+        connection, response = self._request("camera/photo", {"width": width, "height": height, "quality": quality})
+        try:
+            return response.read()
+        finally:
+            connection.close()
+
     def play_haptics(self, pattern: str) -> dict:
         """A named pattern (success, warning, error, light, medium, heavy), played to its end."""
         return self._json("haptics/play", body={"pattern": pattern})
@@ -186,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         content.add_argument("--uri")
         command.add_argument("--language")
         command.add_argument("--timeout-ms", type=int)
+    photo = commands.add_parser("photo", help="a still, as JPEG to --output")
+    photo.add_argument("--output", required=True)
+    photo.add_argument("--width", type=int)
+    photo.add_argument("--height", type=int)
+    photo.add_argument("--quality", type=int)
     commands.add_parser("haptics", help="play a vibration pattern").add_argument("pattern")
     commands.add_parser("sound", help="play a sound").add_argument("sound", nargs="?", default="soft-alert")
     events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
@@ -200,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(kit.capabilities(), sort_keys=True))
         elif args.command == "location":
             print(json.dumps(kit.location(args.timeout_ms, args.max_age_ms, args.accuracy_m), sort_keys=True))
+        elif args.command == "photo":
+            jpeg = kit.photo(args.width, args.height, args.quality)
+            with open(args.output, "wb") as file:
+                file.write(jpeg)
+            print(json.dumps({"output": args.output, "bytes": len(jpeg)}, sort_keys=True))
         elif args.command == "haptics":
             print(json.dumps(kit.play_haptics(args.pattern), sort_keys=True))
         elif args.command == "sound":

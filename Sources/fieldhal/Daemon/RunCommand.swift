@@ -123,6 +123,12 @@ final class Daemon: Service, Sendable {
     /// The daemon's NFC chip as the duress tag's background turn, and as a reader for an
     /// alert's acknowledgement (which goes first).
     private var sharedTag: (any NFCTagEmulator)? { api.value?.nfc.emulator(for: "the kit's tag offer", priority: .background) }
+    /// What the work after a sign-in uses: the daemon's own devices.
+    private var shared: SharedDevices {
+        let host = api.value
+        return SharedDevices(tag: sharedTag, camera: try? host?.camera(), microphone: try? host?.microphone(),
+                             location: try? host?.locationProvider())
+    }
     private var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
 
     private func keepTag(_ offer: Task<Void, Never>) {
@@ -276,9 +282,9 @@ final class Daemon: Service, Sendable {
     private func workAfterSignIns() async {
         for await command in signIns.stream {
             if command == .afterUnlock {
-                try? await BackgroundWork.afterUnlock(current, keepTag: { self.keepTag($0) }, sharedTag: sharedTag)
+                try? await BackgroundWork.afterUnlock(current, keepTag: { self.keepTag($0) }, shared: shared)
             } else {
-                try? await BackgroundWork.afterSignIn(current, keepTag: { self.keepTag($0) }, sharedTag: sharedTag)
+                try? await BackgroundWork.afterSignIn(current, keepTag: { self.keepTag($0) }, shared: shared)
             }
         }
     }

@@ -1,0 +1,34 @@
+import FieldHAL
+import FieldHALAPI
+import Hummingbird
+import NIOCore
+
+/// `GET /v1/camera/photo`: a still from the camera the daemon holds, as `image/jpeg`. During
+/// a recording on the same camera (the daemon's evidence video) the still is the
+/// recording's next frame, at the recording's size: a client sees a photo either way.
+extension APIServer {
+    func addCameraRoutes(to v1: RouterGroup<APIRequestContext>) {
+        v1.get("camera/photo") { request, context in
+            try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/photo")
+            let photoRequest = try Self.photoRequest(request.uri.queryParameters)
+            let camera = try host.camera()
+            let photo = try await Self.whileConnected(context.channel) { try await camera.captureStill(photoRequest) }
+            return Response(status: .ok,
+                            headers: [.contentType: "image/jpeg", .cacheControl: "no-store"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: photo.jpeg)))
+        }
+    }
+
+    /// `width` and `height` (16–4096; default 640×480), `quality` (1–100, default 85).
+    static func photoRequest(_ query: Parameters) throws -> PhotoRequest {
+        func number(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
+            guard let text = query.get(name) else { return value }
+            guard let number = Int(text), range.contains(number) else {
+                throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(text)\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
+            }
+            return number
+        }
+        return PhotoRequest(width: try number("width", default: 640, range: 16...4096), height: try number("height", default: 480, range: 16...4096),
+                            quality: try number("quality", default: 85, range: 1...100))
+    }
+}
