@@ -19,7 +19,17 @@ struct CameraCommand: AsyncParsableCommand {
 
         func execute(_ environment: Environment) async throws {
             let request = PhotoRequest(width: width, height: height, quality: quality)
-            let photo = try await environment.withKit(for: .camera) { kit in try await kit.camera().captureStill(request) }
+            // Through the daemon when it runs (it holds the camera: during its evidence video
+            // the still comes from the recording), else here.
+            var photo = try await environment.throughDaemon { daemon -> Photo in
+                let jpeg = try await daemon.photo(width: width, height: height, quality: quality)
+                let size = JPEGSize.of(jpeg) ?? (width, height)
+                return Photo(jpeg: jpeg, width: size.width, height: size.height, capturedAt: Date())
+            }
+            if photo == nil {
+                photo = try await environment.withKit(for: .camera) { kit in try await kit.camera().captureStill(request) }
+            }
+            guard let photo else { return }
             try output.writeAtomically(photo.jpeg)
             let report = Report(path: output.absolutePath, width: photo.width, height: photo.height, bytes: photo.jpeg.count,
                                 capturedAt: photo.capturedAt)

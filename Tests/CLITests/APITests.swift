@@ -269,7 +269,7 @@ struct APITests {
         _ = await daemon.stop()
     }
 
-    /// `fieldhal haptics play` and `sound play` use the daemon's devices when it runs: with a
+    /// `fieldhal haptics play`, `sound play` and `camera snap` use the daemon's devices when it runs: with a
     /// configuration that has neither (only the daemon's socket), they play through the
     /// daemon; with the daemon stopped, the same commands say the kit has none.
     @Test func feedbackCommandsGoThroughTheDaemon() async throws {
@@ -282,6 +282,9 @@ struct APITests {
         #expect(buzz.status == 0 && buzz.stdout.contains("warning") && buzz.stdout.contains("milliseconds"), "\(buzz)")
         let sound = try await CLI.run(["sound", "play", "--config", bare, "--state-dir", state])
         #expect(sound.status == 0 && sound.stdout.hasPrefix("played soft-alert ("), "\(sound)")
+        let jpeg = place.directory + "/still.jpg"
+        let snap = try await CLI.run(["camera", "snap", "-o", jpeg, "--width", "320", "--height", "240", "--config", bare, "--state-dir", state])
+        #expect(snap.status == 0 && snap.stdout.hasSuffix(": 320x240 JPEG, \((try? Data(contentsOf: URL(fileURLWithPath: jpeg)).count) ?? -1) bytes\n"), "\(snap)")
         _ = await daemon.stop()
         let alone = try await CLI.run(["haptics", "play", "warning", "--config", bare, "--state-dir", state])
         #expect(alone.status == 69, "\(alone)")
