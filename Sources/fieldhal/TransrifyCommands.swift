@@ -202,7 +202,8 @@ struct AfterSignInCommand: FieldHALSubcommand {
     func execute(_ environment: Environment) async throws {
         // Its threads must not show whether it makes requests (see DispatchWorkers).
         DispatchWorkers.hold()
-        if unlock { try await BackgroundWork.afterUnlock(environment) } else { try await BackgroundWork.afterSignIn(environment) }
+        let work = try environment.afterAuthenticationWork()
+        if unlock { try await work.afterUnlock() } else { await work.afterSignIn() }
     }
 }
 
@@ -261,106 +262,35 @@ extension Environment {
     }
 }
 
-/// The work after every sign-in, run by `fieldhal after-signin` (started detached by
-/// `signin`) or, when it runs, by the daemon (asked over its socket): the same steps and
-/// the same silence whatever the verdict.
-enum BackgroundWork {
-    /// `keepTag`: who keeps the duress tag's offer (the daemon, which ends an older one);
-    /// nil: this is a detached run, which lives exactly `backgroundRunLifetime` — its
-    /// uploads and the tag's offer end with it (the queue keeps what is left for the next
-    /// run, the daemon or `evidence flush`).
-    /// `capture`: false after an unlock with the PIN — only a sign-in in limited mode and a
-    /// duress unlock capture evidence (a limited session is not re-captured at every unlock).
-    /// `shared`: the devices the daemon holds (its NFC chip for the tag's offer, its camera,
-    /// microphone and receiver for the capture); nil in a detached run, which opens its own.
-    static func afterSignIn(_ environment: Environment, capture: Bool = true,
-                            keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
-                            shared: SharedDevices? = nil) async throws {
-        let client = try environment.transrifyClient()
-        var work = AfterSignIn(client: client, sessions: try environment.sessionStore(), device: Environment.deviceInfo)
-        let offering = LockedValue<Task<Void, Never>?>(nil)
-        if capture {
-            work.limitedMode = { record in
-                await limitedMode(record, environment, shared: shared) { offer in
-                    if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
+extension Environment {
+    /// The work after a sign-in or an unlock (`AfterAuthenticationWork`), composed from this
+    /// configuration: on `shared` devices (the daemon's), or on devices opened for it and
+    /// closed after (a detached run).
+    func afterAuthenticationWork(shared: SharedDevices? = nil) throws -> AfterAuthenticationWork {
+        let section = configuration.settings["transrify"]
+        let audioSeconds = section?.integer("evidence_audio_seconds") ?? 10
+        let settings = AfterAuthenticationWork.Settings(
+            nfcEnabled: nfcEnabled, tagWindow: .seconds(max(1, section?.integer("nfc_emulation_s") ?? 1800)),
+            audio: .seconds(max(1, min(audioSeconds, 600))), video: evidenceVideo(), detachedLifetime: backgroundRunLifetime)
+        let environment = self
+        return AfterAuthenticationWork(
+            client: try transrifyClient(), sessions: try sessionStore(), device: Environment.deviceInfo, settings: settings,
+            queue: { await environment.evidenceQueue() },
+            captureDevices: {
+                if let shared {
+                    return .init(.init(camera: shared.camera, microphone: shared.microphone, location: shared.location))
                 }
-            }
-        }
-        let steps: @Sendable () async -> Void = { [work] in
-            await work.run()
-            if let queue = await environment.evidenceQueue() {
-                await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: environment.backgroundRunLifetime)
-            }
-        }
-        guard keepTag == nil else {
-            await steps()
-            return
-        }
-        // Detached: the work, the tag's offer and the clock run side by side; the clock alone
-        // decides when the process ends.
-        let lifetime = environment.backgroundRunLifetime
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await steps()
-                    await offering.withLock { $0 }?.value
-                } onCancel: {
-                    offering.withLock { $0 }?.cancel()
+                let kit = await environment.loadKit(only: [.camera, .microphone, .location])
+                return .init(.init(camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())) {
+                    await kit.close()
                 }
-            }
-            try? await Task.sleep(for: lifetime)
-            group.cancelAll()
-        }
-    }
-
-    /// The work after every successful unlock of the kit's lock (and settings change), the
-    /// same steps whatever PIN was used: the lock's pending duress uses are taken (the
-    /// state is written either way). A duress use while a Transrify session exists puts the
-    /// session in limited mode: the silent duress alert goes out and evidence is captured,
-    /// as after a duress sign-in.
-    static func afterUnlock(_ environment: Environment, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil,
-                            shared: SharedDevices? = nil) async throws {
-        let duressUses = try environment.lockService().takeDuressEvents()
-        let sessions = try environment.sessionStore()
-        // Only a duress use during this session counts: one from before it (the lock used
-        // while signed out) is not this session's to act on.
-        var duressNow = false
-        if var record = try sessions.load(), duressUses.contains(where: { $0 >= record.signedInAt }) {
-            duressNow = true
-            if !record.limitedMode {
-                record.limitedMode = true
-                try sessions.save(record)
-            }
-        }
-        // Every duress unlock captures anew (the alert goes out once per session); an unlock
-        // with the PIN captures nothing, whatever the session's mode.
-        try await afterSignIn(environment, capture: duressNow, keepTag: keepTag, shared: shared)
-    }
-
-    /// Limited mode's silent work (Req 21, 24, 32), after a duress sign-in or a duress unlock
-    /// of the lock: the duress tag's offer (handed to `keep`), and every kind of evidence,
-    /// queued as silent items.
-    static func limitedMode(_ record: SessionRecord, _ environment: Environment, shared: SharedDevices? = nil,
-                            keep: @Sendable (Task<Void, Never>) -> Void) async {
-        // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
-        if environment.nfcEnabled, let alertId = record.alertId {
-            let seconds = environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800
-            let tag = shared?.tag
-            keep(Task { await DuressTag.offer(alertId: alertId, for: .seconds(max(1, seconds)), environment, shared: tag) })
-        }
-        guard let queue = await environment.evidenceQueue() else { return }
-        let audioSeconds = environment.configuration.settings["transrify"]?.integer("evidence_audio_seconds") ?? 10
-        let kit = shared == nil ? await environment.loadKit(only: [.camera, .microphone, .location]) : nil
-        var capture = if let shared {
-            EvidenceCapture(queue: queue, camera: shared.camera, microphone: shared.microphone, location: shared.location)
-        } else {
-            EvidenceCapture(queue: queue, kit: kit!)
-        }
-        capture.audioDuration = .seconds(max(1, min(audioSeconds, 600)))
-        capture.video = environment.evidenceVideo()
-        capture.silent = true
-        _ = await capture.captureDuressEvidence(for: record)
-        await kit?.close()
+            },
+            tagEmulator: {
+                if let shared { return .init(shared.tag) }
+                let kit = await environment.loadKit(only: [.nfcEmulator])
+                return .init(try? kit.nfcEmulator()) { await kit.close() }
+            },
+            takeDuressUses: { try environment.lockService().takeDuressEvents() })
     }
 }
 
@@ -370,22 +300,6 @@ struct SharedDevices: Sendable {
     var camera: (any Camera)?
     var microphone: (any Microphone)?
     var location: (any LocationProvider)?
-}
-
-/// The duressed kit's tag (Req 32), on the daemon's shared chip (`shared`) or, in a
-/// detached background run, on the kit's own emulator, opened for the offer.
-enum DuressTag {
-    static func offer(alertId: String, for window: Duration, _ environment: Environment, shared: (any NFCTagEmulator)? = nil) async {
-        if let shared {
-            await DuressTagOffer.run(alertId: alertId, for: window, on: shared)
-            return
-        }
-        let kit = await environment.loadKit(only: [.nfcEmulator])
-        if let emulator = try? kit.nfcEmulator() {  // no [nfc_emulator] in this kit: nothing to offer
-            await DuressTagOffer.run(alertId: alertId, for: window, on: emulator)
-        }
-        await kit.close()
-    }
 }
 
 extension GlobalOptions {

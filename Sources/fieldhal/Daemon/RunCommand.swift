@@ -122,7 +122,10 @@ final class Daemon: Service, Sendable {
 
     /// The daemon's NFC chip as the duress tag's background turn, and as a reader for an
     /// alert's acknowledgement (which goes first).
-    private var sharedTag: (any NFCTagEmulator)? { api.value?.nfc.emulator(for: "the kit's tag offer", priority: .background) }
+    private var sharedTag: (any NFCTagEmulator)? {
+        guard let host = api.value, host.nfc.hasEmulator else { return nil }  // no [nfc_emulator]: nothing to offer
+        return host.nfc.emulator(for: "the kit's tag offer", priority: .background)
+    }
     /// What the work after a sign-in uses: the daemon's own devices.
     private var shared: SharedDevices {
         let host = api.value
@@ -281,10 +284,11 @@ final class Daemon: Service, Sendable {
     /// next sign-ins. SIGTERM cancels it all: the evidence queue keeps what is not uploaded.
     private func workAfterSignIns() async {
         for await command in signIns.stream {
+            guard let work = try? current.afterAuthenticationWork(shared: shared) else { continue }
             if command == .afterUnlock {
-                try? await BackgroundWork.afterUnlock(current, keepTag: { self.keepTag($0) }, shared: shared)
+                try? await work.afterUnlock { self.keepTag($0) }
             } else {
-                try? await BackgroundWork.afterSignIn(current, keepTag: { self.keepTag($0) }, shared: shared)
+                await work.afterSignIn { self.keepTag($0) }
             }
         }
     }
@@ -298,8 +302,8 @@ final class Daemon: Service, Sendable {
         let window = Double(environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800)
         let left = window - Date().timeIntervalSince(record.signedInAt)
         guard left >= 1 else { return }
-        let shared = sharedTag
-        keepTag(Task { await DuressTag.offer(alertId: alertId, for: .seconds(left), environment, shared: shared) })
+        guard let tag = sharedTag else { return }
+        keepTag(Task { await DuressTagOffer.run(alertId: alertId, for: .seconds(left), on: tag) })
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
