@@ -196,48 +196,34 @@ struct AlertsCommand: AsyncParsableCommand {
     }
 }
 
-/// Req 27 and 31: acknowledging an alert, by the CLI or by the daemon for it.
+/// Req 27 and 31 composed from the configuration (`AlertAcknowledgement` does the work).
 enum Acknowledgement {
-    /// The API refused or could not be reached: shown, and the alert stays active (Req 27.4).
-    struct Failure: Error {
-        let message: String
-    }
+    typealias Failure = AlertAcknowledgement.Failure
 
-    /// Reads the duressed kit's tag (`trf:duress:<alertId>`) and acknowledges with method NFC.
-    /// `shared`: the daemon's shared chip; without it the kit's reader is opened here.
+    /// `shared`, `haptics`: the daemon's chip and haptics; without them the kit's are opened here.
     static func byNFC(_ environment: Environment, expecting expected: String?, timeout: Duration,
-                      shared: (any NFCReader)? = nil) async throws -> String {
+                      shared: (any NFCReader)? = nil, haptics: (any HapticsEngine)? = nil) async throws -> String {
         guard environment.nfcEnabled else {
             throw FieldHALError(.notConfigured, subject: "alerts ack --nfc", detail: "NFC is disabled",
                                 advice: "set nfc_enabled = true in [transrify]")
         }
-        _ = try environment.signedInSession()
-        let tag = if let shared {
-            try await shared.readTag(timeout: timeout)
-        } else {
-            try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: timeout) }
+        let acknowledgement = try flow(environment, haptics: haptics)
+        if let shared { return try await acknowledgement.byNFC(reader: shared, expecting: expected, timeout: timeout) }
+        return try await environment.withKit(for: .nfcReader) { kit in
+            try await acknowledgement.byNFC(reader: try kit.nfcReader(), expecting: expected, timeout: timeout)
         }
-        guard let read = DuressTagPayload.alertId(in: tag.ndef) else {
-            throw FieldHALError(.malformedData, subject: "nfc tag \(tag.uidString)", detail: "no trf:duress:<alertId> record on this tag")
-        }
-        if let expected, expected != read {
-            throw FieldHALError(.invalidArgument, subject: "alerts ack --nfc", detail: "the tag is for alert \(read), not \(expected)")
-        }
-        try await send(environment, alertId: read, method: .nfc)
-        return read
     }
 
-    /// `POST /v1/alerts/ack`, then the haptic "success" when the kit has haptics (Req 27.5).
     static func send(_ environment: Environment, alertId: String, method: AckMethod) async throws {
-        let session = try environment.signedInSession()
-        do {
-            _ = try await environment.transrifyClient().acknowledge(alertId: alertId, customerRef: session.customerRef, method: method)
-        } catch let error as TransrifyError {
-            throw Failure(message: "\(error.userMessage) The alert is still active.")
+        try await flow(environment).send(alertId: alertId, method: method)
+    }
+
+    private static func flow(_ environment: Environment, haptics shared: (any HapticsEngine)? = nil) throws -> AlertAcknowledgement {
+        AlertAcknowledgement(client: try environment.transrifyClient(), session: try environment.signedInSession()) {
+            if let shared { return .init(shared) }
+            let kit = await environment.loadKit(only: [.haptics])
+            return .init(try? kit.haptics()) { await kit.close() }
         }
-        let kit = await environment.loadKit(only: [.haptics])
-        try? await kit.haptics().play(.success)
-        await kit.close()
     }
 }
 

@@ -269,7 +269,7 @@ final class Daemon: Service, Sendable {
             let timeout = Duration.milliseconds(min(max(request.timeoutMilliseconds ?? 30_000, 100), 300_000))
             do {
                 return .init(alertId: try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: timeout,
-                                                                       shared: sharedReader))
+                                                                       shared: sharedReader, haptics: try? api.value?.haptics()))
             } catch let failure as Acknowledgement.Failure {
                 return .init(error: failure.message, exitCode: 1)
             } catch {
