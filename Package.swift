@@ -29,6 +29,9 @@ let package = Package(
         .executable(name: "fieldhal", targets: ["fieldhal"]),
         .executable(name: "fieldhal-labserver", targets: ["fieldhal-labserver"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
+        // The built-in plugins' registry (each backend behind its trait), and the product's flows.
+        .library(name: "FieldHALPlugins", targets: ["FieldHALPlugins"]),
+        .library(name: "FieldHALFlows", targets: ["FieldHALFlows"]),
         // The hardware API's values (for clients in Swift) and its server (for the daemon).
         .library(name: "FieldHALAPI", targets: ["FieldHALAPI"]),
         .library(name: "FieldHALServer", targets: ["FieldHALServer"]),
