@@ -178,9 +178,13 @@ public struct FieldHALClient: Sendable {
                         head.headers.add(name: "Content-Type", value: "application/json")
                         head.headers.add(name: "Content-Length", value: "\(request.count)")
                     }
-                    try await outbound.write(.head(head))
-                    if let request { try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: request)))) }
-                    try await outbound.write(.end(nil))
+                    // One write: the daemon answers as soon as the request is whole and then
+                    // closes the connection (Connection: close), so a separate write of the
+                    // end could meet a closed channel when this task is slow to get to it.
+                    var outgoing: [HTTPClientRequestPart] = [.head(head)]
+                    if let request { outgoing.append(.body(.byteBuffer(ByteBuffer(bytes: request)))) }
+                    outgoing.append(.end(nil))
+                    try await outbound.write(contentsOf: outgoing)
                     var parts = inbound.makeAsyncIterator()
                     guard case .head(let response)? = try await parts.next() else {
                         throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "the daemon closed the connection without an answer")
@@ -207,9 +211,18 @@ public struct FieldHALClient: Sendable {
         } catch let error where deadline.map({ ContinuousClock.now >= $0 }) == true && !(error is APIProblem) {
             // The watchdog closed the connection: say so, not what the closing looked like.
             throw FieldHALError(.timeout, subject: "\(method) \(path)", detail: "no whole answer from the daemon in time")
+        } catch let error as any ChannelErrorKind {
+            // A connection the daemon ended mid-call: a typed error, not SwiftNIO's.
+            throw FieldHALError(.disconnected, subject: "\(method) \(path)", detail: "the daemon ended the connection mid-call (\(error))",
+                                advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
         }
     }
 }
+
+/// SwiftNIO's errors of a connection that went away.
+protocol ChannelErrorKind: Error {}
+extension ChannelError: ChannelErrorKind {}
+extension IOError: ChannelErrorKind {}
 
 /// Server-Sent Events from chunks of bytes: lines end at LF (a chunk may end mid-line, or
 /// mid-character), events at a blank line; comments (`:`) are keep-alives.

@@ -103,6 +103,15 @@ struct APIBench: AsyncParsableCommand {
         // Without a daemon: the CLI opens the kit itself, in a state directory no daemon serves.
         let cli = try await spawned(toolRuns, executable, ["nfc", "read", "--json", "--config", config, "--state-dir", directory + "/alone"])
         latencies.append(Latency("fieldhal nfc read, spawned without a daemon", cli))
+        // The CLI as the daemon's client, and the CLI's own start (the floor of any command).
+        let served = try await spawned(toolRuns, executable, ["nfc", "read", "--json", "--config", daemonConfig, "--state-dir", directory + "/client"])
+        latencies.append(Latency("fieldhal nfc read, spawned, through the daemon", served))
+        let version = try await spawned(toolRuns, executable, ["--version"])
+        latencies.append(Latency("fieldhal --version, spawned", version))
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/nfc-list") {
+            // What a libnfc user's tool costs to start (no device here: it lists none).
+            latencies.append(Latency("nfc-list, spawned (no device)", try await spawned(toolRuns, "/usr/bin/nfc-list", [], anyStatus: true)))
+        }
 
         var loads: [Load] = []
         for count in [1, watchers] {
@@ -153,7 +162,7 @@ struct APIBench: AsyncParsableCommand {
     }
 
     /// Milliseconds per process, spawn to exit, each required to succeed.
-    private func spawned(_ count: Int, _ path: String, _ arguments: [String]) async throws -> [Double] {
+    private func spawned(_ count: Int, _ path: String, _ arguments: [String], anyStatus: Bool = false) async throws -> [Double] {
         try await timed(count) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: path)
@@ -169,7 +178,7 @@ struct APIBench: AsyncParsableCommand {
                     done.resume(throwing: error)
                 }
             }
-            guard process.terminationStatus == 0 else {
+            guard anyStatus || process.terminationStatus == 0 else {
                 throw FieldHALError(.io, subject: "bench api", detail: "\(path) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
             }
         }
