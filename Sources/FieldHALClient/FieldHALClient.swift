@@ -89,6 +89,14 @@ public struct FieldHALClient: Sendable {
                        as: EmulationOutcome.self)
     }
 
+    // MARK: Flows
+
+    /// `GET /v1/lock`: the kit's lock.
+    public func lock() async throws -> APILockStatus { try await get("lock", as: APILockStatus.self) }
+
+    /// `GET /v1/evidence`: the evidence the user queued that has not reached the server yet.
+    public func evidence() async throws -> APIEvidence { try await get("evidence", as: APIEvidence.self) }
+
     // MARK: Camera
 
     /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at

@@ -38,6 +38,13 @@ public final class APIHost: Sendable {
     }
 
     private let state: Mutex<State>
+    private let flowsSlot = Mutex<(any APIFlows)?>(nil)
+
+    /// What answers the flow routes (the lock, the evidence queue): the daemon's.
+    public var flows: (any APIFlows)? {
+        get { flowsSlot.withLock { $0 } }
+        set { flowsSlot.withLock { $0 = newValue } }
+    }
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation

@@ -130,6 +130,7 @@ public struct APIServer: Sendable {
         addNFCRoutes(to: v1)
         addFeedbackRoutes(to: v1)
         addCameraRoutes(to: v1)
+        addFlowRoutes(to: v1)
         return router
     }
 
@@ -268,7 +269,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     static let routes: [String: HTTPRequest.Method] = [
         "status": .get, "capabilities": .get, "location": .get, "events": .get,
         "nfc/read": .post, "nfc/write": .post, "nfc/emulate": .post, "haptics/play": .post, "speaker/play": .post,
-        "camera/photo": .get,
+        "camera/photo": .get, "lock": .get, "evidence": .get,
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

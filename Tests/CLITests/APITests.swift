@@ -106,7 +106,7 @@ struct APITests {
         let daemon = try await startDaemon(place)
         let refused = try await Self.asOtherUser(["/usr/bin/python3", place.checker, "--socket", place.socket, "--refused"])
         #expect(refused.status == 0, "\(refused.stdout)\(refused.stderr)")
-        #expect(refused.stdout.contains("12 passed, 0 failed"), "\(refused.stdout)")
+        #expect(refused.stdout.contains("14 passed, 0 failed"), "\(refused.stdout)")
 
         try place.write(api: "group = \"4444\"\ngrants = [{ group = \"4343\", allow = [\"status\"] }]")
         kill(daemon.process.processIdentifier, SIGHUP)
@@ -136,6 +136,8 @@ struct APITests {
         let capabilities = try await kit.capabilities()
         #expect(capabilities.capabilities.map(\.capability) == Capability.allCases)
         #expect(capabilities.capabilities.allSatisfy { $0.isAvailable }, "\(capabilities)")
+        #expect(try await kit.lock().configured == false)
+        #expect(try await kit.evidence().items.isEmpty)
         let jpeg = try await kit.photo(width: 320, height: 240, quality: 70)
         #expect(jpeg.starts(with: [0xFF, 0xD8]) && jpeg.suffix(2) == [0xFF, 0xD9] && jpeg.count > 1000, "\(jpeg.count) bytes")
         let reading = try await kit.location(timeout: .seconds(3))

@@ -138,6 +138,12 @@ class FieldHAL:
         finally:
             connection.close()
 
+    def lock(self) -> dict:
+        return self._json("lock")
+
+    def evidence(self) -> dict:
+        return self._json("evidence")
+
     def play_haptics(self, pattern: str) -> dict:
         """A named pattern (success, warning, error, light, medium, heavy), played to its end."""
         return self._json("haptics/play", body={"pattern": pattern})
@@ -199,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     photo.add_argument("--width", type=int)
     photo.add_argument("--height", type=int)
     photo.add_argument("--quality", type=int)
+    commands.add_parser("lock", help="the kit's lock")
+    commands.add_parser("evidence", help="the evidence waiting to upload")
     commands.add_parser("haptics", help="play a vibration pattern").add_argument("pattern")
     commands.add_parser("sound", help="play a sound").add_argument("sound", nargs="?", default="soft-alert")
     events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
@@ -218,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.output, "wb") as file:
                 file.write(jpeg)
             print(json.dumps({"output": args.output, "bytes": len(jpeg)}, sort_keys=True))
+        elif args.command in ("lock", "evidence"):
+            print(json.dumps(getattr(kit, args.command)(), sort_keys=True))
         elif args.command == "haptics":
             print(json.dumps(kit.play_haptics(args.pattern), sort_keys=True))
         elif args.command == "sound":

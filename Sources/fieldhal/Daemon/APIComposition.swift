@@ -1,5 +1,7 @@
 import FieldHAL
+import FieldHALAPI
 import FieldHALClient
+import FieldHALFlows
 import FieldHALServer
 import Foundation
 
@@ -34,5 +36,28 @@ extension Environment {
         } catch let error as FieldHALError where error.kind == .unavailable && error.subject == path {
             return nil  // a socket nobody serves (a daemon killed with SIGKILL)
         }
+    }
+}
+
+/// The API's flow routes, answered from the configuration in force (it changes on reload).
+struct DaemonFlows: APIFlows {
+    let environment: @Sendable () -> Environment
+
+    func lockStatus() throws -> APILockStatus {
+        let status = try environment().lockService().status()
+        return APILockStatus(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
+                             pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
+                             offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue,
+                             message: status.message)
+    }
+
+    func evidence() throws -> APIEvidence {
+        let current = environment()
+        let queue = try EvidenceQueue(stateDirectory: current.stateDirectory, vault: try current.vault(), exclusive: false)
+        return APIEvidence(items: try queue.visibleItems().map { item in
+            APIEvidenceItem(id: item.id, incidentId: item.incidentId, kind: item.kind.rawValue, contentType: item.contentType,
+                            bytes: item.size, createdAt: item.createdAt, phase: item.phase.rawValue, attempts: item.attempts,
+                            nextAttemptAt: item.nextAttemptAt, lastError: item.lastError)
+        })
     }
 }

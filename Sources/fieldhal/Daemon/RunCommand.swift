@@ -97,6 +97,7 @@ final class Daemon: Service, Sendable {
         let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
             await environment.loadKit(only: only)
         }
+        host.flows = DaemonFlows { [configuration] in configuration.withLock { $0.environment } }
         api.withLock { $0 = host }
         logger.info("fieldhal \(FieldHALVersion.current) running; state \(environment.stateDirectory.path)")
         await cancelWhenGracefulShutdown {
