@@ -152,6 +152,21 @@ public struct APIProblem: Error, Sendable, Codable, Equatable, CustomStringConve
     public static let forbidden = "forbidden"
     public static let notFound = "notFound"
     public static let methodNotAllowed = "methodNotAllowed"
+
+    /// The flows' kinds: what Transrify or the lock answered. `message`-only problems (empty
+    /// subject) carry the words the person at the device sees, and nothing more.
+    /// A customer reference and PIN refused (401).
+    public static let invalidCredentials = "invalidCredentials"
+    /// Transrify asks the kit to wait (429).
+    public static let rateLimited = "rateLimited"
+    /// The kit could not reach Transrify (502).
+    public static let network = "network"
+    /// The kit's configuration or keys do not allow it: no tenant key, an invalid one (503).
+    public static let configuration = "configuration"
+    /// The organisation's tenant is suspended (403).
+    public static let suspended = "suspended"
+    /// The flow could not finish; the message says what stays as it was (502).
+    public static let failed = "failed"
 }
 
 extension APIProblem {

@@ -65,3 +65,130 @@ public struct APIEvidenceItem: Sendable, Codable, Equatable {
         self.lastError = lastError
     }
 }
+
+// MARK: Transrify sign-in and session
+
+/// `POST /v1/session`: sign in to Transrify with the kit's location. The PIN travels only on
+/// the daemon's Unix socket, to a caller the kernel named.
+public struct APISignIn: Sendable, Codable, Equatable {
+    public var customerRef: String
+    public var pin: String
+
+    public init(customerRef: String, pin: String) {
+        self.customerRef = customerRef
+        self.pin = pin
+    }
+}
+
+/// `GET /v1/session` and the answer to a sign-in: the same whatever the session's mode.
+public struct APISession: Sendable, Codable, Equatable {
+    public var signedIn: Bool
+    public var customerRef: String?
+    /// The session id's last four characters, as `…1a2b`.
+    public var session: String?
+    /// How the daemon hears of nearby alerts: `over the WebSocket channel`, `by polling
+    /// every 15 s`, or `not signed in`.
+    public var alerts: String
+
+    public init(signedIn: Bool, customerRef: String?, session: String?, alerts: String) {
+        self.signedIn = signedIn
+        self.customerRef = customerRef
+        self.session = session
+        self.alerts = alerts
+    }
+}
+
+// MARK: The lock's actions
+
+/// `POST /v1/lock/unlock`: with the PIN, or one fingerprint scan (`fingerprint: true`,
+/// waiting up to `scanTimeoutMs`, default 10000).
+public struct APIUnlock: Sendable, Codable, Equatable {
+    public var pin: String?
+    public var fingerprint: Bool?
+    public var scanTimeoutMs: Int?
+
+    public init(pin: String? = nil, fingerprint: Bool? = nil, scanTimeoutMs: Int? = nil) {
+        self.pin = pin
+        self.fingerprint = fingerprint
+        self.scanTimeoutMs = scanTimeoutMs
+    }
+}
+
+/// What an unlock came to: `unlocked`, `rejected` (a wrong PIN or finger) or `paused`
+/// (attempts are paused for `retryAfterSeconds`). A refusal is an answer, not an error.
+public struct APIUnlockOutcome: Sendable, Codable, Equatable {
+    public var outcome: String
+    public var message: String
+    public var retryAfterSeconds: Int?
+
+    public static let unlocked = "unlocked", rejected = "rejected", paused = "paused"
+
+    public init(outcome: String, message: String, retryAfterSeconds: Int? = nil) {
+        self.outcome = outcome
+        self.message = message
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+}
+
+/// `POST /v1/lock/settings`: the current PIN first, then only what changes.
+public struct APILockSettings: Sendable, Codable, Equatable {
+    public var currentPin: String
+    /// `immediate`, `1m`, `2m`, `5m`, `10m` or `never`.
+    public var relockAfter: String?
+    /// Fingerprint unlock on or off.
+    public var biometrics: Bool?
+    public var newPin: String?
+    public var newPinConfirmation: String?
+    public var newDuressPin: String?
+    /// Turn the lock off (nothing else may be given with it).
+    public var disable: Bool?
+
+    public init(currentPin: String, relockAfter: String? = nil, biometrics: Bool? = nil, newPin: String? = nil,
+                newPinConfirmation: String? = nil, newDuressPin: String? = nil, disable: Bool? = nil) {
+        self.currentPin = currentPin
+        self.relockAfter = relockAfter
+        self.biometrics = biometrics
+        self.newPin = newPin
+        self.newPinConfirmation = newPinConfirmation
+        self.newDuressPin = newDuressPin
+        self.disable = disable
+    }
+}
+
+/// A flow's answer that is only words for the person at the device.
+public struct APIMessage: Sendable, Codable, Equatable {
+    public var message: String
+
+    public init(message: String) {
+        self.message = message
+    }
+}
+
+// MARK: Alerts
+
+/// `POST /v1/alerts/acknowledge`: in the app (`INAPP`, `alertId` required) or by reading the
+/// duressed kit's tag with the kit's NFC chip (`NFC`, within `timeoutMs`, default 30000; an
+/// `alertId` given is checked against the tag's).
+public struct APIAcknowledge: Sendable, Codable, Equatable {
+    public var method: String
+    public var alertId: String?
+    public var timeoutMs: Int?
+
+    public static let inApp = "INAPP", nfc = "NFC"
+
+    public init(method: String, alertId: String? = nil, timeoutMs: Int? = nil) {
+        self.method = method
+        self.alertId = alertId
+        self.timeoutMs = timeoutMs
+    }
+}
+
+public struct APIAcknowledged: Sendable, Codable, Equatable {
+    public var alertId: String
+    public var method: String
+
+    public init(alertId: String, method: String) {
+        self.alertId = alertId
+        self.method = method
+    }
+}

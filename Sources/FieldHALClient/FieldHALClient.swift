@@ -97,6 +97,51 @@ public struct FieldHALClient: Sendable {
     /// `GET /v1/evidence`: the evidence the user queued that has not reached the server yet.
     public func evidence() async throws -> APIEvidence { try await get("evidence", as: APIEvidence.self) }
 
+    /// `POST /v1/lock/unlock` with the PIN: `rejected` and `paused` are outcomes, not errors.
+    public func unlock(pin: String) async throws -> APIUnlockOutcome {
+        try await post("lock/unlock", APIUnlock(pin: pin), waiting: .seconds(30), as: APIUnlockOutcome.self)
+    }
+
+    /// `POST /v1/lock/unlock` with one fingerprint scan, waiting up to `scanTimeout` for a finger.
+    public func unlockWithFingerprint(scanTimeout: Duration = .seconds(10)) async throws -> APIUnlockOutcome {
+        try await post("lock/unlock", APIUnlock(fingerprint: true, scanTimeoutMs: Int(scanTimeout.milliseconds)),
+                       waiting: scanTimeout, as: APIUnlockOutcome.self)
+    }
+
+    /// `POST /v1/lock/settings`: the current PIN, then only what changes.
+    public func changeLockSettings(_ settings: APILockSettings) async throws -> APIMessage {
+        try await post("lock/settings", settings, waiting: .seconds(30), as: APIMessage.self)
+    }
+
+    // MARK: Transrify
+
+    /// `GET /v1/session`.
+    public func session() async throws -> APISession { try await get("session", as: APISession.self) }
+
+    /// `POST /v1/session`: signs in with the kit's location (up to 5 s for a fix, then the
+    /// Transrify call); the answer is the same whatever the verdict.
+    public func signIn(customerRef: String, pin: String) async throws -> APISession {
+        try await post("session", APISignIn(customerRef: customerRef, pin: pin), waiting: .seconds(60), as: APISession.self)
+    }
+
+    /// `DELETE /v1/session`.
+    public func signOut() async throws -> APISession {
+        try await call(.DELETE, route("session"), body: nil, waiting: .zero, as: APISession.self)
+    }
+
+    /// `POST /v1/alerts/acknowledge` in the app.
+    public func acknowledge(alertId: String) async throws -> APIAcknowledged {
+        try await post("alerts/acknowledge", APIAcknowledge(method: APIAcknowledge.inApp, alertId: alertId), waiting: .seconds(30),
+                       as: APIAcknowledged.self)
+    }
+
+    /// `POST /v1/alerts/acknowledge` by reading the duressed kit's tag with the daemon's NFC
+    /// chip within `timeout`; `alertId`, when given, must be the tag's.
+    public func acknowledgeByNFC(alertId: String? = nil, timeout: Duration = .seconds(30)) async throws -> APIAcknowledged {
+        try await post("alerts/acknowledge", APIAcknowledge(method: APIAcknowledge.nfc, alertId: alertId, timeoutMs: Int(timeout.milliseconds)),
+                       waiting: timeout, as: APIAcknowledged.self)
+    }
+
     // MARK: Camera
 
     /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at

@@ -337,7 +337,8 @@ public final class LockService: @unchecked Sendable {
 
     private func requireConfigured() throws -> LockState {
         guard let state = try store.load(), state.isConfigured else {
-            throw FieldHALError(.invalidArgument, subject: "lock", detail: "the lock is not set up", advice: "run fieldhal lock setup")
+            // The kit's state, not the caller's words: EX_UNAVAILABLE at the CLI, 503 through the API.
+            throw FieldHALError(.notConfigured, subject: "lock", detail: "the lock is not set up", advice: "run fieldhal lock setup")
         }
         return state
     }

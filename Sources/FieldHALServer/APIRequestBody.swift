@@ -65,6 +65,12 @@ enum APIRequestBody {
         }
     }
 
+    /// A string field within the contract's `maxLength` (counted in code points, as JSON Schema counts).
+    static func limit(_ value: String?, _ name: String, _ maximum: Int) throws {
+        guard let value, value.unicodeScalars.count > maximum else { return }
+        throw FieldHALError(.invalidArgument, subject: name, detail: "longer than \(maximum) characters")
+    }
+
     /// `timeoutMs`, 1 to 300000 (five minutes), or the route's default.
     static func timeout(_ milliseconds: Int?, default value: Int) throws -> Duration {
         let milliseconds = milliseconds ?? value

@@ -22,6 +22,8 @@ public struct APIServer: Sendable {
     /// How often an idle event stream gets a comment line, so that a client (and any proxy)
     /// knows the daemon is alive.
     public var keepAlive: Duration = .seconds(15)
+    /// How long a connection may sit without a whole request.
+    public var idleTimeout: Duration = .seconds(10)
 
     public init(socketPath: String, host: APIHost) {
         self.socketPath = socketPath
@@ -40,6 +42,9 @@ public struct APIServer: Sendable {
         let path = socketPath
         let app = Application(
             router: makeRouter(),
+            // A client that connects and says nothing (or half a request) is let go; a long
+            // answer (an event stream, a wait for a tag) is never idle in this sense.
+            server: .http1(configuration: .init(idleTimeout: .seconds(Int64(idleTimeout.components.seconds)))),
             configuration: .init(address: .unixDomainSocket(path: path), serverName: nil),
             onServerRunning: { _ in
                 chmod(path, 0o666)
@@ -266,10 +271,11 @@ struct APIErrorMiddleware: RouterMiddleware {
 
     /// Each route's method: the router answers another method on a route with 404, which
     /// would tell a client the route does not exist.
-    static let routes: [String: HTTPRequest.Method] = [
-        "status": .get, "capabilities": .get, "location": .get, "events": .get,
-        "nfc/read": .post, "nfc/write": .post, "nfc/emulate": .post, "haptics/play": .post, "speaker/play": .post,
-        "camera/photo": .get, "lock": .get, "evidence": .get,
+    static let routes: [String: [HTTPRequest.Method]] = [
+        "status": [.get], "capabilities": [.get], "location": [.get], "events": [.get],
+        "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
+        "camera/photo": [.get], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
+        "session": [.get, .post, .delete], "alerts/acknowledge": [.post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
@@ -282,11 +288,11 @@ struct APIErrorMiddleware: RouterMiddleware {
         } catch let error as any HTTPResponseError {
             var status = Int(error.status.code)
             let allowed = Self.routes[request.uri.path]
-            if status == 404, let allowed, request.method != allowed { status = 405 }
-            let method = allowed?.rawValue ?? "GET"
+            if status == 404, let allowed, !allowed.contains(request.method) { status = 405 }
+            let method = allowed?.map(\.rawValue).joined(separator: ", ") ?? "GET"
             let (kind, detail, advice): (String, String, String?) = switch status {
             case 404: (APIProblem.notFound, "no such route in API \(FieldHALAPI.version)", "the routes are in api/openapi.yaml and docs/api.md")
-            case 405: (APIProblem.methodNotAllowed, "only \(method) is served here", "use \(method)")
+            case 405: (APIProblem.methodNotAllowed, "only \(method) \(allowed?.count == 1 ? "is" : "are") served here", "use \(method)")
             default: ("http", error.status.reasonPhrase, nil)
             }
             var response = Self.response(APIProblem(kind: kind, subject: "\(request.method) \(request.uri.path)", detail: detail,

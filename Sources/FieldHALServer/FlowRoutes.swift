@@ -8,18 +8,82 @@ public protocol APIFlows: Sendable {
     func lockStatus() throws -> APILockStatus
     /// Only what the user queued: the silent capture after a duress never shows.
     func evidence() throws -> APIEvidence
+    func session() throws -> APISession
+    /// Signs in with the daemon's location, then starts the work after a sign-in, the same
+    /// for both verdicts; the answer is the same for both too.
+    func signIn(_ request: APISignIn) async throws -> APISession
+    func signOut() throws -> APISession
+    /// A refused PIN or finger is an outcome; after an unlock the daemon does the same work
+    /// whichever PIN (or finger) it was.
+    func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome
+    func changeLockSettings(_ request: APILockSettings) async throws -> APIMessage
+    func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged
 }
 
-/// `GET /v1/lock`, `GET /v1/evidence`.
+/// `GET /v1/lock`, `POST /v1/lock/unlock`, `POST /v1/lock/settings`, `GET /v1/evidence`,
+/// `GET|POST|DELETE /v1/session`, `POST /v1/alerts/acknowledge`.
 extension APIServer {
     func addFlowRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.get("lock") { _, context in
             try host.authorise(.lock, try await context.caller(host), doing: "GET /v1/lock")
             return try Self.json(try host.requireFlows().lockStatus())
         }
+        v1.post("lock/unlock") { request, context in
+            try host.authorise(.lock, try await context.caller(host), doing: "POST /v1/lock/unlock")
+            let body = try await APIRequestBody.decode(APIUnlock.self, request, fields: ["pin", "fingerprint", "scanTimeoutMs"])
+            try APIRequestBody.limit(body.pin, "pin", 64)
+            guard (body.pin != nil) != (body.fingerprint == true), body.fingerprint != false else {
+                throw FieldHALError(.invalidArgument, subject: "request body", detail: "give either pin or fingerprint: true")
+            }
+            _ = try APIRequestBody.timeout(body.scanTimeoutMs, default: 10_000)
+            let flows = try host.requireFlows()
+            return try Self.json(try await Self.whileConnected(context.channel) { try await flows.unlock(body) })
+        }
+        v1.post("lock/settings") { request, context in
+            try host.authorise(.lock, try await context.caller(host), doing: "POST /v1/lock/settings")
+            let body = try await APIRequestBody.decode(APILockSettings.self, request, fields: [
+                "currentPin", "relockAfter", "biometrics", "newPin", "newPinConfirmation", "newDuressPin", "disable",
+            ])
+            for (name, value) in [("currentPin", body.currentPin), ("newPin", body.newPin), ("newPinConfirmation", body.newPinConfirmation),
+                                  ("newDuressPin", body.newDuressPin)] {
+                try APIRequestBody.limit(value, name, 64)
+            }
+            if let relock = body.relockAfter, !["immediate", "1m", "2m", "5m", "10m", "never"].contains(relock) {
+                throw FieldHALError(.invalidArgument, subject: "relockAfter", detail: "\"\(relock)\" is not immediate, 1m, 2m, 5m, 10m or never")
+            }
+            return try Self.json(try await host.requireFlows().changeLockSettings(body))
+        }
         v1.get("evidence") { _, context in
             try host.authorise(.evidence, try await context.caller(host), doing: "GET /v1/evidence")
             return try Self.json(try host.requireFlows().evidence())
+        }
+        v1.get("session") { _, context in
+            try host.authorise(.transrify, try await context.caller(host), doing: "GET /v1/session")
+            return try Self.json(try host.requireFlows().session())
+        }
+        v1.post("session") { request, context in
+            try host.authorise(.transrify, try await context.caller(host), doing: "POST /v1/session")
+            let body = try await APIRequestBody.decode(APISignIn.self, request, fields: ["customerRef", "pin"])
+            try APIRequestBody.limit(body.customerRef, "customerRef", 256)
+            try APIRequestBody.limit(body.pin, "pin", 64)
+            // Not cancelled by a client that hangs up: a sign-in Transrify answered is kept,
+            // and the work after it must run as it does for every sign-in.
+            return try Self.json(try await host.requireFlows().signIn(body))
+        }
+        v1.delete("session") { _, context in
+            try host.authorise(.transrify, try await context.caller(host), doing: "DELETE /v1/session")
+            return try Self.json(try host.requireFlows().signOut())
+        }
+        v1.post("alerts/acknowledge") { request, context in
+            try host.authorise(.alerts, try await context.caller(host), doing: "POST /v1/alerts/acknowledge")
+            let body = try await APIRequestBody.decode(APIAcknowledge.self, request, fields: ["method", "alertId", "timeoutMs"])
+            try APIRequestBody.limit(body.alertId, "alertId", 256)
+            guard body.method == APIAcknowledge.inApp || body.method == APIAcknowledge.nfc else {
+                throw FieldHALError(.invalidArgument, subject: "method", detail: "\"\(body.method)\" is neither INAPP nor NFC")
+            }
+            _ = try APIRequestBody.timeout(body.timeoutMs, default: 30_000)
+            let flows = try host.requireFlows()
+            return try Self.json(try await Self.whileConnected(context.channel) { try await flows.acknowledge(body) })
         }
     }
 }

@@ -167,25 +167,20 @@ struct AlertsCommand: AsyncParsableCommand {
         @Option(help: "Seconds to wait for the tag.") var timeout: Double = 30
 
         func execute(_ environment: Environment) async throws {
+            if !nfc, alertId == nil { throw ValidationError("give the alert's id, or --nfc") }
+            let wait = try duration(seconds: timeout, option: "--timeout")
             let acknowledged: String
             do {
-                if nfc {
-                    let wait = try duration(seconds: timeout, option: "--timeout")
-                    // A running daemon holds the kit's NFC chip (it may be emulating a tag): it reads.
-                    let request = ControlSocket.Request(command: .ackNFC, alertId: alertId, timeoutMilliseconds: Int(timeout * 1000))
-                    if let answer = try await ControlSocket.ask(request, at: ControlSocket.path(environment)) {
-                        if let error = answer.error {
-                            FileHandle.standardError.write(Data("fieldhal: \(error)\n".utf8))
-                            throw ExitCode(answer.exitCode ?? 1)
-                        }
-                        acknowledged = answer.alertId ?? ""
-                    } else {
-                        acknowledged = try await Acknowledgement.byNFC(environment, expecting: alertId, timeout: wait)
-                    }
+                // A running daemon holds the kit's NFC chip (it may be emulating a tag): it acknowledges.
+                if let answer = try await environment.throughDaemon({ daemon in
+                    nfc ? try await daemon.acknowledgeByNFC(alertId: alertId, timeout: wait) : try await daemon.acknowledge(alertId: alertId ?? "")
+                }) {
+                    acknowledged = answer.alertId
+                } else if nfc {
+                    acknowledged = try await Acknowledgement.byNFC(environment, expecting: alertId, timeout: wait)
                 } else {
-                    guard let alertId else { throw ValidationError("give the alert's id, or --nfc") }
-                    try await Acknowledgement.send(environment, alertId: alertId, method: .inApp)
-                    acknowledged = alertId
+                    try await Acknowledgement.send(environment, alertId: alertId ?? "", method: .inApp)
+                    acknowledged = alertId ?? ""
                 }
             } catch let failure as Acknowledgement.Failure {
                 FileHandle.standardError.write(Data("fieldhal: \(failure.message)\n".utf8))
@@ -214,8 +209,8 @@ enum Acknowledgement {
         }
     }
 
-    static func send(_ environment: Environment, alertId: String, method: AckMethod) async throws {
-        try await flow(environment).send(alertId: alertId, method: method)
+    static func send(_ environment: Environment, alertId: String, method: AckMethod, haptics: (any HapticsEngine)? = nil) async throws {
+        try await flow(environment, haptics: haptics).send(alertId: alertId, method: method)
     }
 
     private static func flow(_ environment: Environment, haptics shared: (any HapticsEngine)? = nil) throws -> AlertAcknowledgement {

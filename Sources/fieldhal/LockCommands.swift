@@ -1,5 +1,7 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
+import FieldHALClient
 import FieldHALLock
 import FieldHALVault
 import Foundation
@@ -86,6 +88,14 @@ struct LockCommand: AsyncParsableCommand {
         @Option(help: "Seconds to wait for each fingerprint scan.") var scanTimeout: Double = 10
 
         func execute(_ environment: Environment) async throws {
+            if let outcome = try await environment.throughDaemon({ try await unlock(through: $0) }) {
+                print(outcome.message)
+                switch outcome.outcome {
+                case APIUnlockOutcome.unlocked: return
+                case APIUnlockOutcome.paused: throw ExitCode(75)
+                default: throw ExitCode(77)
+                }
+            }
             let lock = try environment.lockService()
             var outcome: UnlockOutcome?
             if !pinOnly, try lock.biometricsAllowed() {
@@ -103,7 +113,7 @@ struct LockCommand: AsyncParsableCommand {
             switch outcome! {
             case .unlocked:
                 // The same work after every unlock, whichever PIN (or finger) it was.
-                await AfterAuthentication.afterUnlock(environment, global)
+                AfterAuthentication.afterUnlock(environment, global)
                 print("Unlocked.")
             case .rejected(let message):
                 print(message)
@@ -112,6 +122,25 @@ struct LockCommand: AsyncParsableCommand {
                 print(message)
                 throw ExitCode(75)
             }
+        }
+
+        /// The same steps through the daemon, which does the work after an unlock itself.
+        private func unlock(through daemon: FieldHALClient) async throws -> APIUnlockOutcome {
+            let wait = try duration(seconds: scanTimeout, option: "--scan-timeout")
+            var last: APIUnlockOutcome?
+            if !pinOnly {
+                while let status = try? await daemon.lock(), status.biometricsEnabled, status.biometricsLockedForSeconds == 0 {
+                    if !pinStdin { FileHandle.standardError.write(Data("Touch the fingerprint sensor…\n".utf8)) }
+                    guard let outcome = try? await daemon.unlockWithFingerprint(scanTimeout: wait) else { break }
+                    last = outcome
+                    if outcome.outcome == APIUnlockOutcome.unlocked { return outcome }
+                    if outcome.outcome == APIUnlockOutcome.rejected, !pinStdin { FileHandle.standardError.write(Data("\(outcome.message)\n".utf8)) }
+                }
+            }
+            if let last, last.outcome != APIUnlockOutcome.unlocked {
+                FileHandle.standardError.write(Data("\(last.message)\n".utf8))
+            }
+            return try await daemon.unlock(pin: try PINReader(fromStandardInput: pinStdin).read("PIN: "))
         }
 
         /// Up to three scans; the lock decides when the sensor is paused.
@@ -161,15 +190,23 @@ struct LockCommand: AsyncParsableCommand {
             if let biometrics, biometrics != "on" && biometrics != "off" { throw ValidationError("--biometrics: on or off") }
             let reader = PINReader(fromStandardInput: pinStdin)
             let current = try reader.read("Current PIN: ")
+            let newPIN = disable || !changePin ? nil : (try reader.read("New PIN: "), try reader.read("Confirm PIN: "))
+            let newDuress = !disable && changeDuressPin ? try reader.read("New duress PIN: ") : nil
+            // A running daemon changes them and does the work after an unlock itself.
+            let request = disable ? APILockSettings(currentPin: current, disable: true)
+                : APILockSettings(currentPin: current, relockAfter: relockAfter?.rawValue, biometrics: biometrics.map { $0 == "on" },
+                                  newPin: newPIN?.0, newPinConfirmation: newPIN?.1, newDuressPin: newDuress)
+            if let answer = try await environment.throughDaemon({ try await $0.changeLockSettings(request) }) {
+                print(answer.message)
+                return
+            }
             let lock = try environment.lockService()
             if disable {
                 try lock.disable(currentPIN: current)
-                await AfterAuthentication.afterUnlock(environment, global)
+                AfterAuthentication.afterUnlock(environment, global)
                 print("The lock is off.")
                 return
             }
-            let newPIN = changePin ? (try reader.read("New PIN: "), try reader.read("Confirm PIN: ")) : nil
-            let newDuress = changeDuressPin ? try reader.read("New duress PIN: ") : nil
             var availability: BiometricAvailability?
             if biometrics == "on" {
                 availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
@@ -178,7 +215,7 @@ struct LockCommand: AsyncParsableCommand {
             }
             try lock.changeSettings(currentPIN: current, relockAfter: relockAfter, biometrics: availability,
                                     newPIN: newPIN.map { (pin: $0.0, confirmation: $0.1) }, newDuressPIN: newDuress)
-            await AfterAuthentication.afterUnlock(environment, global)
+            AfterAuthentication.afterUnlock(environment, global)
             print("Settings saved.")
         }
     }

@@ -164,7 +164,14 @@ struct CommandFailure: Error, CustomStringConvertible {
             exitCode = Self.exitCode(error.kind)
         case let problem as APIProblem:
             // The daemon's answer to a command it served: the same codes as the error itself.
-            exitCode = problem.kind == APIProblem.forbidden ? 77 : FieldHALError.Kind(rawValue: problem.kind).map(Self.exitCode) ?? 69
+            exitCode = switch problem.kind {
+            case APIProblem.forbidden, APIProblem.invalidCredentials: 77
+            case APIProblem.rateLimited, APIProblem.network: 75
+            case APIProblem.configuration: 78
+            case APIProblem.suspended: 69
+            case APIProblem.failed: 1
+            default: FieldHALError.Kind(rawValue: problem.kind).map(Self.exitCode) ?? 69
+            }
         default:
             exitCode = 1
         }

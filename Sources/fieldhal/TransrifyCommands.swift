@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import FieldHALFlows
 import FieldHALVault
 import Foundation
@@ -109,6 +110,13 @@ struct SessionReport: Encodable {
         session = "…" + record.sessionIdSuffix
     }
 
+    /// As the daemon answered; nil when not signed in.
+    init?(_ answer: APISession) {
+        guard answer.signedIn, let customerRef = answer.customerRef, let session = answer.session else { return nil }
+        self.customerRef = customerRef
+        self.session = session
+    }
+
     var text: String { "You're signed in.\n\(customerRef) · session \(session)" }
 }
 
@@ -129,15 +137,23 @@ struct SignInCommand: FieldHALSubcommand {
         let reader = PINReader(fromStandardInput: pinStdin)
         let reference = try customerRef ?? readReference(pinStdin)
         let pin = try reader.read("PIN: ")
+        // A running daemon signs in with its warm location and does the work after it.
+        if let answer = try await environment.throughDaemon({ try await $0.signIn(customerRef: reference, pin: pin) }) {
+            guard let report = SessionReport(answer) else {
+                throw FieldHALError(.protocolError, subject: "daemon", detail: "a sign-in answered without a session",
+                                    advice: "is the daemon the same FieldHAL version as this command?")
+            }
+            try Output.emit(report, json: global.json) { report.text }
+            return
+        }
         let kit = await environment.loadKit(only: [.location])
         let flow = SignInFlow(client: try environment.transrifyClient(), location: try? kit.location(),
                               sessions: try environment.sessionStore(), device: Environment.deviceInfo)
         let outcome = await Result { try await flow.signIn(customerRef: reference, pin: pin) }
         await kit.close()
         let record = try outcome.get()
-        // The same background work after every sign-in; it alone knows the mode. A running
-        // daemon does it (it holds the devices); else a detached process of our own.
-        await AfterAuthentication.start(.afterSignIn, environment, global)
+        // The same background work after every sign-in; it alone knows the mode.
+        AfterAuthentication.start(.signIn, global)
         let report = SessionReport(record)
         try Output.emit(report, json: global.json) { report.text }
     }
@@ -172,11 +188,16 @@ struct SessionCommand: FieldHALSubcommand {
                 break
             }
         }
-        guard let record = try sessions.load() else {
+        let signedIn: SessionReport?
+        if !verify, let answer = try await environment.throughDaemon({ try await $0.session() }) {
+            signedIn = SessionReport(answer)
+        } else {
+            signedIn = try sessions.load().map(SessionReport.init)
+        }
+        guard let report = signedIn else {
             FileHandle.standardError.write(Data("fieldhal: not signed in — run fieldhal signin\n".utf8))
             throw ExitCode(1)
         }
-        let report = SessionReport(record)
         try Output.emit(report, json: global.json) { report.text }
     }
 }
@@ -186,7 +207,9 @@ struct SignOutCommand: FieldHALSubcommand {
     @OptionGroup var global: GlobalOptions
 
     func execute(_ environment: Environment) async throws {
-        try environment.sessionStore().clear()
+        if try await environment.throughDaemon({ try await $0.signOut() }) == nil {
+            try environment.sessionStore().clear()
+        }
         print("Signed out.")
     }
 }
@@ -207,22 +230,22 @@ struct AfterSignInCommand: FieldHALSubcommand {
     }
 }
 
-/// Hands the work after a sign-in or an unlock to the running daemon, or starts the
-/// detached background run when there is none: the same either way for both verdicts.
+/// Without a daemon, the work after a sign-in or an unlock is a detached background run of
+/// our own, the same for both verdicts (with a daemon, the daemon does it: the sign-in or
+/// unlock went through its API).
 enum AfterAuthentication {
+    enum Kind { case signIn, unlock }
+
     /// After an unlock: only while signed in to Transrify (a duress PIN then raises the
     /// silent alert). Whether a session exists does not depend on the PIN just typed, so
     /// the choice shows nothing; a kit that only uses the lock starts nothing.
-    static func afterUnlock(_ environment: Environment, _ global: GlobalOptions) async {
+    static func afterUnlock(_ environment: Environment, _ global: GlobalOptions) {
         guard ((try? environment.sessionStore().load()) ?? nil) != nil else { return }
-        await start(.afterUnlock, environment, global)
+        start(.unlock, global)
     }
 
-    static func start(_ command: ControlSocket.Request.Command, _ environment: Environment, _ global: GlobalOptions) async {
-        let answer = (try? await ControlSocket.ask(.init(command: command), at: ControlSocket.path(environment))) ?? nil
-        if answer.map({ $0.error != nil }) ?? true {
-            BackgroundRun.start(["after-signin"] + (command == .afterUnlock ? ["--unlock"] : []) + global.forwarded)
-        }
+    static func start(_ kind: Kind, _ global: GlobalOptions) {
+        BackgroundRun.start(["after-signin"] + (kind == .unlock ? ["--unlock"] : []) + global.forwarded)
     }
 }
 

@@ -156,7 +156,7 @@ struct AlertsCLITests {
         #expect(try lab.running.server.acks(alertId: alertId).count == 2)
         #expect(await restartedA.stop(SIGTERM).status == 0)
         #expect(await daemonB.stop(SIGTERM).status == 0)
-        #expect(!FileManager.default.fileExists(atPath: stateB + "/fieldhal.sock"), "the socket is removed on exit")
+        #expect(!FileManager.default.fileExists(atPath: stateB + "/api.sock"), "the socket is removed on exit")
     }
 
     @Test func nfcAcknowledgementNeedsNFCEnabled() async throws {

@@ -199,24 +199,28 @@ struct DaemonCLITests {
         #expect(broken.stderr.contains("alerts_websocket_url: \"http://127.0.0.1/ws\" is not a ws:// or wss:// URL"), "\(broken.stderr)")
     }
 
-    /// The control socket under hostile or broken clients: garbage, an endless line and
-    /// silence each get an answer or a hang-up, and the daemon goes on answering.
-    @Test func theControlSocketSurvivesBadClients() async throws {
+    /// The API socket under hostile or broken clients: garbage, an endless header line and
+    /// silence each get an HTTP error or a hang-up within the idle bound, and the daemon goes
+    /// on answering.
+    @Test func theAPISocketSurvivesBadClients() async throws {
         let state = scratch("socket-state")
         try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         let daemon = try DaemonProcess(["--state-dir", state])
-        #expect(await daemon.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemon.output)")
-        let socket = state + "/fieldhal.sock"
-        for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { try await Task.sleep(for: .milliseconds(20)) }
-        let mode = try FileManager.default.attributesOfItem(atPath: socket)[.posixPermissions] as? Int
-        #expect(mode == 0o660)
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(10)) != nil, "\(daemon.output)")
+        let socket = state + "/api.sock"
         let probe = """
         import socket, sys, time
         def ask(payload):
-            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1]); start = time.time()
-            if payload: s.sendall(payload)
-            data = s.recv(4096); print(round(time.time() - start, 1), data.decode().strip())
-        ask(b"hello\\n"); ask(b"x" * 70000); ask(None); ask(b'{"command":"status"}\\n')
+            s = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1]); start = time.time()
+            try:
+                if payload: s.sendall(payload)
+                data = s.recv(4096)
+            except OSError as error:
+                data = b""
+            first = data.decode(errors="replace").split("\\r\\n")[0] if data else "hang-up"
+            print(round(time.time() - start, 1), first)
+        ask(b"hello\\r\\n\\r\\n"); ask(b"GET /v1/status HTTP/1.1\\r\\nX: " + b"x" * 100000); ask(None)
+        ask(b"GET /v1/status HTTP/1.1\\r\\nHost: k\\r\\nConnection: close\\r\\n\\r\\n")
         """
         let output = try await offPool { () -> String in
             let process = Process()
@@ -232,10 +236,12 @@ struct DaemonCLITests {
         let lines = output.split(separator: "\n").map(String.init)
         #expect(lines.count == 4, "\(output)")
         guard lines.count == 4 else { return }
-        #expect(lines[0].contains("not a fieldhal control request") && lines[0].contains("\"exitCode\":64"), "\(lines[0])")
-        #expect(lines[1].contains("not a fieldhal control request"), "an endless line is cut off: \(lines[1])")
-        #expect(lines[2].hasPrefix("5.0 ") && lines[2].contains("not a fieldhal control request"), "silence is let go after 5 s: \(lines[2])")
-        #expect(lines[3].contains("\"alerts\":\"not signed in\""), "\(lines[3])")
+        func refused(_ line: String) -> Bool { line.contains("HTTP/1.1 4") || line.hasSuffix("hang-up") }
+        #expect(refused(lines[0]), "garbage: \(lines[0])")
+        #expect(refused(lines[1]), "an endless header is cut off: \(lines[1])")
+        let silence = Double(lines[2].split(separator: " ")[0]) ?? 0
+        #expect(lines[2].hasSuffix("hang-up") && silence >= 9.5 && silence <= 12, "silence is let go after 10 s: \(lines[2])")
+        #expect(lines[3].hasSuffix("HTTP/1.1 200 OK"), "\(lines[3])")
         #expect(await daemon.stop().status == 0)
         #expect(!FileManager.default.fileExists(atPath: socket))
     }
@@ -261,6 +267,59 @@ struct DaemonCLITests {
         let evidence = try lab.running.server.evidence()
         #expect(evidence.count == 3, "every item exactly once (\(uploadedByDaemon) before SIGTERM)")
         #expect(Set(evidence.map(\.key)).count == 3)
+    }
+
+    /// The commands a daemon serves say the same, with the same exit codes, whether they go
+    /// through it or do the work themselves: the same steps on two kits, one with a daemon.
+    @Test func commandsSayTheSameThroughTheDaemon() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let alone = try await lab.stateDirectory(), served = try await lab.stateDirectory()
+        let daemon = try DaemonProcess(["--config", lab.config, "--state-dir", served])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        let steps: [(arguments: [String], input: String)] = [
+            (["daemon", "status"], ""),
+            (["session"], ""),
+            (["signin", "--customer-ref", "alice01", "--pin-stdin"], "9999\n"),
+            (["signin", "--customer-ref", "a!", "--pin-stdin"], "2468\n"),
+            (["signin", "--customer-ref", "alice01", "--pin-stdin"], "12\n"),
+            (["lock", "unlock", "--pin-stdin"], "2580\n"),
+            (["lock", "settings", "--pin-stdin", "--relock", "1m"], "2580\n"),
+            (["signin", "--customer-ref", "alice01", "--pin-stdin"], "2468\n"),
+            (["signin", "--customer-ref", "alice01", "--pin-stdin", "--json"], "2468\n"),
+            (["session"], ""),
+            (["session", "--json"], ""),
+            (["lock", "setup", "--pin-stdin", "--duress"], "2580\n2580\n9173\n"),
+            (["lock", "unlock", "--pin-stdin"], "1111\n"),
+            (["lock", "unlock", "--pin-stdin"], "2580\n"),
+            (["lock", "unlock", "--pin-stdin"], "9173\n"),
+            (["lock", "settings", "--pin-stdin", "--relock", "1m"], "1111\n"),
+            (["lock", "settings", "--pin-stdin", "--change-pin"], "2580\n4826\n4827\n"),
+            (["lock", "settings", "--pin-stdin", "--relock", "2m"], "9173\n"),
+            (["lock", "status"], ""),
+            (["alerts", "ack", "no-such-alert"], ""),
+            (["signout"], ""),
+            (["session"], ""),
+            (["alerts", "ack", "no-such-alert"], ""),
+        ]
+        // A session id's last four characters differ between any two sessions.
+        let mask = { (text: String) in text.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression) }
+        for step in steps {
+            let first = try await CLI.run(step.arguments + ["--config", lab.config, "--state-dir", alone], input: step.input)
+            let second = try await CLI.run(step.arguments + ["--config", lab.config, "--state-dir", served], input: step.input)
+            let name = step.arguments.joined(separator: " ")
+            if step.arguments == ["daemon", "status"] {
+                #expect(first.status == 69 && first.stderr.contains("no fieldhal daemon listens at"), "\(first.stderr)")
+                #expect(second.status == 0 && second.stdout.contains("signed in: no\nevidence queued: 0"), "\(second.stdout)\(second.stderr)")
+                continue
+            }
+            #expect(first.status == second.status, "\(name): exit \(first.status) alone, \(second.status) through the daemon: \(second.stderr)")
+            #expect(mask(first.stdout) == mask(second.stdout), "\(name): stdout\n\(first.stdout)\nvs\n\(second.stdout)")
+            #expect(first.stderr == second.stderr, "\(name): stderr\n\(first.stderr)\nvs\n\(second.stderr)")
+        }
+        // The daemon did the work after the sign-ins and unlocks: no background run of its own.
+        #expect(backgroundRuns(for: [served]).isEmpty)
+        #expect(await daemon.stop().status == 0)
     }
 
     @Test func sighupReloadsTheConfiguration() async throws {

@@ -40,7 +40,7 @@ struct NFCTurnsLibnfcTests {
         // took the chip back as a target after each.
         let aborts = chip.events.filter { $0.name == "aborted" }
         #expect(aborts.count == 2, "\(chip.events.map { "\($0.name) \($0.fields)" })")
-        let ending = try await elapsed {
+        let ending = await elapsed {
             offer.cancel()
             _ = await offer.result
         }

@@ -96,7 +96,7 @@ struct NFCTurnsTests {
         // A second read the same way.
         _ = try await turns.readTag(timeout: .seconds(5), for: "another read")
         try await waitUntil("the offer resumes again") { emulator.started.load(ordering: .relaxed) == 3 }
-        let ending = try await elapsed {
+        let ending = await elapsed {
             offer.cancel()
             let result = await offer.result
             #expect(throws: (any Error).self) { try result.get() }

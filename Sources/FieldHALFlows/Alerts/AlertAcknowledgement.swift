@@ -5,8 +5,10 @@ import Transrify
 /// (`trf:duress:<alertId>`) with the kit's NFC reader — then the haptic "success".
 public struct AlertAcknowledgement: Sendable {
     /// The API refused or could not be reached: shown, and the alert stays active (Req 27.4).
-    public struct Failure: Error, Sendable {
+    /// What the person at the device sees: the reason, and that the alert stays active.
+    public struct Failure: Error, Sendable, CustomStringConvertible {
         public let message: String
+        public var description: String { message }
     }
 
     public var client: TransrifyClient

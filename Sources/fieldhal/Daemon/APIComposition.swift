@@ -2,8 +2,13 @@ import FieldHAL
 import FieldHALAPI
 import FieldHALClient
 import FieldHALFlows
+import FieldHALLock
 import FieldHALServer
 import Foundation
+import Transrify
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The daemon's hardware API (issue 20), from the configuration's `[api]` section.
 extension Environment {
@@ -30,7 +35,15 @@ extension Environment {
     /// device itself. The daemon's refusals and errors are thrown as they came.
     func throughDaemon<T>(_ body: (FieldHALClient) async throws -> T) async throws -> T? {
         let path = apiSocketPath
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            // A socket in a directory this user may not search is there, not absent.
+            if errno == EACCES {
+                throw FieldHALError(.permissionDenied, subject: path, detail: "this user may not reach the daemon's socket",
+                                    advice: "ask for the socket's directory to be searchable, or use fieldhal as a member of fieldhal-control")
+            }
+            return nil
+        }
         do {
             return try await body(FieldHALClient(socketPath: path))
         } catch let error as FieldHALError where error.kind == .unavailable && error.subject == path {
@@ -39,12 +52,15 @@ extension Environment {
     }
 }
 
-/// The API's flow routes, answered from the configuration in force (it changes on reload).
+/// The API's flow routes, answered from the configuration in force (it changes on reload)
+/// with the devices the daemon holds. Errors come out with the words the CLI prints.
 struct DaemonFlows: APIFlows {
-    let environment: @Sendable () -> Environment
+    unowned let daemon: Daemon
+
+    private var environment: Environment { daemon.current }
 
     func lockStatus() throws -> APILockStatus {
-        let status = try environment().lockService().status()
+        let status = try environment.lockService().status()
         return APILockStatus(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
                              pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
                              offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue,
@@ -52,12 +68,187 @@ struct DaemonFlows: APIFlows {
     }
 
     func evidence() throws -> APIEvidence {
-        let current = environment()
+        let current = environment
         let queue = try EvidenceQueue(stateDirectory: current.stateDirectory, vault: try current.vault(), exclusive: false)
         return APIEvidence(items: try queue.visibleItems().map { item in
             APIEvidenceItem(id: item.id, incidentId: item.incidentId, kind: item.kind.rawValue, contentType: item.contentType,
                             bytes: item.size, createdAt: item.createdAt, phase: item.phase.rawValue, attempts: item.attempts,
                             nextAttemptAt: item.nextAttemptAt, lastError: item.lastError)
         })
+    }
+
+    // MARK: Transrify
+
+    func session() throws -> APISession {
+        guard let record = try environment.sessionStore().load() else { return .signedOut }
+        // Read from the session, not from the subscription, which notices a sign-in or a
+        // sign-out up to a second later.
+        return APISession(record, alerts: daemon.alertTransport.value)
+    }
+
+    func signIn(_ request: APISignIn) async throws -> APISession {
+        let environment = environment
+        let record: SessionRecord
+        do {
+            let flow = SignInFlow(client: try environment.transrifyClient(), location: try? daemon.api.value?.locationProvider(),
+                                  sessions: try environment.sessionStore(), device: Environment.deviceInfo)
+            record = try await flow.signIn(customerRef: request.customerRef, pin: request.pin)
+        } catch {
+            throw APIProblem(flow: error)
+        }
+        // The same work after every sign-in; it alone knows the mode.
+        daemon.afterAuthentication(.signIn)
+        return APISession(record, alerts: "starting")
+    }
+
+    func signOut() throws -> APISession {
+        try environment.sessionStore().clear()
+        return .signedOut
+    }
+
+    // MARK: The lock
+
+    func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome {
+        let environment = environment
+        let lock = try environment.lockService()
+        let outcome: UnlockOutcome
+        switch (request.pin, request.fingerprint ?? false) {
+        case (let pin?, false):
+            outcome = try lock.unlock(pin: pin)
+        case (nil, true):
+            if try lock.biometricsAllowed() {
+                let wait = Duration.milliseconds(request.scanTimeoutMs ?? 10_000)
+                let scan = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+                outcome = try lock.unlock(biometric: scan)
+            } else {
+                // Off or paused: the lock says which, and counts nothing for a scan not made.
+                outcome = try lock.unlock(biometric: .retry(.retryScan))
+            }
+        default:
+            throw FieldHALError(.invalidArgument, subject: "request body", detail: "give either pin or fingerprint: true")
+        }
+        if outcome == .unlocked { daemon.afterAuthentication(.unlock) }
+        return APIUnlockOutcome(outcome)
+    }
+
+    func changeLockSettings(_ request: APILockSettings) async throws -> APIMessage {
+        let environment = environment
+        let lock = try environment.lockService()
+        // Whether there is a lock comes first: a request is judged against the lock it changes.
+        guard try lock.status().configured else {
+            throw FieldHALError(.notConfigured, subject: "lock", detail: "the lock is not set up", advice: "run fieldhal lock setup")
+        }
+        if request.disable == true {
+            guard request.relockAfter == nil, request.biometrics == nil, request.newPin == nil, request.newPinConfirmation == nil,
+                  request.newDuressPin == nil else {
+                throw FieldHALError(.invalidArgument, subject: "disable", detail: "turning the lock off changes nothing else",
+                                    advice: "send disable with currentPin only")
+            }
+            try lock.disable(currentPIN: request.currentPin)
+            daemon.afterAuthentication(.unlock)
+            return APIMessage(message: "The lock is off.")
+        }
+        let relockAfter = try request.relockAfter.map { value -> RelockAfter in
+            guard let parsed = RelockAfter(rawValue: value) else {
+                throw FieldHALError(.invalidArgument, subject: "relockAfter", detail: "\"\(value)\" is not immediate, 1m, 2m, 5m, 10m or never")
+            }
+            return parsed
+        }
+        var availability: BiometricAvailability?
+        switch request.biometrics {
+        case true?: availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+        case false?: availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
+        case nil: break
+        }
+        try lock.changeSettings(currentPIN: request.currentPin, relockAfter: relockAfter, biometrics: availability,
+                                newPIN: request.newPin.map { (pin: $0, confirmation: request.newPinConfirmation ?? "") },
+                                newDuressPIN: request.newDuressPin)
+        daemon.afterAuthentication(.unlock)
+        return APIMessage(message: "Settings saved.")
+    }
+
+    // MARK: Alerts
+
+    func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged {
+        let environment = environment
+        let haptics = try? daemon.api.value?.haptics()
+        // Signed in first: an acknowledgement is judged against the session it is made in.
+        _ = try environment.signedInSession()
+        if request.method == APIAcknowledge.inApp, request.alertId == nil {
+            throw FieldHALError(.invalidArgument, subject: "alertId", detail: "an INAPP acknowledgement names its alert")
+        }
+        do {
+            if request.method == APIAcknowledge.nfc {
+                let id = try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: .milliseconds(request.timeoutMs ?? 30_000),
+                                                         shared: daemon.sharedReader, haptics: haptics)
+                return APIAcknowledged(alertId: id, method: AckMethod.nfc.rawValue)
+            }
+            let id = request.alertId ?? ""
+            try await Acknowledgement.send(environment, alertId: id, method: .inApp, haptics: haptics)
+            return APIAcknowledged(alertId: id, method: AckMethod.inApp.rawValue)
+        } catch {
+            throw APIProblem(flow: error)
+        }
+    }
+}
+
+extension APISession {
+    static let signedOut = APISession(signedIn: false, customerRef: nil, session: nil, alerts: "not signed in")
+
+    init(_ record: SessionRecord, alerts: String) {
+        self.init(signedIn: true, customerRef: record.customerRef, session: "…" + record.sessionIdSuffix, alerts: alerts)
+    }
+}
+
+extension APIUnlockOutcome {
+    init(_ outcome: UnlockOutcome) {
+        switch outcome {
+        case .unlocked: self.init(outcome: Self.unlocked, message: "Unlocked.")
+        case .rejected(let message): self.init(outcome: Self.rejected, message: message)
+        case .lockedOut(let message, let seconds): self.init(outcome: Self.paused, message: message, retryAfterSeconds: seconds)
+        }
+    }
+}
+
+extension APIProblem {
+    /// A flow's error as the API answers it: a FieldHAL error as it is; Transrify's and the
+    /// flows' with the words the CLI prints (empty subject) and the kind its exit code comes from.
+    init(flow error: any Error) {
+        switch error {
+        case let problem as APIProblem:
+            self = problem
+        case let error as FieldHALError:
+            self.init(error)
+        default:
+            let failure = CommandFailure(error)
+            let rateLimited = (error as? TransrifyError)?.kind == .rateLimited || (error as? SignInFailure)?.kind == .api(.rateLimited)
+            let (kind, status): (String, Int) = switch failure.exitCode {
+            case 64: (FieldHALError.Kind.invalidArgument.rawValue, 400)
+            case 77: (APIProblem.invalidCredentials, 401)
+            case 75: rateLimited ? (APIProblem.rateLimited, 429) : (APIProblem.network, 502)
+            case 78: (APIProblem.configuration, 503)
+            case 69: (APIProblem.suspended, 403)
+            default: (APIProblem.failed, 502)
+            }
+            self.init(kind: kind, subject: "", detail: failure.description, status: status)
+        }
+    }
+}
+
+/// `[daemon]`: the control socket's settings, from before the API replaced it. Still
+/// accepted, so that a configuration written for an older release loads; the daemon says
+/// once that they are not used.
+enum DaemonSettings {
+    static let specs: [ParameterSpec] = [
+        ParameterSpec("socket", .string, help: "no longer used: the control socket is gone; commands use the API's [api] socket"),
+        ParameterSpec("socket_group", .string, help: "no longer used: who may use the API is [api] group and grants"),
+    ]
+
+    /// The line the daemon logs when the configuration still has them.
+    static func obsolete(in configuration: KitConfiguration) -> String? {
+        guard let section = configuration.settings["daemon"], section.string("socket") != nil || section.string("socket_group") != nil else {
+            return nil
+        }
+        return "[daemon] socket and socket_group are no longer used: commands reach the daemon on [api] socket; remove them"
     }
 }

@@ -67,9 +67,13 @@ final class Daemon: Service, Sendable {
     let startedAt = Date()
     /// How alerts arrive now, for `fieldhal daemon status`.
     let alertTransport = LockedValue("not signed in")
-    /// Sign-ins and unlocks handed over by `fieldhal signin` and `lock unlock`, worked
-    /// through one at a time.
-    let signIns = AsyncStream.makeStream(of: ControlSocket.Request.Command.self)
+    /// Sign-ins and unlocks made through the API (`fieldhal signin`, `lock unlock` and
+    /// `lock settings` go through it), their work done one at a time.
+    let signIns = AsyncStream.makeStream(of: Authentication.self)
+
+    enum Authentication: Sendable {
+        case signIn, unlock
+    }
     /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
     let tagOffer = LockedValue<Task<Void, Never>?>(nil)
     /// The devices the daemon holds for everyone (the shared location watch and NFC chip)
@@ -97,9 +101,10 @@ final class Daemon: Service, Sendable {
         let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
             await environment.loadKit(only: only)
         }
-        host.flows = DaemonFlows { [configuration] in configuration.withLock { $0.environment } }
+        host.flows = DaemonFlows(daemon: self)
         api.withLock { $0 = host }
         logger.info("fieldhal \(FieldHALVersion.current) running; state \(environment.stateDirectory.path)")
+        if let obsolete = DaemonSettings.obsolete(in: environment.configuration) { logger.warning("\(obsolete)") }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.reloadOnHangUp(hangUps) }
@@ -107,7 +112,6 @@ final class Daemon: Service, Sendable {
                 group.addTask { await self.uploadEvidence() }
                 group.addTask { await self.verifySession() }
                 group.addTask { await self.watchLock() }
-                group.addTask { await self.serveControlSocket() }
                 group.addTask { await self.serveAPI(host) }
                 group.addTask { await self.workAfterSignIns() }
                 group.addTask { await self.resumeDuressTag() }
@@ -133,13 +137,13 @@ final class Daemon: Service, Sendable {
         return SharedDevices(tag: sharedTag, camera: try? host?.camera(), microphone: try? host?.microphone(),
                              location: try? host?.locationProvider())
     }
-    private var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
+    var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
 
     private func keepTag(_ offer: Task<Void, Never>) {
         tagOffer.withLock { $0?.cancel(); $0 = offer }
     }
 
-    private var current: Environment { configuration.withLock { $0.environment } }
+    var current: Environment { configuration.withLock { $0.environment } }
 
     private func reloadOnHangUp(_ hangUps: UnixSignalsSequence) async {
         for await _ in hangUps {
@@ -227,21 +231,8 @@ final class Daemon: Service, Sendable {
         }
     }
 
-    /// The control socket (see `ControlSocket`); a failure to bind is logged and the daemon
-    /// carries on without it (commands then open devices themselves).
-    private func serveControlSocket() async {
-        let environment = current
-        let path = ControlSocket.path(environment)
-        let group = environment.configuration.settings["daemon"]?.string("socket_group") ?? "fieldhal"
-        do {
-            try await ControlSocket.serve(at: path, group: group) { request in await self.answer(request) }
-        } catch where !Task.isCancelled {
-            logger.error("control socket \(path): \(error) — other fieldhal commands will open devices themselves")
-        } catch {}
-    }
-
-    /// The hardware API on its Unix socket (issue 20). Like the control socket, a failure to
-    /// serve is logged and the daemon's other work carries on (with the devices it holds).
+    /// The hardware API on its Unix socket (issue 20). A failure to serve is logged and the
+    /// daemon's other work carries on (with the devices it holds).
     private func serveAPI(_ host: APIHost) async {
         let path = current.apiSocketPath
         do {
@@ -251,33 +242,13 @@ final class Daemon: Service, Sendable {
         } catch {}
     }
 
-    private func answer(_ request: ControlSocket.Request) async -> ControlSocket.Response {
-        let environment = current
-        switch request.command {
-        case .status:
-            // What the user queued by hand; the silent capture after a duress sign-in is not counted.
-            let queued = (try? EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
-                .visibleItems().count) ?? 0
-            let signedIn = ((try? environment.sessionStore().load()) ?? nil) != nil
-            // Read from the session, not from the subscription, which notices a sign-in or
-            // sign-out up to a second later.
-            return .init(status: .init(version: FieldHALVersion.current, pid: getpid(), startedAt: startedAt,
-                                       alerts: signedIn ? alertTransport.value : "not signed in", signedIn: signedIn, queuedEvidence: queued))
-        case .afterSignIn, .afterUnlock:
-            signIns.continuation.yield(request.command)
-            return .init()
-        case .ackNFC:
-            let timeout = Duration.milliseconds(min(max(request.timeoutMilliseconds ?? 30_000, 100), 300_000))
-            do {
-                return .init(alertId: try await Acknowledgement.byNFC(environment, expecting: request.alertId, timeout: timeout,
-                                                                       shared: sharedReader, haptics: try? api.value?.haptics()))
-            } catch let failure as Acknowledgement.Failure {
-                return .init(error: failure.message, exitCode: 1)
-            } catch {
-                let failure = CommandFailure(error)
-                return .init(error: failure.description, exitCode: failure.exitCode)
-            }
-        }
+    /// Hands the work after a sign-in or an unlock to the loop that does it. After an
+    /// unlock only while signed in to Transrify (a duress PIN then raises the silent alert):
+    /// whether a session exists does not depend on the PIN just typed, so the choice shows
+    /// nothing.
+    func afterAuthentication(_ what: Authentication) {
+        if what == .unlock, ((try? current.sessionStore().load()) ?? nil) == nil { return }
+        signIns.continuation.yield(what)
     }
 
     /// The work after each sign-in (the alert in limited mode, evidence, the duress tag),
@@ -286,7 +257,7 @@ final class Daemon: Service, Sendable {
     private func workAfterSignIns() async {
         for await command in signIns.stream {
             guard let work = try? current.afterAuthenticationWork(shared: shared) else { continue }
-            if command == .afterUnlock {
+            if command == .unlock {
                 try? await work.afterUnlock { self.keepTag($0) }
             } else {
                 await work.afterSignIn { self.keepTag($0) }
