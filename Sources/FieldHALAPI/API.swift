@@ -198,15 +198,25 @@ public enum APIEvent: Sendable, Equatable {
     /// A capability's state (scope `status`): each one once when the stream opens, then on
     /// every change.
     case capability(CapabilityStatus)
+    /// A nearby duress alert the daemon announced (scope `alerts`): what its journal line,
+    /// haptic and sound announce, once per alert (the kit's own user's alerts never).
+    case alert(APIAlert)
+    /// The lock's state (scope `lock`): once when the stream opens, then whenever it locks,
+    /// unlocks, is set up or turned off.
+    case lock(APILockStatus)
 
     public enum Kind: String, Sendable, CaseIterable {
         case fix
         case capability
+        case alert
+        case lock
 
         public var scope: APIScope {
             switch self {
             case .fix: .location
             case .capability: .status
+            case .alert: .alerts
+            case .lock: .lock
             }
         }
     }
@@ -215,6 +225,8 @@ public enum APIEvent: Sendable, Equatable {
         switch self {
         case .fix: .fix
         case .capability: .capability
+        case .alert: .alert
+        case .lock: .lock
         }
     }
 
@@ -223,6 +235,8 @@ public enum APIEvent: Sendable, Equatable {
         let data: Data = switch self {
         case .fix(let fix): try FieldHALAPI.encoder.encode(fix)
         case .capability(let status): try FieldHALAPI.encoder.encode(status)
+        case .alert(let alert): try FieldHALAPI.encoder.encode(alert)
+        case .lock(let status): try FieldHALAPI.encoder.encode(status)
         }
         return "event: \(kind.rawValue)\ndata: \(String(decoding: data, as: UTF8.self))\n\n"
     }
@@ -233,6 +247,8 @@ public enum APIEvent: Sendable, Equatable {
         switch Kind(rawValue: kind) {
         case .fix: self = .fix(try FieldHALAPI.decoder.decode(Fix.self, from: data))
         case .capability: self = .capability(try FieldHALAPI.decoder.decode(CapabilityStatus.self, from: data))
+        case .alert: self = .alert(try FieldHALAPI.decoder.decode(APIAlert.self, from: data))
+        case .lock: self = .lock(try FieldHALAPI.decoder.decode(APILockStatus.self, from: data))
         case nil: return nil
         }
     }

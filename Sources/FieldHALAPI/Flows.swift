@@ -166,6 +166,22 @@ public struct APIMessage: Sendable, Codable, Equatable {
 
 // MARK: Alerts
 
+/// An alert the daemon announced, as its banner says it.
+public struct APIAlert: Sendable, Codable, Equatable {
+    public var alertId: String
+    public var customerRef: String
+    /// The banner: "Nearby Duress Alert — alice01, about 120 m away".
+    public var text: String
+    public var distanceMeters: Double?
+
+    public init(alertId: String, customerRef: String, text: String, distanceMeters: Double?) {
+        self.alertId = alertId
+        self.customerRef = customerRef
+        self.text = text
+        self.distanceMeters = distanceMeters
+    }
+}
+
 /// `POST /v1/alerts/acknowledge`: in the app (`INAPP`, `alertId` required) or by reading the
 /// duressed kit's tag with the kit's NFC chip (`NFC`, within `timeoutMs`, default 30000; an
 /// `alertId` given is checked against the tag's).

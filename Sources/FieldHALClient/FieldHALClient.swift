@@ -49,9 +49,10 @@ public struct FieldHALClient: Sendable {
 
     /// `GET /v1/events`: events until the daemon ends the stream (it stops) or the caller
     /// stops iterating. Types this client does not know are skipped.
-    public func events(_ kinds: [APIEvent.Kind] = APIEvent.Kind.allCases) -> AsyncThrowingStream<APIEvent, any Error> {
+    /// `kinds`: nil for every type this caller may see.
+    public func events(_ kinds: [APIEvent.Kind]? = nil) -> AsyncThrowingStream<APIEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
-        let path = route("events", query: [("types", kinds.map(\.rawValue).joined(separator: ","))])
+        let path = route("events", query: kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? [])
         let socketPath = socketPath
         let task = Task {
             do {

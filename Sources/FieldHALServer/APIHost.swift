@@ -46,6 +46,8 @@ public final class APIHost: Sendable {
         set { flowsSlot.withLock { $0 = newValue } }
     }
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
+    /// The flows' events (alerts announced, the lock's changes), as the daemon publishes them.
+    private let flowChanges = Broadcaster<APIEvent>(bufferLimit: 64)
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation
     /// The NFC chip, shared by turns; its devices are replaced on reload.
@@ -140,6 +142,16 @@ public final class APIHost: Sendable {
         return kit
     }
 
+    /// Hands a flow's event to every event stream that asked for its type.
+    public func publish(_ event: APIEvent) {
+        flowChanges.yield(event)
+    }
+
+    /// The flows' events from now on.
+    public func flowEvents() -> AsyncThrowingStream<APIEvent, any Error> {
+        flowChanges.subscribe()
+    }
+
     /// Capability states as they change, from now on.
     public func capabilityEvents() -> AsyncThrowingStream<CapabilityStatus, any Error> {
         capabilityChanges.subscribe()
@@ -155,5 +167,6 @@ public final class APIHost: Sendable {
         nfc.replace(reader: nil, emulator: nil)
         await kit?.close()
         capabilityChanges.finish()
+        flowChanges.finish()
     }
 }

@@ -128,7 +128,13 @@ public struct APIServer: Sendable {
         }
         v1.get("events") { request, context in
             let caller = try await context.caller(host)
-            let kinds = try Self.eventKinds(request.uri.queryParameters)
+            var kinds = try Self.eventKinds(request.uri.queryParameters)
+            if request.uri.queryParameters.get("types") == nil {
+                // Without `types`: every type this caller may see (a kiosk granted location
+                // gets fixes), and a refusal only when it may see none.
+                let allowed = kinds.filter { host.authorisation.scopes(for: caller).contains($0.scope) }
+                if !allowed.isEmpty { kinds = allowed }
+            }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
             return try events(kinds)
         }
@@ -168,7 +174,7 @@ public struct APIServer: Sendable {
         return FixRequest(timeout: .milliseconds(timeout), maxAge: maxAge == 0 ? nil : .milliseconds(maxAge), requiredAccuracy: accuracy)
     }
 
-    /// `types=fix,capability` (default: both).
+    /// `types=fix,capability,alert,lock` (default: all).
     static func eventKinds(_ query: Parameters) throws -> [APIEvent.Kind] {
         guard let text = query.get("types") else { return APIEvent.Kind.allCases }
         var kinds: [APIEvent.Kind] = []
@@ -193,6 +199,10 @@ public struct APIServer: Sendable {
         let location = kinds.contains(.fix) ? try host.location() : nil
         let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
         let initial = kinds.contains(.capability) ? host.capabilities.capabilities : []
+        let flowKinds = Set(kinds).intersection([.alert, .lock])
+        let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
+        // The lock's state first, as the capabilities': a client starts from where it stands.
+        let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
         let keepAlive = keepAlive
         let body = ResponseBody { writer in
             let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
@@ -211,6 +221,12 @@ public struct APIServer: Sendable {
                         for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
                     }
                 }
+                if let flowChanges {
+                    group.addTask {
+                        defer { sink.finish() }
+                        for try await event in flowChanges where flowKinds.contains(event.kind) { sink.yield(try event.serverSentEvent()) }
+                    }
+                }
                 group.addTask {
                     while true {
                         try await Task.sleep(for: keepAlive)
@@ -218,6 +234,7 @@ public struct APIServer: Sendable {
                     }
                 }
                 for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
+                if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
                 for await text in merged {
                     try await writer.write(ByteBuffer(string: text))
                 }

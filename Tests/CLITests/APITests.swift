@@ -153,15 +153,18 @@ struct APITests {
         }
 
         // Events: every capability once, then fixes, as they come.
-        var capabilityEvents = 0, fixes: [Fix] = []
+        var capabilityEvents = 0, fixes: [Fix] = [], locks: [APILockStatus] = []
         for try await event in kit.events() {
             switch event {
             case .capability: capabilityEvents += 1
             case .fix(let fix): fixes.append(fix)
+            case .lock(let status): locks.append(status)
+            case .alert(let alert): Issue.record("an alert on a kit nobody signed in to: \(alert)")
             }
             if fixes.count == 2 { break }
         }
         #expect(capabilityEvents == Capability.allCases.count && fixes.allSatisfy { $0.hasPosition }, "\(capabilityEvents) \(fixes)")
+        #expect(locks.count == 1 && locks.first?.configured == false, "the lock's state once, first: \(locks)")
 
         // A daemon that does not answer within the client's bound: a timeout, not a hang.
         // (A negative slack puts the bound before the daemon's own 3 s wait ends.)
@@ -215,7 +218,7 @@ struct APITests {
             switch event {
             case .capability(let status): change = status
             case .fix(let fix) where change != nil && fix.hasPosition: fixesAfter += 1
-            case .fix: break
+            case .fix, .alert, .lock: break
             }
         }
         #expect(change?.capability == .camera && change?.state == .notConfigured, "\(String(describing: change))")

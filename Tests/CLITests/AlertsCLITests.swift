@@ -1,4 +1,6 @@
 #if NFC
+import FieldHALAPI
+import FieldHALClient
 import Foundation
 import TestSupport
 import Testing
@@ -100,11 +102,25 @@ struct AlertsCLITests {
         let daemonB = try DaemonProcess(["--config", configB, "--state-dir", stateB])
         #expect(await daemonA.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemonA.output)")
         #expect(await daemonB.waitForLine(containing: "running; state", timeout: .seconds(10)) != nil, "\(daemonB.output)")
-        try await Task.sleep(for: .milliseconds(300))  // the control sockets are bound
+        try await Task.sleep(for: .milliseconds(300))  // the API sockets are bound
 
         let signInB = try await CLI.run(["signin", "--customer-ref", "bob02", "--pin-stdin", "--config", configB, "--state-dir", stateB], input: "8024\n")
         #expect(signInB.status == 0, "\(signInB.stderr)")
         #expect(await daemonB.waitForLine(containing: "alerts: over the WebSocket channel", timeout: .seconds(10)) != nil, "\(daemonB.output)")
+        // Both kits' event streams, as a kiosk UI on each would follow them.
+        func alertEvents(_ state: String) -> Task<[APIAlert], Never> {
+            Task {
+                var seen: [APIAlert] = []
+                do {
+                    for try await event in FieldHALClient(socketPath: state + "/api.sock").events([.alert]) {
+                        if case .alert(let alert) = event { seen.append(alert) }
+                    }
+                } catch {}
+                return seen
+            }
+        }
+        let eventsA = alertEvents(stateA), eventsB = alertEvents(stateB)
+        try await Task.sleep(for: .milliseconds(300))
         let signedIn = ContinuousClock.now
         let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", configA, "--state-dir", stateA], input: "1357\n")
         #expect(signInA.status == 0, "\(signInA.stderr)")
@@ -134,6 +150,12 @@ struct AlertsCLITests {
         #expect(ack.status == 0, "\(ack.stdout)\(ack.stderr)")
         #expect(ack.stdout == "Acknowledged alert \(alertId) (NFC).\n")
         #expect(try lab.running.server.acks(alertId: alertId).map { "\($0.customerRef) \($0.method)" } == ["bob02 NFC"])
+        // Kit B's stream carried the banner; kit A's never its own alert.
+        eventsA.cancel()
+        eventsB.cancel()
+        let (seenA, seenB) = (await eventsA.value, await eventsB.value)
+        #expect(seenB.map(\.alertId) == [alertId] && seenB.first?.text.hasPrefix("Nearby Duress Alert — alice01") == true, "\(seenB)")
+        #expect(seenA.isEmpty, "kit A announced its own alert on its event stream: \(seenA)")
 
         // SIGTERM while kit A's daemon emulates the tag: a clean, quick exit.
         let stoppedA = await daemonA.stop(SIGTERM)

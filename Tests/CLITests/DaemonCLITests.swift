@@ -1,3 +1,5 @@
+import FieldHALAPI
+import FieldHALClient
 import Foundation
 import TestSupport
 import Testing
@@ -277,6 +279,16 @@ struct DaemonCLITests {
         let alone = try await lab.stateDirectory(), served = try await lab.stateDirectory()
         let daemon = try DaemonProcess(["--config", lab.config, "--state-dir", served])
         #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        // The lock's state on the daemon's event stream meanwhile.
+        let lockEvents = Task {
+            var seen: [APILockStatus] = []
+            do {
+                for try await event in FieldHALClient(socketPath: served + "/api.sock").events([.lock]) {
+                    if case .lock(let status) = event { seen.append(status) }
+                }
+            } catch {}
+            return seen
+        }
         let steps: [(arguments: [String], input: String)] = [
             (["daemon", "status"], ""),
             (["session"], ""),
@@ -319,6 +331,12 @@ struct DaemonCLITests {
         }
         // The daemon did the work after the sign-ins and unlocks: no background run of its own.
         #expect(backgroundRuns(for: [served]).isEmpty)
+        // The stream began with the lock not set up, and heard the unlock through the API
+        // at once (the set-up, made without the daemon, within its 5 s look).
+        lockEvents.cancel()
+        let locks = await lockEvents.value
+        #expect(locks.first?.configured == false, "\(locks)")
+        #expect(locks.contains { $0.configured && !$0.locked }, "\(locks)")
         #expect(await daemon.stop().status == 0)
     }
 

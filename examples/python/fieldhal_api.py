@@ -76,16 +76,17 @@ class FieldHAL:
         self.socket_path = socket_path or os.environ.get("FIELDHAL_API_SOCKET") or DEFAULT_SOCKETS[0]
         self.timeout = timeout
 
-    def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False, body: dict | None = None):
+    def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False, body: dict | None = None,
+                 method: str | None = None):
         query = {k: v for k, v in (query or {}).items() if v is not None}
         target = "/v1/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
         connection = _UnixConnection(self.socket_path, None if stream else self.timeout)
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
         if body is None:
-            connection.request("GET", target, headers=headers)
+            connection.request(method or "GET", target, headers=headers)
         else:
             headers["Content-Type"] = "application/json"
-            connection.request("POST", target, body=json.dumps(body).encode(), headers=headers)
+            connection.request(method or "POST", target, body=json.dumps(body).encode(), headers=headers)
         response = connection.getresponse()
         if response.status != 200:
             body = response.read()
@@ -99,8 +100,8 @@ class FieldHAL:
                                 problem.get("advice"), problem.get("status", response.status))
         return connection, response
 
-    def _json(self, path: str, query: dict[str, Any] | None = None, body: dict | None = None) -> Any:
-        connection, response = self._request(path, query, body=body)
+    def _json(self, path: str, query: dict[str, Any] | None = None, body: dict | None = None, method: str | None = None) -> Any:
+        connection, response = self._request(path, query, body=body, method=method)
         try:
             return json.loads(response.read())
         finally:
@@ -144,6 +145,26 @@ class FieldHAL:
     def evidence(self) -> dict:
         return self._json("evidence")
 
+    # The flows. A PIN goes only over the daemon's socket: never put one on a command line.
+
+    def unlock(self, pin: str) -> dict:
+        """{"outcome": "unlocked" | "rejected" | "paused", "message", "retryAfterSeconds"}."""
+        return self._json("lock/unlock", body={"pin": pin})
+
+    def session(self) -> dict:
+        return self._json("session")
+
+    def sign_in(self, customer_ref: str, pin: str) -> dict:
+        return self._json("session", body={"customerRef": customer_ref, "pin": pin})
+
+    def sign_out(self) -> dict:
+        return self._json("session", method="DELETE")
+
+    def acknowledge(self, alert_id: str | None = None, nfc: bool = False, timeout_ms: int | None = None) -> dict:
+        """In the app (alert_id), or by reading the duressed kit's tag with the kit's NFC chip."""
+        return self._json("alerts/acknowledge", body=_without_none(
+            {"method": "NFC" if nfc else "INAPP", "alertId": alert_id, "timeoutMs": timeout_ms}))
+
     def play_haptics(self, pattern: str) -> dict:
         """A named pattern (success, warning, error, light, medium, heavy), played to its end."""
         return self._json("haptics/play", body={"pattern": pattern})
@@ -177,7 +198,8 @@ def _without_none(values: dict) -> dict:
 
 
 EXIT = {"forbidden": 77, "invalidArgument": 64, "notFound": 64, "noFix": 69, "unavailable": 69,
-        "notConfigured": 78, "timeout": 75, "busy": 75}
+        "notConfigured": 78, "timeout": 75, "busy": 75, "invalidCredentials": 77, "rateLimited": 75, "network": 75,
+        "configuration": 78, "suspended": 69, "failed": 1}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,8 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("evidence", help="the evidence waiting to upload")
     commands.add_parser("haptics", help="play a vibration pattern").add_argument("pattern")
     commands.add_parser("sound", help="play a sound").add_argument("sound", nargs="?", default="soft-alert")
-    events = commands.add_parser("events", help="fixes and capability changes, one JSON line each")
-    events.add_argument("--types", help="comma-separated: fix, capability")
+    commands.add_parser("session", help="who is signed in to Transrify")
+    acknowledge = commands.add_parser("ack", help="acknowledge a nearby alert (in the app, or --nfc by its tag)")
+    acknowledge.add_argument("alert_id", nargs="?")
+    acknowledge.add_argument("--nfc", action="store_true")
+    acknowledge.add_argument("--timeout-ms", type=int)
+    events = commands.add_parser("events", help="fixes, capability changes, alerts and the lock's state, one JSON line each")
+    events.add_argument("--types", help="comma-separated: fix, capability, alert, lock")
     events.add_argument("--count", type=int, help="stop after this many events")
     args = parser.parse_args(argv)
     kit = FieldHAL(args.socket)
@@ -226,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.output, "wb") as file:
                 file.write(jpeg)
             print(json.dumps({"output": args.output, "bytes": len(jpeg)}, sort_keys=True))
-        elif args.command in ("lock", "evidence"):
+        elif args.command in ("lock", "evidence", "session"):
             print(json.dumps(getattr(kit, args.command)(), sort_keys=True))
+        elif args.command == "ack":
+            print(json.dumps(kit.acknowledge(args.alert_id, args.nfc, args.timeout_ms), sort_keys=True))
         elif args.command == "haptics":
             print(json.dumps(kit.play_haptics(args.pattern), sort_keys=True))
         elif args.command == "sound":

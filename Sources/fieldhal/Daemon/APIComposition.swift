@@ -60,11 +60,7 @@ struct DaemonFlows: APIFlows {
     private var environment: Environment { daemon.current }
 
     func lockStatus() throws -> APILockStatus {
-        let status = try environment.lockService().status()
-        return APILockStatus(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
-                             pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
-                             offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue,
-                             message: status.message)
+        APILockStatus(try environment.lockService().status())
     }
 
     func evidence() throws -> APIEvidence {
@@ -128,6 +124,7 @@ struct DaemonFlows: APIFlows {
             throw FieldHALError(.invalidArgument, subject: "request body", detail: "give either pin or fingerprint: true")
         }
         if outcome == .unlocked { daemon.afterAuthentication(.unlock) }
+        daemon.noteLock()
         return APIUnlockOutcome(outcome)
     }
 
@@ -146,6 +143,7 @@ struct DaemonFlows: APIFlows {
             }
             try lock.disable(currentPIN: request.currentPin)
             daemon.afterAuthentication(.unlock)
+            daemon.noteLock()
             return APIMessage(message: "The lock is off.")
         }
         let relockAfter = try request.relockAfter.map { value -> RelockAfter in
@@ -164,6 +162,7 @@ struct DaemonFlows: APIFlows {
                                 newPIN: request.newPin.map { (pin: $0, confirmation: request.newPinConfirmation ?? "") },
                                 newDuressPIN: request.newDuressPin)
         daemon.afterAuthentication(.unlock)
+        daemon.noteLock()
         return APIMessage(message: "Settings saved.")
     }
 
@@ -197,6 +196,14 @@ extension APISession {
 
     init(_ record: SessionRecord, alerts: String) {
         self.init(signedIn: true, customerRef: record.customerRef, session: "…" + record.sessionIdSuffix, alerts: alerts)
+    }
+}
+
+extension APILockStatus {
+    init(_ status: LockStatus) {
+        self.init(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
+                  pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
+                  offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue, message: status.message)
     }
 }
 

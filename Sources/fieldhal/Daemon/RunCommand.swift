@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import FieldHALFlows
 import FieldHALLock
 import FieldHALServer
@@ -217,6 +218,8 @@ final class Daemon: Service, Sendable {
         case .announce(let banner):
             logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
             let host = api.value
+            host?.publish(.alert(APIAlert(alertId: banner.alert.alertId, customerRef: banner.alert.customerRef, text: banner.text,
+                                          distanceMeters: banner.distanceMeters.map { ($0 * 10).rounded() / 10 })))
             await AlertFeedback.announce(haptics: try? host?.haptics(), speaker: try? host?.speaker())
         case .transport(.webSocket, _):
             alertTransport.withLock { $0 = "over the WebSocket channel" }
@@ -305,13 +308,27 @@ final class Daemon: Service, Sendable {
 
     /// The lock relocks by itself when idle (it is computed on read); this notes the moment.
     private func watchLock() async {
-        var wasLocked: Bool?
         while !Task.isCancelled {
-            if let status = try? current.lockService().status(), status.configured {
-                if wasLocked == false, status.locked { logger.info("locked (idle)") }
-                wasLocked = status.locked
-            }
+            noteLock(polled: true)
             try? await Task.sleep(for: .seconds(5))
         }
+    }
+
+    private struct LockSeen: Equatable {
+        var configured: Bool
+        var locked: Bool
+    }
+    private let lockSeen = LockedValue<LockSeen?>(nil)
+
+    /// Publishes the lock's state on the event stream when it changed since last seen: at
+    /// once after a change made through the API, within 5 s of an idle relock (logged) or a
+    /// change made without the daemon.
+    func noteLock(polled: Bool = false) {
+        guard let status = try? current.lockService().status() else { return }
+        let now = LockSeen(configured: status.configured, locked: status.locked)
+        let before = lockSeen.withLock { seen in defer { seen = now }; return seen }
+        guard let before, before != now else { return }
+        if polled, now.configured, before.configured, !before.locked, now.locked { logger.info("locked (idle)") }
+        api.value?.publish(.lock(APILockStatus(status)))
     }
 }
