@@ -70,3 +70,49 @@ public struct APISoundPlayed: Sendable, Codable, Equatable {
                                                        + clip.duration.components.attoseconds / 1_000_000_000_000_000))
     }
 }
+
+// MARK: Recording
+
+/// `POST /v1/microphone/record`: a WAV recording of `durationMs` (1 to 3600000), as the body of
+/// the answer (`audio/wav`); what was recorded, with its levels, in `FieldHAL-Recording`.
+public struct APIAudioRecord: Sendable, Codable, Equatable {
+    public var durationMs: Int
+    /// 8000 to 192000; default 44100.
+    public var sampleRate: Int?
+    /// 1 to 8; default 1.
+    public var channels: Int?
+
+    public init(durationMs: Int, sampleRate: Int? = nil, channels: Int? = nil) {
+        self.durationMs = durationMs
+        self.sampleRate = sampleRate
+        self.channels = channels
+    }
+}
+
+/// `POST /v1/camera/record`: a Motion-JPEG AVI of `durationMs` (1 to 3600000) as the body of the
+/// answer (`video/x-msvideo`); what was recorded in `FieldHAL-Recording`. The camera picks the
+/// nearest size and rate it offers.
+public struct APIVideoRecord: Sendable, Codable, Equatable {
+    public var durationMs: Int
+    /// 16 to 4096; default 640×480.
+    public var width: Int?
+    public var height: Int?
+    /// 1 to 120; default 30.
+    public var fps: Int?
+    /// JPEG quality, 1 to 100, for frames FieldHAL encodes; default 80.
+    public var quality: Int?
+
+    public init(durationMs: Int, width: Int? = nil, height: Int? = nil, fps: Int? = nil, quality: Int? = nil) {
+        self.durationMs = durationMs
+        self.width = width
+        self.height = height
+        self.fps = fps
+        self.quality = quality
+    }
+}
+
+extension FieldHALAPI {
+    /// The response header that carries a recording's report (`AudioRecording` or
+    /// `VideoRecording` as JSON, `path` empty: the recording is the body).
+    public static let recordingHeader = "FieldHAL-Recording"
+}

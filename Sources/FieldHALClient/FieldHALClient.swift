@@ -4,6 +4,9 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A Swift client of the kit's hardware API: what a Swift program uses to reach the devices
 /// that `fieldhal run` holds, instead of opening them itself.
@@ -155,6 +158,58 @@ public struct FieldHALClient: Sendable {
         return [UInt8](body)
     }
 
+    // MARK: Recording
+
+    /// `POST /v1/microphone/record`: records on the daemon's microphone and writes the WAV to
+    /// `path` (whole, or not at all). The report is the daemon's, with `path` set.
+    public func recordAudio(_ request: APIAudioRecord, to path: String) async throws -> AudioRecording {
+        var report: AudioRecording = try await record("microphone/record", request, milliseconds: request.durationMs, to: path)
+        report.path = path
+        return report
+    }
+
+    /// `POST /v1/camera/record`: records on the daemon's camera and writes the Motion-JPEG AVI
+    /// to `path` (whole, or not at all).
+    public func recordVideo(_ request: APIVideoRecord, to path: String) async throws -> VideoRecording {
+        var report: VideoRecording = try await record("camera/record", request, milliseconds: request.durationMs, to: path)
+        report.path = path
+        return report
+    }
+
+    private func record<Report: Decodable>(_ name: String, _ request: some Encodable, milliseconds: Int, to path: String) async throws -> Report {
+        let partial = path + ".partial-\(getpid())"
+        // 0640, as FieldHAL's own recorders make their files: a recording is not for everyone.
+        guard FileManager.default.createFile(atPath: partial, contents: nil, attributes: [.posixPermissions: 0o640]),
+              let file = FileHandle(forWritingAtPath: partial) else {
+            throw FieldHALError(.io, subject: path, detail: "cannot write beside it", advice: "check the directory exists and is writable")
+        }
+        var header: String?
+        do {
+            defer { try? file.close() }
+            // The recording's length, then its transfer: a minute of slack for a long one.
+            try await Self.exchange(socketPath: socketPath, method: .POST, path: route(name), body: try FieldHALAPI.encoder.encode(request),
+                                    deadline: .now + .milliseconds(milliseconds) + slack + .seconds(60),
+                                    onHead: { header = $0.headers.first(name: FieldHALAPI.recordingHeader) }) { chunk in
+                try file.write(contentsOf: chunk)
+            }
+            try file.synchronize()
+        } catch {
+            unlink(partial)
+            throw error
+        }
+        guard let header, let report = try? FieldHALAPI.decoder.decode(Report.self, from: Data(header.utf8)) else {
+            unlink(partial)
+            throw FieldHALError(.malformedData, subject: "POST /\(FieldHALAPI.version)/\(name)", detail: "no \(FieldHALAPI.recordingHeader) header with the report",
+                                advice: "is the daemon the same FieldHAL version as this client?")
+        }
+        guard rename(partial, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(partial)
+            throw FieldHALError(.io, subject: path, detail: "rename: \(reason)")
+        }
+        return report
+    }
+
     // MARK: Feedback
 
     /// `POST /v1/haptics/play`: a named pattern, played to its end on the daemon's haptics.
@@ -199,7 +254,8 @@ public struct FieldHALClient: Sendable {
     /// to `onChunk` as it arrives; any other status is read whole and thrown as the daemon's
     /// `APIProblem`.
     private static func exchange(socketPath: String, method: HTTPMethod = .GET, path: String, body request: Data? = nil,
-                                 deadline: ContinuousClock.Instant?, _ onChunk: (Data) async throws -> Void) async throws {
+                                 deadline: ContinuousClock.Instant?, onHead: (HTTPResponseHead) throws -> Void = { _ in },
+                                 _ onChunk: (Data) async throws -> Void) async throws {
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -251,6 +307,7 @@ public struct FieldHALClient: Sendable {
                         if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: text) { throw problem.error }
                         throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "HTTP \(response.status.code) without an error body")
                     }
+                    try onHead(response)
                     while let part = try await parts.next() {
                         switch part {
                         case .body(let buffer): try await onChunk(Data(buffer.readableBytesView))

@@ -35,6 +35,7 @@ public struct APIServer: Sendable {
     /// (left by a daemon killed with SIGKILL) is replaced. The socket file is removed on return.
     public func run(onListening: @escaping @Sendable () async -> Void = {}) async throws {
         try Self.claim(socketPath)
+        Self.clearScratch()
         var quiet = Logger(label: "fieldhal.api")
         // Hummingbird reports a connection cancelled at shutdown as an error: the daemon's
         // journal gets our own lines, not the server library's.
@@ -141,6 +142,7 @@ public struct APIServer: Sendable {
         addNFCRoutes(to: v1)
         addFeedbackRoutes(to: v1)
         addCameraRoutes(to: v1)
+        addRecordingRoutes(to: v1)
         addFlowRoutes(to: v1)
         return router
     }
@@ -291,7 +293,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     static let routes: [String: [HTTPRequest.Method]] = [
         "status": [.get], "capabilities": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
-        "camera/photo": [.get], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
+        "camera/photo": [.get], "camera/record": [.post], "microphone/record": [.post], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
         "session": [.get, .post, .delete], "alerts/acknowledge": [.post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 

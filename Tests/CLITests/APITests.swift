@@ -290,6 +290,21 @@ struct APITests {
         let jpeg = place.directory + "/still.jpg"
         let snap = try await CLI.run(["camera", "snap", "-o", jpeg, "--width", "320", "--height", "240", "--config", bare, "--state-dir", state])
         #expect(snap.status == 0 && snap.stdout.hasSuffix(": 320x240 JPEG, \((try? Data(contentsOf: URL(fileURLWithPath: jpeg)).count) ?? -1) bytes\n"), "\(snap)")
+        // Recordings on the daemon's microphone and camera, written where the command says.
+        let wav = place.directory + "/voice.wav", avi = place.directory + "/clip.avi"
+        let voice = try await CLI.run(["mic", "record", "--seconds", "0.5", "-o", wav, "--json", "--config", bare, "--state-dir", state])
+        #expect(voice.status == 0 && voice.stdout.contains("\"path\" : \"\(wav)\"") && voice.stdout.contains("peakDBFS"), "\(voice)")
+        let wavBytes = (try? Data(contentsOf: URL(fileURLWithPath: wav))) ?? Data()
+        #expect(wavBytes.count == 44 + 22_050 * 2 && wavBytes.prefix(4) == Data("RIFF".utf8), "\(wavBytes.count) bytes")
+        let clip = try await CLI.run(["camera", "record", "--seconds", "0.5", "-o", avi, "--width", "160", "--height", "120", "--fps", "10",
+                                      "--config", bare, "--state-dir", state])
+        let aviSize = (try? FileManager.default.attributesOfItem(atPath: avi)[.size] as? Int) ?? -1
+        #expect(clip.status == 0 && clip.stdout.hasPrefix("\(avi): 160x120 Motion-JPEG AVI, 5 frames") && clip.stdout.contains(", \(aviSize) bytes"),
+                "\(clip)")
+        // Nothing of them stays in the daemon's scratch folder.
+        let daemonScratch = NSTemporaryDirectory() + "/fieldhal-api-\(getuid())/\(daemon.process.processIdentifier)"
+        let scratchFiles = (try? FileManager.default.contentsOfDirectory(atPath: daemonScratch)) ?? []
+        #expect(scratchFiles.isEmpty, "\(scratchFiles)")
         _ = await daemon.stop()
         let alone = try await CLI.run(["haptics", "play", "warning", "--config", bare, "--state-dir", state])
         #expect(alone.status == 69, "\(alone)")

@@ -1,0 +1,147 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import Hummingbird
+import NIOCore
+import NIOPosix
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `POST /v1/microphone/record`, `POST /v1/camera/record`: a recording on the device the
+/// daemon holds, answered with the file itself. The daemon records into a private scratch
+/// file, opens it, removes its name, and streams it: nothing is left behind, whether the
+/// client reads it all, hangs up, or the daemon stops.
+extension APIServer {
+    /// The longest recording (an hour), as the camera's own limit: the file is streamed, so
+    /// its size costs the daemon no memory.
+    static let longestRecording = 3_600_000
+
+    func addRecordingRoutes(to v1: RouterGroup<APIRequestContext>) {
+        v1.post("microphone/record") { request, context in
+            try host.authorise(.microphone, try await context.caller(host), doing: "POST /v1/microphone/record")
+            let body = try await APIRequestBody.decode(APIAudioRecord.self, request, fields: ["durationMs", "sampleRate", "channels"])
+            let recording = RecordingRequest(duration: try Self.recordingLength(body.durationMs),
+                                             sampleRate: try Self.within(body.sampleRate ?? 44_100, "sampleRate", 8_000...192_000),
+                                             channels: try Self.within(body.channels ?? 1, "channels", 1...8))
+            let microphone = try host.microphone()
+            let file = try Self.scratchFile("wav")
+            do {
+                var report = try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
+                report.path = ""
+                return try Self.streaming(file, contentType: "audio/wav", report: report)
+            } catch {
+                unlink(file)
+                throw error
+            }
+        }
+        v1.post("camera/record") { request, context in
+            try host.authorise(.camera, try await context.caller(host), doing: "POST /v1/camera/record")
+            let body = try await APIRequestBody.decode(APIVideoRecord.self, request, fields: ["durationMs", "width", "height", "fps", "quality"])
+            let video = VideoRequest(duration: try Self.recordingLength(body.durationMs),
+                                     width: try Self.within(body.width ?? 640, "width", 16...4096),
+                                     height: try Self.within(body.height ?? 480, "height", 16...4096),
+                                     framesPerSecond: try Self.within(body.fps ?? 30, "fps", 1...120),
+                                     quality: try Self.within(body.quality ?? 80, "quality", 1...100))
+            let camera = try host.camera()
+            let file = try Self.scratchFile("avi")
+            do {
+                var report = try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
+                report.path = ""
+                return try Self.streaming(file, contentType: "video/x-msvideo", report: report)
+            } catch {
+                unlink(file)
+                throw error
+            }
+        }
+    }
+
+    static func recordingLength(_ milliseconds: Int) throws -> Duration {
+        .milliseconds(try within(milliseconds, "durationMs", 1...longestRecording))
+    }
+
+    static func within(_ value: Int, _ name: String, _ range: ClosedRange<Int>) throws -> Int {
+        guard range.contains(value) else {
+            throw FieldHALError(.invalidArgument, subject: name, detail: "\(value) is not from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return value
+    }
+
+    /// The private scratch directory of this user's daemons (0700), one folder per daemon.
+    static var scratchBase: String {
+        (ProcessInfo.processInfo.environment["RUNTIME_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 } ?? NSTemporaryDirectory())
+            + "/fieldhal-api-\(getuid())"
+    }
+
+    /// What daemons killed mid-recording left behind: removed when the next one starts
+    /// (the folders of daemons still running are theirs).
+    static func clearScratch() {
+        let base = scratchBase
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: base)) ?? [] {
+            guard let pid = Int32(name), kill(pid, 0) != 0, errno == ESRCH else { continue }
+            try? FileManager.default.removeItem(atPath: base + "/" + name)
+        }
+    }
+
+    /// A fresh name in this daemon's scratch folder.
+    static func scratchFile(_ suffix: String) throws -> String {
+        let base = scratchBase
+        if mkdir(base, 0o700) != 0, errno != EEXIST {
+            throw FieldHALError(.io, subject: base, detail: "mkdir: \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard lstat(base, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
+            throw FieldHALError(.io, subject: base, detail: "is not a private directory of this user",
+                                advice: "remove it; the daemon makes it again")
+        }
+        let directory = base + "/\(getpid())"
+        if mkdir(directory, 0o700) != 0, errno != EEXIST {
+            throw FieldHALError(.io, subject: directory, detail: "mkdir: \(String(cString: strerror(errno)))")
+        }
+        return directory + "/" + UUID().uuidString + "." + suffix
+    }
+
+    /// The file as the answer's body, read in chunks on NIO's thread pool; its name is gone
+    /// before the first byte goes out.
+    static func streaming(_ path: String, contentType: String, report: some Encodable) throws -> Response {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        unlink(path)
+        guard fd >= 0 else { throw FieldHALError(.io, subject: "recording", detail: "open: \(String(cString: strerror(errno)))") }
+        let header = String(decoding: try FieldHALAPI.encoder.encode(report), as: UTF8.self)
+        let file = FileDescriptor(fd)
+        let body = ResponseBody { writer in
+            defer { file.close() }
+            while true {
+                let chunk = try await NIOThreadPool.singleton.runIfActive { try file.read(upTo: 128 * 1024) }
+                if chunk.isEmpty { break }
+                try await writer.write(ByteBuffer(bytes: chunk))
+            }
+            try await writer.finish(nil)
+        }
+        var headers: HTTPFields = [.contentType: contentType, .cacheControl: "no-store"]
+        headers[.init(FieldHALAPI.recordingHeader)!] = header
+        return Response(status: .ok, headers: headers, body: body)
+    }
+}
+
+/// An open file, closed once.
+private final class FileDescriptor: Sendable {
+    private let fd: Int32
+    private let closed = Atomic<Bool>(false)
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    func read(upTo count: Int) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: count)
+        let got = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, count) }
+        guard got >= 0 else { throw FieldHALError(.io, subject: "recording", detail: "read: \(String(cString: strerror(errno)))") }
+        return Array(buffer.prefix(got))
+    }
+
+    func close() {
+        if !closed.exchange(true, ordering: .acquiringAndReleasing) { Glibc.close(fd) }
+    }
+
+    deinit { close() }
+}
