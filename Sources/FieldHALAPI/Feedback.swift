@@ -116,3 +116,76 @@ extension FieldHALAPI {
     /// `VideoRecording` as JSON, `path` empty: the recording is the body).
     public static let recordingHeader = "FieldHAL-Recording"
 }
+
+// MARK: Biometrics
+
+/// `POST /v1/biometrics/verify`: one scan within `timeoutMs` (1 to 300000; default 10000).
+public struct APIBiometricVerify: Sendable, Codable, Equatable {
+    public var timeoutMs: Int?
+
+    public init(timeoutMs: Int? = nil) {
+        self.timeoutMs = timeoutMs
+    }
+}
+
+/// A scan's result: `match`, `no-match`, or `retry` with the sensor's reason.
+public struct APIBiometricResult: Sendable, Codable, Equatable {
+    public var result: String
+    public var reason: String?
+
+    public init(_ result: BiometricResult) {
+        switch result {
+        case .match: self.result = "match"
+        case .noMatch: self.result = "no-match"
+        case .retry(let why):
+            self.result = "retry"
+            reason = why.rawValue
+        }
+    }
+
+    public var biometricResult: BiometricResult? {
+        switch result {
+        case "match": .match
+        case "no-match": .noMatch
+        case "retry": reason.flatMap(BiometricRetryReason.init(rawValue:)).map { .retry($0) }
+        default: nil
+        }
+    }
+}
+
+/// `POST /v1/biometrics/enroll`: the finger (`right-index-finger` by default).
+public struct APIBiometricEnroll: Sendable, Codable, Equatable {
+    public var finger: String?
+
+    public init(finger: String? = nil) {
+        self.finger = finger
+    }
+}
+
+/// One line of an enrollment's `application/x-ndjson` answer: `{"stage": 2}`, `{"retry":
+/// "swipe-too-short"}`, `{"completed": true}`, or, if it fails on the way, `{"error": …}`.
+public struct APIEnrollStep: Sendable, Codable, Equatable {
+    public var stage: Int?
+    public var retry: String?
+    public var completed: Bool?
+    public var error: APIProblem?
+
+    public init(_ stage: EnrollStage) {
+        switch stage {
+        case .stagePassed(let number): self.stage = number
+        case .retry(let reason): retry = reason.rawValue
+        case .completed: completed = true
+        }
+    }
+
+    public init(error: APIProblem) {
+        self.error = error
+    }
+
+    public var enrollStage: EnrollStage? {
+        if let stage { return .stagePassed(stage) }
+        if let retry, let reason = BiometricRetryReason(rawValue: retry) { return .retry(reason) }
+        if completed == true { return .completed }
+        return nil
+    }
+}

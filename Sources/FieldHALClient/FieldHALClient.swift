@@ -210,6 +210,46 @@ public struct FieldHALClient: Sendable {
         return report
     }
 
+    // MARK: Biometrics
+
+    /// `GET /v1/biometrics`: whether a sensor is there and which fingers are enrolled.
+    public func biometrics() async throws -> BiometricAvailability { try await get("biometrics", as: BiometricAvailability.self) }
+
+    /// `POST /v1/biometrics/verify`: one scan within `timeout`.
+    public func verifyFinger(timeout: Duration = .seconds(10)) async throws -> BiometricResult {
+        let answer = try await post("biometrics/verify", APIBiometricVerify(timeoutMs: Int(timeout.milliseconds)), waiting: timeout,
+                                    as: APIBiometricResult.self)
+        guard let result = answer.biometricResult else {
+            throw FieldHALError(.malformedData, subject: "POST /v1/biometrics/verify", detail: "a result \"\(answer.result)\" this client does not know")
+        }
+        return result
+    }
+
+    /// `POST /v1/biometrics/enroll`: enrolls `finger`, handing each stage to `progress` as the
+    /// sensor reports it; returns when the enrollment completes. No bound but the person's
+    /// patience: cancel the task to give up.
+    public func enroll(_ finger: Finger, progress: (EnrollStage) -> Void) async throws {
+        var pending = Data()
+        var completed = false
+        try await Self.exchange(socketPath: socketPath, method: .POST, path: route("biometrics/enroll"),
+                                body: try FieldHALAPI.encoder.encode(APIBiometricEnroll(finger: finger.rawValue)), deadline: nil) { chunk in
+            pending += chunk
+            while let newline = pending.firstIndex(of: 0x0A) {
+                let line = pending[pending.startIndex..<newline]
+                pending = Data(pending[pending.index(after: newline)...])
+                let step = try FieldHALAPI.decoder.decode(APIEnrollStep.self, from: Data(line))
+                if let problem = step.error { throw problem }
+                if let stage = step.enrollStage {
+                    if stage == .completed { completed = true }
+                    progress(stage)
+                }
+            }
+        }
+        guard completed else {
+            throw FieldHALError(.disconnected, subject: "POST /v1/biometrics/enroll", detail: "the daemon ended the enrollment before it completed")
+        }
+    }
+
     // MARK: Feedback
 
     /// `POST /v1/haptics/play`: a named pattern, played to its end on the daemon's haptics.

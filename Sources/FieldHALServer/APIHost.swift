@@ -10,7 +10,7 @@ import Synchronization
 /// NFC chip (reader and tag emulator taking turns, `NFCTurns`), the haptics, the speaker, the
 /// camera and the microphone, which the daemon's own flows use too: the alert loop's position
 /// and feedback, the duress tag's offer, the NFC acknowledgement of an alert and the duress
-/// capture. Biometrics is probed — opened and closed again — to report its state.
+/// capture; and the fingerprint sensor, which the lock's fingerprint unlock uses.
 public final class APIHost: Sendable {
     /// What the daemon is: for `GET /v1/status`.
     public struct Identity: Sendable {
@@ -54,7 +54,7 @@ public final class APIHost: Sendable {
     public let nfc: NFCTurns
 
     /// What the daemon holds open for everyone.
-    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker, .camera, .microphone]
+    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker, .camera, .microphone, .biometrics]
 
     private init(_ state: State, kit: Kit) {
         self.state = Mutex(state)
@@ -134,6 +134,10 @@ public final class APIHost: Sendable {
     /// and a still asked for during a recording is taken from the recording's stream.
     public func camera() throws -> any Camera { try heldKit().camera() }
     public func microphone() throws -> any Microphone { try heldKit().microphone() }
+
+    /// The fingerprint sensor: fprintd claims it per scan or enrollment, so holding it open
+    /// keeps nobody else out.
+    public func biometrics() throws -> any BiometricAuthenticator { try heldKit().biometrics() }
 
     private func heldKit() throws -> Kit {
         guard let kit = state.withLock({ $0.held }) else {

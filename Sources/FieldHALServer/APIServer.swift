@@ -143,6 +143,7 @@ public struct APIServer: Sendable {
         addFeedbackRoutes(to: v1)
         addCameraRoutes(to: v1)
         addRecordingRoutes(to: v1)
+        addBiometricsRoutes(to: v1)
         addFlowRoutes(to: v1)
         return router
     }
@@ -293,7 +294,8 @@ struct APIErrorMiddleware: RouterMiddleware {
     static let routes: [String: [HTTPRequest.Method]] = [
         "status": [.get], "capabilities": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
-        "camera/photo": [.get], "camera/record": [.post], "microphone/record": [.post], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
+        "camera/photo": [.get], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
+        "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
         "session": [.get, .post, .delete], "alerts/acknowledge": [.post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 

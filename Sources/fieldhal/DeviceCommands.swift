@@ -171,7 +171,11 @@ struct BioCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
-            let availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            var availability = try await environment.throughDaemon { try await $0.biometrics() }
+            if availability == nil {
+                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            }
+            guard let availability else { return }
             try Output.emit(availability, json: global.json) {
                 guard availability.hasSensor else { return "no sensor" }
                 return availability.enrolledFingers.isEmpty ? "sensor present, no fingers enrolled"
@@ -191,7 +195,11 @@ struct BioCommand: AsyncParsableCommand {
 
         func execute(_ environment: Environment) async throws {
             let wait = try duration(seconds: timeout, option: "--timeout")
-            let result = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+            var scanned = try await environment.throughDaemon { try await $0.verifyFinger(timeout: wait) }
+            if scanned == nil {
+                scanned = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+            }
+            guard let result = scanned else { return }
             let report: Report = switch result {
             case .match: Report(result: "match")
             case .noMatch: Report(result: "no-match")
@@ -222,16 +230,21 @@ struct BioCommand: AsyncParsableCommand {
         func execute(_ environment: Environment) async throws {
             let chosen = Finger(rawValue: finger)!
             let json = global.json
-            if !json { print("Touch the sensor with your \(chosen.rawValue.replacingOccurrences(of: "-", with: " ")), lifting it between touches.") }
-            try await environment.withKit(for: .biometrics) { kit in
-                try await kit.biometrics().enroll(chosen) { stage in
-                    let line: String = switch stage {
-                    case .stagePassed(let number): json ? #"{"stage":\#(number)}"# : "stage \(number) passed"
-                    case .retry(let reason): json ? #"{"retry":"\#(reason.rawValue)"}"# : "again: \(reason.rawValue)"
-                    case .completed: json ? #"{"completed":true}"# : "enrolled \(chosen.rawValue)"
-                    }
-                    print(line)
+            if !json {
+                let finger = chosen.rawValue.replacingOccurrences(of: "-", with: " ")
+                Output.streamLine("Touch the sensor with your \(finger), lifting it between touches.")
+            }
+            let show: @Sendable (EnrollStage) -> Void = { stage in
+                let line: String = switch stage {
+                case .stagePassed(let number): json ? #"{"stage":\#(number)}"# : "stage \(number) passed"
+                case .retry(let reason): json ? #"{"retry":"\#(reason.rawValue)"}"# : "again: \(reason.rawValue)"
+                case .completed: json ? #"{"completed":true}"# : "enrolled \(chosen.rawValue)"
                 }
+                // Each stage shows while the person is still at the sensor.
+                Output.streamLine(line)
+            }
+            if try await environment.throughDaemon({ try await $0.enroll(chosen, progress: show) }) == nil {
+                try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().enroll(chosen, progress: show) }
             }
         }
     }

@@ -112,6 +112,16 @@ struct Environment {
 
 /// Prints results as text or JSON, and failures as one line on stderr.
 enum Output {
+    /// One line at once, unbuffered, for a command that streams while something happens; a
+    /// reader that went away (`| head`: EPIPE) ends the command quietly, as `yes | head` does.
+    static func streamLine(_ line: String) {
+        do {
+            try FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+        } catch {
+            exit(0)
+        }
+    }
+
     static func emit<T: Encodable>(_ value: T, json: Bool, text: () -> String) throws {
         if json {
             let encoder = JSONEncoder()

@@ -301,6 +301,13 @@ struct APITests {
         let aviSize = (try? FileManager.default.attributesOfItem(atPath: avi)[.size] as? Int) ?? -1
         #expect(clip.status == 0 && clip.stdout.hasPrefix("\(avi): 160x120 Motion-JPEG AVI, 5 frames") && clip.stdout.contains(", \(aviSize) bytes"),
                 "\(clip)")
+        // The daemon's fingerprint sensor (a kit without [biometrics] of its own).
+        let sensor = try await CLI.run(["bio", "status", "--config", bare, "--state-dir", state])
+        #expect(sensor.status == 0 && sensor.stdout == "sensor present; enrolled: right-index-finger\n", "\(sensor)")
+        let finger = try await CLI.run(["bio", "verify", "--config", bare, "--state-dir", state])
+        #expect(finger.status == 0 && finger.stdout == "match\n", "\(finger)")
+        let enrolled = try await CLI.run(["bio", "enroll", "--finger", "left-thumb", "--config", bare, "--state-dir", state])
+        #expect(enrolled.status == 0 && enrolled.stdout.hasSuffix("stage 5 passed\nenrolled left-thumb\n"), "\(enrolled)")
         // Nothing of them stays in the daemon's scratch folder.
         let daemonScratch = NSTemporaryDirectory() + "/fieldhal-api-\(getuid())/\(daemon.process.processIdentifier)"
         let scratchFiles = (try? FileManager.default.contentsOfDirectory(atPath: daemonScratch)) ?? []

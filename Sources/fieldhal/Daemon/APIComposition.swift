@@ -114,7 +114,7 @@ struct DaemonFlows: APIFlows {
         case (nil, true):
             if try lock.biometricsAllowed() {
                 let wait = Duration.milliseconds(request.scanTimeoutMs ?? 10_000)
-                let scan = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+                let scan = try await daemon.withSensor { try await $0.verify(timeout: wait) }
                 outcome = try lock.unlock(biometric: scan)
             } else {
                 // Off or paused: the lock says which, and counts nothing for a scan not made.
@@ -154,7 +154,7 @@ struct DaemonFlows: APIFlows {
         }
         var availability: BiometricAvailability?
         switch request.biometrics {
-        case true?: availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+        case true?: availability = try await daemon.withSensor { try await $0.availability() }
         case false?: availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
         case nil: break
         }

@@ -138,6 +138,12 @@ final class Daemon: Service, Sendable {
         return SharedDevices(tag: sharedTag, camera: try? host?.camera(), microphone: try? host?.microphone(),
                              location: try? host?.locationProvider())
     }
+    /// The fingerprint sensor the daemon holds (or, while it reloads, one opened for `body`).
+    func withSensor<T>(_ body: (any BiometricAuthenticator) async throws -> T) async throws -> T {
+        if let sensor = try? api.value?.biometrics() { return try await body(sensor) }
+        return try await current.withKit(for: .biometrics) { kit in try await body(try kit.biometrics()) }
+    }
+
     var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
 
     private func keepTag(_ offer: Task<Void, Never>) {
