@@ -182,6 +182,16 @@ public struct APIAlert: Sendable, Codable, Equatable {
     }
 }
 
+/// `GET /v1/alerts`: the tenant's active duress alerts near the kit, as `fieldhal alerts`
+/// lists them (the kit's own user's left out).
+public struct APIAlerts: Sendable, Codable, Equatable {
+    public var alerts: [APIAlert]
+
+    public init(alerts: [APIAlert]) {
+        self.alerts = alerts
+    }
+}
+
 /// `POST /v1/alerts/acknowledge`: in the app (`INAPP`, `alertId` required) or by reading the
 /// duressed kit's tag with the kit's NFC chip (`NFC`, within `timeoutMs`, default 30000; an
 /// `alertId` given is checked against the tag's).

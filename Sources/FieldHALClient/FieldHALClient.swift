@@ -133,6 +133,9 @@ public struct FieldHALClient: Sendable {
         try await call(.DELETE, route("session"), body: nil, waiting: .zero, as: APISession.self)
     }
 
+    /// `GET /v1/alerts`: the active duress alerts near the kit (Transrify asked once).
+    public func alerts() async throws -> APIAlerts { try await get("alerts", waiting: .seconds(30), as: APIAlerts.self) }
+
     /// `POST /v1/alerts/acknowledge` in the app.
     public func acknowledge(alertId: String) async throws -> APIAcknowledged {
         try await post("alerts/acknowledge", APIAcknowledge(method: APIAcknowledge.inApp, alertId: alertId), waiting: .seconds(30),

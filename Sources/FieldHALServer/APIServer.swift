@@ -296,7 +296,7 @@ struct APIErrorMiddleware: RouterMiddleware {
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get],
-        "session": [.get, .post, .delete], "alerts/acknowledge": [.post],
+        "session": [.get, .post, .delete], "alerts": [.get], "alerts/acknowledge": [.post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

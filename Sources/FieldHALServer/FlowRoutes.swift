@@ -18,10 +18,12 @@ public protocol APIFlows: Sendable {
     func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome
     func changeLockSettings(_ request: APILockSettings) async throws -> APIMessage
     func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged
+    /// Asks Transrify once, with the daemon's position.
+    func alerts() async throws -> APIAlerts
 }
 
 /// `GET /v1/lock`, `POST /v1/lock/unlock`, `POST /v1/lock/settings`, `GET /v1/evidence`,
-/// `GET|POST|DELETE /v1/session`, `POST /v1/alerts/acknowledge`.
+/// `GET|POST|DELETE /v1/session`, `GET /v1/alerts`, `POST /v1/alerts/acknowledge`.
 extension APIServer {
     func addFlowRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.get("lock") { _, context in
@@ -73,6 +75,11 @@ extension APIServer {
         v1.delete("session") { _, context in
             try host.authorise(.transrify, try await context.caller(host), doing: "DELETE /v1/session")
             return try Self.json(try host.requireFlows().signOut())
+        }
+        v1.get("alerts") { _, context in
+            try host.authorise(.alerts, try await context.caller(host), doing: "GET /v1/alerts")
+            let flows = try host.requireFlows()
+            return try Self.json(try await Self.whileConnected(context.channel) { try await flows.alerts() })
         }
         v1.post("alerts/acknowledge") { request, context in
             try host.authorise(.alerts, try await context.caller(host), doing: "POST /v1/alerts/acknowledge")

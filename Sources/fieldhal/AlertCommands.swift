@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import FieldHALFlows
 import Foundation
 import Transrify
@@ -87,6 +88,13 @@ struct AlertsCommand: AsyncParsableCommand {
             text = banner.text
             distanceMeters = banner.distanceMeters.map { ($0 * 10).rounded() / 10 }
         }
+
+        init(_ alert: APIAlert) {
+            alertId = alert.alertId
+            customerRef = alert.customerRef
+            text = alert.text
+            distanceMeters = alert.distanceMeters
+        }
     }
 
     struct List: FieldHALSubcommand {
@@ -94,12 +102,17 @@ struct AlertsCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
-            let session = try environment.signedInSession()
-            let watcher = try environment.alertWatcher(session: session)
-            let kit = await environment.loadKit(only: [.location])
-            let here = await environment.here(kit)
-            await kit.close()
-            let reports = try await watcher.list(here: here).map(BannerReport.init)
+            let reports: [BannerReport]
+            if let answer = try await environment.throughDaemon({ try await $0.alerts() }) {
+                reports = answer.alerts.map(BannerReport.init)
+            } else {
+                let session = try environment.signedInSession()
+                let watcher = try environment.alertWatcher(session: session)
+                let kit = await environment.loadKit(only: [.location])
+                let here = await environment.here(kit)
+                await kit.close()
+                reports = try await watcher.list(here: here).map(BannerReport.init)
+            }
             try Output.emit(reports, json: global.json) {
                 reports.isEmpty ? "No nearby duress alerts." : reports.map { "\($0.text)  [alert \($0.alertId)]" }.joined(separator: "\n")
             }

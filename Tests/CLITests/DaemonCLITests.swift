@@ -301,6 +301,7 @@ struct DaemonCLITests {
             (["signin", "--customer-ref", "alice01", "--pin-stdin", "--json"], "2468\n"),
             (["session"], ""),
             (["session", "--json"], ""),
+            (["alerts"], ""),
             (["lock", "setup", "--pin-stdin", "--duress"], "2580\n2580\n9173\n"),
             (["lock", "unlock", "--pin-stdin"], "1111\n"),
             (["lock", "unlock", "--pin-stdin"], "2580\n"),
@@ -310,7 +311,9 @@ struct DaemonCLITests {
             (["lock", "settings", "--pin-stdin", "--relock", "2m"], "9173\n"),
             (["lock", "status"], ""),
             (["alerts", "ack", "no-such-alert"], ""),
+            (["alerts", "--json"], ""),
             (["signout"], ""),
+            (["alerts"], ""),
             (["session"], ""),
             (["alerts", "ack", "no-such-alert"], ""),
         ]
@@ -325,6 +328,7 @@ struct DaemonCLITests {
                 #expect(second.status == 0 && second.stdout.contains("signed in: no\nevidence queued: 0"), "\(second.stdout)\(second.stderr)")
                 continue
             }
+            if step.arguments == ["signin", "--customer-ref", "alice01", "--pin-stdin"], step.input == "2468\n" { #expect(second.stdout.contains("signed in") && second.status == 0, "\(name): \(second)") }
             #expect(first.status == second.status, "\(name): exit \(first.status) alone, \(second.status) through the daemon: \(second.stderr)")
             #expect(mask(first.stdout) == mask(second.stdout), "\(name): stdout\n\(first.stdout)\nvs\n\(second.stdout)")
             #expect(first.stderr == second.stderr, "\(name): stderr\n\(first.stderr)\nvs\n\(second.stderr)")

@@ -168,6 +168,17 @@ struct DaemonFlows: APIFlows {
 
     // MARK: Alerts
 
+    func alerts() async throws -> APIAlerts {
+        let environment = environment
+        let watcher = try environment.alertWatcher(session: try environment.signedInSession())
+        let here = await (try? daemon.api.value?.locationProvider())?.geolocation()
+        do {
+            return APIAlerts(alerts: try await watcher.list(here: here).map(APIAlert.init))
+        } catch {
+            throw APIProblem(flow: error)
+        }
+    }
+
     func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged {
         let environment = environment
         let haptics = try? daemon.api.value?.haptics()
@@ -196,6 +207,13 @@ extension APISession {
 
     init(_ record: SessionRecord, alerts: String) {
         self.init(signedIn: true, customerRef: record.customerRef, session: "…" + record.sessionIdSuffix, alerts: alerts)
+    }
+}
+
+extension APIAlert {
+    init(_ banner: AlertBanner) {
+        self.init(alertId: banner.alert.alertId, customerRef: banner.alert.customerRef, text: banner.text,
+                  distanceMeters: banner.distanceMeters.map { ($0 * 10).rounded() / 10 })
     }
 }
 

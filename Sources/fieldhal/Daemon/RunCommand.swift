@@ -224,8 +224,7 @@ final class Daemon: Service, Sendable {
         case .announce(let banner):
             logger.notice("\(banner.text) [alert \(banner.alert.alertId)]")
             let host = api.value
-            host?.publish(.alert(APIAlert(alertId: banner.alert.alertId, customerRef: banner.alert.customerRef, text: banner.text,
-                                          distanceMeters: banner.distanceMeters.map { ($0 * 10).rounded() / 10 })))
+            host?.publish(.alert(APIAlert(banner)))
             await AlertFeedback.announce(haptics: try? host?.haptics(), speaker: try? host?.speaker())
         case .transport(.webSocket, _):
             alertTransport.withLock { $0 = "over the WebSocket channel" }
