@@ -50,9 +50,15 @@ public struct APIEvidenceItem: Sendable, Codable, Equatable {
     public var attempts: Int
     public var nextAttemptAt: Date?
     public var lastError: String?
+    /// The SHA-256 of the plaintext, hex: what the server checks after the upload.
+    public var sha256: String
+    /// When an upload of it began, while one runs.
+    public var uploadingSince: Date?
+    /// For a TEXT item that reports a capture that failed: the kind that failed.
+    public var failedKind: String?
 
     public init(id: String, incidentId: String, kind: String, contentType: String, bytes: Int64, createdAt: Date, phase: String,
-                attempts: Int, nextAttemptAt: Date?, lastError: String?) {
+                attempts: Int, nextAttemptAt: Date?, lastError: String?, sha256: String, uploadingSince: Date? = nil, failedKind: String? = nil) {
         self.id = id
         self.incidentId = incidentId
         self.kind = kind
@@ -63,6 +69,40 @@ public struct APIEvidenceItem: Sendable, Codable, Equatable {
         self.attempts = attempts
         self.nextAttemptAt = nextAttemptAt
         self.lastError = lastError
+        self.sha256 = sha256
+        self.uploadingSince = uploadingSince
+        self.failedKind = failedKind
+    }
+}
+
+/// `POST /v1/evidence`: one piece of evidence captured into the sealed queue, as `fieldhal
+/// evidence capture` does: `kind` PHOTO, AUDIO, VIDEO, TEXT (with `text`) or NEARBY;
+/// `seconds` of audio or video (1–600); `incidentId` (default: the session's).
+public struct APIEvidenceCapture: Sendable, Codable, Equatable {
+    public var kind: String
+    public var text: String?
+    public var seconds: Int?
+    public var incidentId: String?
+
+    public init(kind: String, text: String? = nil, seconds: Int? = nil, incidentId: String? = nil) {
+        self.kind = kind
+        self.text = text
+        self.seconds = seconds
+        self.incidentId = incidentId
+    }
+}
+
+/// `POST /v1/evidence/flush`: what uploaded (id → server key), how many items remain, and
+/// why those that did not upload did not.
+public struct APIEvidenceFlush: Sendable, Codable, Equatable {
+    public var uploaded: [String: String]
+    public var remaining: Int
+    public var errors: [String: String]
+
+    public init(uploaded: [String: String], remaining: Int, errors: [String: String]) {
+        self.uploaded = uploaded
+        self.remaining = remaining
+        self.errors = errors
     }
 }
 

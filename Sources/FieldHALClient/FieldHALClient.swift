@@ -149,6 +149,16 @@ public struct FieldHALClient: Sendable {
                        waiting: timeout, as: APIAcknowledged.self)
     }
 
+    /// `POST /v1/evidence`: one piece captured into the sealed queue with the daemon's devices.
+    public func captureEvidence(_ request: APIEvidenceCapture) async throws -> APIEvidenceItem {
+        try await post("evidence", request, waiting: .seconds(max(10, request.seconds ?? 10) + 30), as: APIEvidenceItem.self)
+    }
+
+    /// `POST /v1/evidence/flush`: uploads what the user queued now.
+    public func flushEvidence() async throws -> APIEvidenceFlush {
+        try await call(.POST, route("evidence/flush"), body: nil, waiting: .seconds(300), as: APIEvidenceFlush.self)
+    }
+
     // MARK: Camera
 
     /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at

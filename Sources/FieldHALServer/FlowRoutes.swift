@@ -20,6 +20,10 @@ public protocol APIFlows: Sendable {
     func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged
     /// Asks Transrify once, with the daemon's position.
     func alerts() async throws -> APIAlerts
+    /// Captures with the devices the daemon holds.
+    func captureEvidence(_ request: APIEvidenceCapture) async throws -> APIEvidenceItem
+    /// Uploads what the user queued now, ignoring backoff.
+    func flushEvidence() async throws -> APIEvidenceFlush
 }
 
 /// `GET /v1/lock`, `POST /v1/lock/unlock`, `POST /v1/lock/settings`, `GET /v1/evidence`,
@@ -58,6 +62,28 @@ extension APIServer {
         v1.get("evidence") { _, context in
             try host.authorise(.evidence, try await context.caller(host), doing: "GET /v1/evidence")
             return try Self.json(try host.requireFlows().evidence())
+        }
+        v1.post("evidence") { request, context in
+            try host.authorise(.evidence, try await context.caller(host), doing: "POST /v1/evidence")
+            let body = try await APIRequestBody.decode(APIEvidenceCapture.self, request, fields: ["kind", "text", "seconds", "incidentId"])
+            guard ["PHOTO", "AUDIO", "VIDEO", "TEXT", "NEARBY"].contains(body.kind) else {
+                throw FieldHALError(.invalidArgument, subject: "kind", detail: "\"\(body.kind)\" is not PHOTO, AUDIO, VIDEO, TEXT or NEARBY")
+            }
+            if let seconds = body.seconds { _ = try Self.within(seconds, "seconds", 1...600) }
+            try APIRequestBody.limit(body.text, "text", 4096)
+            try APIRequestBody.limit(body.incidentId, "incidentId", 256)
+            if body.incidentId?.isEmpty == true {
+                throw FieldHALError(.invalidArgument, subject: "incidentId", detail: "is empty", advice: "leave it out for the session's")
+            }
+            if body.kind == "TEXT", body.text == nil {
+                throw FieldHALError(.invalidArgument, subject: "text", detail: "a TEXT item needs its note in text")
+            }
+            let flows = try host.requireFlows()
+            return try Self.json(try await flows.captureEvidence(body))
+        }
+        v1.post("evidence/flush") { _, context in
+            try host.authorise(.evidence, try await context.caller(host), doing: "POST /v1/evidence/flush")
+            return try Self.json(try await host.requireFlows().flushEvidence())
         }
         v1.get("session") { _, context in
             try host.authorise(.transrify, try await context.caller(host), doing: "GET /v1/session")

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALAPI
 import FieldHALFlows
 import Foundation
 import Transrify
@@ -28,15 +29,23 @@ struct EvidenceCommand: AsyncParsableCommand {
             guard let evidenceKind = EvidenceKind(rawValue: kind.uppercased()) else {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "\"\(kind)\" is not photo, audio, video, text or nearby")
             }
+            if incident?.isEmpty == true {
+                throw FieldHALError(.invalidArgument, subject: "incidentId", detail: "is empty", advice: "leave it out for the session's")
+            }
             if evidenceKind == .text, text == nil {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture text", detail: "give the note with --text")
+            }
+            // A running daemon captures with the camera and microphone it holds.
+            let asked = APIEvidenceCapture(kind: evidenceKind.rawValue, text: text, seconds: seconds, incidentId: incident)
+            if let item = try await environment.throughDaemon({ try await $0.captureEvidence(asked) }) {
+                let report = ItemReport(item)
+                try Output.emit(report, json: global.json) { "queued \(report.line)" }
+                return
             }
             // The session's id whatever its mode: an alert id here would show a duress sign-in
             // in this command's --json output. The server joins the session to its alert.
             let session = try environment.sessionStore().load()
-            guard let incidentId = incident ?? session?.sessionId else {
-                throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "no incident: sign in first or pass --incident")
-            }
+            guard let incidentId = incident ?? session?.sessionId else { throw EvidenceCaptureError.noIncident }
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
             var capture = EvidenceCapture(queue: queue, kit: kit)
@@ -55,8 +64,13 @@ struct EvidenceCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
-            let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
-            let items = try queue.visibleItems().map(ItemReport.init)
+            let items: [ItemReport]
+            if let answer = try await environment.throughDaemon({ try await $0.evidence() }) {
+                items = answer.items.map(ItemReport.init)
+            } else {
+                let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault(), exclusive: false)
+                items = try queue.visibleItems().map(ItemReport.init)
+            }
             try Output.emit(items, json: global.json) {
                 items.isEmpty ? "the evidence queue is empty" : items.map(\.line).joined(separator: "\n")
             }
@@ -70,19 +84,21 @@ struct EvidenceCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
-            let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
-            var uploader = EvidenceUploader(client: try environment.transrifyClient(), queue: queue)
-            uploader.includeSilent = false  // the silent items are the background uploads' (see EvidenceUploader)
-            let report = try await uploader.flush(ignoringBackoff: true)
-            let remaining = try queue.visibleItems()
-            struct Flushed: Encodable { var uploaded: [String: String]; var remaining: Int; var errors: [String: String] }
-            let flushed = Flushed(uploaded: report.uploaded, remaining: remaining.count, errors: report.deferred)
+            var flushed = try await environment.throughDaemon { try await $0.flushEvidence() }
+            if flushed == nil {
+                let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+                var uploader = EvidenceUploader(client: try environment.transrifyClient(), queue: queue)
+                uploader.includeSilent = false  // the silent items are the background uploads' (see EvidenceUploader)
+                let report = try await uploader.flush(ignoringBackoff: true)
+                flushed = APIEvidenceFlush(uploaded: report.uploaded, remaining: try queue.visibleItems().count, errors: report.deferred)
+            }
+            guard let flushed else { return }
             try Output.emit(flushed, json: global.json) {
-                var lines = ["uploaded \(report.uploaded.count), remaining \(remaining.count)"]
-                lines += report.deferred.sorted { $0.key < $1.key }.map { "  \($0.key.prefix(18)): \($0.value)" }
+                var lines = ["uploaded \(flushed.uploaded.count), remaining \(flushed.remaining)"]
+                lines += flushed.errors.sorted { $0.key < $1.key }.map { "  \($0.key.prefix(18)): \($0.value)" }
                 return lines.joined(separator: "\n")
             }
-            if !remaining.isEmpty { throw ExitCode(75) }
+            if flushed.remaining > 0 { throw ExitCode(75) }
         }
     }
 
@@ -94,6 +110,24 @@ struct EvidenceCommand: AsyncParsableCommand {
         var lastError: String?
         /// The kind whose capture failed, when this TEXT item reports it.
         var failedKind: String?
+
+        /// As the daemon reported it.
+        init(_ item: APIEvidenceItem) {
+            id = item.id
+            kind = item.kind
+            incident = item.incidentId
+            phase = switch item.phase {
+            case "queued" where item.uploadingSince != nil:
+                "uploading (for \(Int(Date().timeIntervalSince(item.uploadingSince!))) s)"
+            case "queued": "waiting to upload"
+            default: "uploaded, waiting to finalize"
+            }
+            failedKind = item.failedKind
+            size = item.bytes
+            sha256 = item.sha256
+            attempts = item.attempts
+            lastError = item.lastError
+        }
 
         init(_ item: EvidenceItem) {
             id = item.id

@@ -66,11 +66,44 @@ struct DaemonFlows: APIFlows {
     func evidence() throws -> APIEvidence {
         let current = environment
         let queue = try EvidenceQueue(stateDirectory: current.stateDirectory, vault: try current.vault(), exclusive: false)
-        return APIEvidence(items: try queue.visibleItems().map { item in
-            APIEvidenceItem(id: item.id, incidentId: item.incidentId, kind: item.kind.rawValue, contentType: item.contentType,
-                            bytes: item.size, createdAt: item.createdAt, phase: item.phase.rawValue, attempts: item.attempts,
-                            nextAttemptAt: item.nextAttemptAt, lastError: item.lastError)
-        })
+        return APIEvidence(items: try queue.visibleItems().map(APIEvidenceItem.init))
+    }
+
+    func captureEvidence(_ request: APIEvidenceCapture) async throws -> APIEvidenceItem {
+        let environment = environment
+        guard let kind = EvidenceKind(rawValue: request.kind) else {
+            throw FieldHALError(.invalidArgument, subject: "kind", detail: "\"\(request.kind)\" is not PHOTO, AUDIO, VIDEO, TEXT or NEARBY")
+        }
+        if kind == .text, request.text == nil {
+            throw FieldHALError(.invalidArgument, subject: "text", detail: "a TEXT item needs its note in text")
+        }
+        // The session's id whatever its mode (see `fieldhal evidence capture`).
+        let session = try environment.sessionStore().load()
+        guard let incidentId = request.incidentId ?? session?.sessionId else {
+            throw EvidenceCaptureError.noIncident
+        }
+        let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+        let host = daemon.api.value
+        var capture = EvidenceCapture(queue: queue, camera: try? host?.camera(), microphone: try? host?.microphone(),
+                                      location: try? host?.locationProvider())
+        capture.audioDuration = .seconds(max(1, min(request.seconds ?? 10, 600)))
+        capture.video = environment.evidenceVideo(seconds: request.seconds)
+        return APIEvidenceItem(try await capture.capture(kind, incidentId: incidentId, note: request.text ?? ""))
+    }
+
+    func flushEvidence() async throws -> APIEvidenceFlush {
+        let environment = environment
+        let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
+        do {
+            var uploader = EvidenceUploader(client: try environment.transrifyClient(), queue: queue)
+            uploader.includeSilent = false  // the silent items are the background uploads'
+            let report = try await uploader.flush(ignoringBackoff: true)
+            return APIEvidenceFlush(uploaded: report.uploaded, remaining: try queue.visibleItems().count, errors: report.deferred)
+        } catch let error as FieldHALError {
+            throw error
+        } catch {
+            throw APIProblem(flow: error)
+        }
     }
 
     // MARK: Transrify
@@ -210,6 +243,15 @@ extension APISession {
     }
 }
 
+extension APIEvidenceItem {
+    init(_ item: EvidenceItem) {
+        self.init(id: item.id, incidentId: item.incidentId, kind: item.kind.rawValue, contentType: item.contentType,
+                  bytes: item.size, createdAt: item.createdAt, phase: item.phase.rawValue, attempts: item.attempts,
+                  nextAttemptAt: item.nextAttemptAt, lastError: item.lastError, sha256: item.sha256,
+                  uploadingSince: item.uploadingSince, failedKind: item.failedKind?.rawValue)
+    }
+}
+
 extension APIAlert {
     init(_ banner: AlertBanner) {
         self.init(alertId: banner.alert.alertId, customerRef: banner.alert.customerRef, text: banner.text,
@@ -276,4 +318,10 @@ enum DaemonSettings {
         }
         return "[daemon] socket and socket_group are no longer used: commands reach the daemon on [api] socket; remove them"
     }
+}
+
+/// The same words through the API and at the CLI.
+enum EvidenceCaptureError {
+    static let noIncident = FieldHALError(.notConfigured, subject: "evidence", detail: "no incident: not signed in",
+                                          advice: "sign in first, or name the incident (--incident; incidentId in the API)")
 }
