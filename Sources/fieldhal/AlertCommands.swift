@@ -142,7 +142,7 @@ struct AlertsCommand: AsyncParsableCommand {
                 await subscription.run { event in
                     switch event {
                     case .announce(let banner):
-                        try? Output.emit(BannerReport(banner), json: json) { "\(banner.text)  [alert \(banner.alert.alertId)]" }
+                        try? Output.emit(BannerReport(banner), json: json, streaming: true) { "\(banner.text)  [alert \(banner.alert.alertId)]" }
                         await AlertFeedback.announce(on: kit)
                     case .transport(.webSocket, _):
                         FileHandle.standardError.write(Data("fieldhal: alerts over the WebSocket channel\n".utf8))

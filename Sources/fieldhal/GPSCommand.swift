@@ -47,14 +47,15 @@ struct GPSCommand: AsyncParsableCommand {
             try await environment.withKit(for: .location) { kit in
                 var printed = 0
                 for try await fix in try kit.location().watch() {
+                    // Each fix at once, also into a pipe (`| grep`, `| jq`): stdio would hold them back.
                     if global.json {
-                        print(String(decoding: try encoder.encode(fix), as: UTF8.self))
+                        Output.streamLine(String(decoding: try encoder.encode(fix), as: UTF8.self))
                     } else if fix.hasPosition {
-                        print(String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
-                                     fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
+                        Output.streamLine(String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
+                                                 fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
                     } else {
                         let reason = fix.sourceProblem.map { " (\($0))" } ?? ""
-                        print("\(timestamps.string(from: fix.time)) no fix\(reason)")
+                        Output.streamLine("\(timestamps.string(from: fix.time)) no fix\(reason)")
                     }
                     printed += 1
                     if let count, printed >= count { break }

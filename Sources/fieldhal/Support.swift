@@ -122,15 +122,18 @@ enum Output {
         }
     }
 
-    static func emit<T: Encodable>(_ value: T, json: Bool, text: () -> String) throws {
+    /// `streaming`: one of many values a command prints as they happen, written at once.
+    static func emit<T: Encodable>(_ value: T, json: Bool, streaming: Bool = false, text: () -> String) throws {
+        let line: String
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             encoder.dateEncodingStrategy = .iso8601
-            print(String(decoding: try encoder.encode(value), as: UTF8.self))
+            line = String(decoding: try encoder.encode(value), as: UTF8.self)
         } else {
-            print(text())
+            line = text()
         }
+        if streaming { streamLine(line) } else { print(line) }
     }
 }
 

@@ -12,9 +12,10 @@ final class DaemonProcess: @unchecked Sendable {
     private let lines = LockedLines()
     let started = ContinuousClock.now
 
-    init(_ arguments: [String]) throws {
+    /// `command`: another streaming command to follow the same way (`gps watch`).
+    init(_ arguments: [String], command: [String] = ["run"]) throws {
         process.executableURL = CLI.binary
-        process.arguments = ["run"] + arguments
+        process.arguments = command + arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
@@ -342,6 +343,15 @@ struct DaemonCLITests {
         #expect(locks.first?.configured == false, "\(locks)")
         #expect(locks.contains { $0.configured && !$0.locked }, "\(locks)")
         #expect(await daemon.stop().status == 0)
+    }
+
+    /// A streaming command's lines reach a pipe as they happen (stdio would hold them back
+    /// until 4 KiB had gathered: `fieldhal gps watch | grep` showed nothing for minutes).
+    @Test func watchLinesReachAPipeAtOnce() async throws {
+        let watch = try DaemonProcess(["--config", CLI.exampleConfig, "--state-dir", scratch("watch-state")], command: ["gps", "watch"])
+        let first = await watch.waitForLine(containing: " 3d ", timeout: .seconds(10))
+        #expect(first != nil && watch.process.isRunning, "the first fix only came when the command ended: \(watch.output)")
+        _ = await watch.stop()
     }
 
     @Test func sighupReloadsTheConfiguration() async throws {
