@@ -204,12 +204,17 @@ public enum APIEvent: Sendable, Equatable {
     /// The lock's state (scope `lock`): once when the stream opens, then whenever it locks,
     /// unlocks, is set up or turned off.
     case lock(APILockStatus)
+    /// A tag came into the reader's field or left it (scope `nfc.read`): a tag present when
+    /// the stream opens is found first. Only while someone follows these does the daemon
+    /// look for tags (once a second, a quarter of a second each time).
+    case tag(APITagEvent)
 
     public enum Kind: String, Sendable, CaseIterable {
         case fix
         case capability
         case alert
         case lock
+        case tag
 
         public var scope: APIScope {
             switch self {
@@ -217,6 +222,7 @@ public enum APIEvent: Sendable, Equatable {
             case .capability: .status
             case .alert: .alerts
             case .lock: .lock
+            case .tag: .nfcRead
             }
         }
     }
@@ -227,6 +233,7 @@ public enum APIEvent: Sendable, Equatable {
         case .capability: .capability
         case .alert: .alert
         case .lock: .lock
+        case .tag: .tag
         }
     }
 
@@ -237,6 +244,7 @@ public enum APIEvent: Sendable, Equatable {
         case .capability(let status): try FieldHALAPI.encoder.encode(status)
         case .alert(let alert): try FieldHALAPI.encoder.encode(alert)
         case .lock(let status): try FieldHALAPI.encoder.encode(status)
+        case .tag(let event): try FieldHALAPI.encoder.encode(event)
         }
         return "event: \(kind.rawValue)\ndata: \(String(decoding: data, as: UTF8.self))\n\n"
     }
@@ -249,6 +257,7 @@ public enum APIEvent: Sendable, Equatable {
         case .capability: self = .capability(try FieldHALAPI.decoder.decode(CapabilityStatus.self, from: data))
         case .alert: self = .alert(try FieldHALAPI.decoder.decode(APIAlert.self, from: data))
         case .lock: self = .lock(try FieldHALAPI.decoder.decode(APILockStatus.self, from: data))
+        case .tag: self = .tag(try FieldHALAPI.decoder.decode(APITagEvent.self, from: data))
         case nil: return nil
         }
     }

@@ -99,6 +99,23 @@ public struct APITag: Sendable, Codable, Equatable {
     }
 }
 
+/// A `tag` event: a tag came into the reader's field (`found`, as read then) or left it
+/// (`lost`, as it was last read).
+public struct APITagEvent: Sendable, Codable, Equatable {
+    public enum State: String, Sendable, Codable {
+        case found
+        case lost
+    }
+
+    public var state: State
+    public var tag: APITag
+
+    public init(state: State, tag: APITag) {
+        self.state = state
+        self.tag = tag
+    }
+}
+
 /// One NDEF record of a tag: what it means (`kind`, `value`, `language`) and what it is
 /// (`tnf`, `recordType`, `payload` in base64), so that a client can decode any record itself.
 public struct APIRecord: Sendable, Codable, Equatable {

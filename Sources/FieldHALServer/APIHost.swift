@@ -52,6 +52,8 @@ public final class APIHost: Sendable {
     private let sharedLocation: SharedLocation
     /// The NFC chip, shared by turns; its devices are replaced on reload.
     public let nfc: NFCTurns
+    /// Tags found and lost, looked for only while someone follows `tag` events.
+    public let tags: TagPresence
 
     /// What the daemon holds open for everyone.
     static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker, .camera, .microphone, .biometrics]
@@ -60,6 +62,7 @@ public final class APIHost: Sendable {
         self.state = Mutex(state)
         sharedLocation = SharedLocation(try? kit.location())
         nfc = NFCTurns(reader: try? kit.nfcReader(), emulator: try? kit.nfcEmulator())
+        tags = TagPresence(nfc)
     }
 
     /// Probes the kit and opens what the API holds.
@@ -168,6 +171,7 @@ public final class APIHost: Sendable {
             return state.held
         }
         await sharedLocation.close()
+        await tags.close()
         nfc.replace(reader: nil, emulator: nil)
         await kit?.close()
         capabilityChanges.finish()

@@ -135,6 +135,15 @@ public struct APIServer: Sendable {
                 // gets fixes), and a refusal only when it may see none.
                 let allowed = kinds.filter { host.authorisation.scopes(for: caller).contains($0.scope) }
                 if !allowed.isEmpty { kinds = allowed }
+                // …and of those, the ones this kit has: no reader, no tag events.
+                let present = kinds.filter { kind in
+                    switch kind {
+                    case .fix: (try? host.location()) != nil
+                    case .tag: host.nfc.hasReader
+                    case .capability, .alert, .lock: true
+                    }
+                }
+                if !present.isEmpty { kinds = present }
             }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
             return try events(kinds)
@@ -206,9 +215,11 @@ public struct APIServer: Sendable {
         let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
         // The lock's state first, as the capabilities': a client starts from where it stands.
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
+        let tags = kinds.contains(.tag) ? try host.tagPresence() : nil
         let keepAlive = keepAlive
         let body = ResponseBody { writer in
             let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
+            let tagWatch = tags?.watch()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // A source that ends (its device closed by a reload, or the daemon stopping)
                 // ends the response: the client reconnects and gets the new state.
@@ -230,6 +241,12 @@ public struct APIServer: Sendable {
                         for try await event in flowChanges where flowKinds.contains(event.kind) { sink.yield(try event.serverSentEvent()) }
                     }
                 }
+                if let changes = tagWatch?.changes {
+                    group.addTask {
+                        defer { sink.finish() }
+                        for try await change in changes { sink.yield(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
+                    }
+                }
                 group.addTask {
                     while true {
                         try await Task.sleep(for: keepAlive)
@@ -238,6 +255,9 @@ public struct APIServer: Sendable {
                 }
                 for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
                 if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
+                if let present = tagWatch?.present {
+                    try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
+                }
                 for await text in merged {
                     try await writer.write(ByteBuffer(string: text))
                 }
@@ -246,6 +266,26 @@ public struct APIServer: Sendable {
             try await writer.finish(nil)
         }
         return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+    }
+}
+
+extension APITagEvent {
+    init(_ change: TagPresence.Change) {
+        switch change {
+        case .found(let tag): self.init(state: .found, tag: APITag(tag))
+        case .lost(let tag): self.init(state: .lost, tag: APITag(tag))
+        }
+    }
+}
+
+extension APIHost {
+    /// The tag presence watch, or why this kit has none.
+    func tagPresence() throws -> TagPresence {
+        guard nfc.hasReader else {
+            throw FieldHALError(.notConfigured, subject: "nfc", detail: "this kit has no NFC reader to watch for tags",
+                                advice: "add an [nfc] section to \(identity.configurationFile), then reload the daemon")
+        }
+        return tags
     }
 }
 

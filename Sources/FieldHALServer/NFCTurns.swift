@@ -125,7 +125,16 @@ public final class NFCTurns: Sendable {
         let id = state.withLock { $0.newId() }
         try await acquire(id, label, until: deadline, timeout: timeout)
         defer { release(id) }
-        // The chip is free once a background emulation it preempted has returned.
+        await preemptBackground()
+        try Task.checkCancellation()
+        let left = max(deadline - ContinuousClock.now, .milliseconds(1))
+        let operation = try state.withLock { try prepare($0, left) }
+        return try await operation()
+    }
+
+    /// Cancels the background emulation on the chip, if any, and returns when it has let go
+    /// of the chip; it resumes when the chip is free again.
+    private func preemptBackground() async {
         let preempted = state.withLock { state -> Task<EmulationOutcome, any Error>? in
             guard let background = state.background else { return nil }
             state.preempted.insert(background.id)
@@ -133,10 +142,6 @@ public final class NFCTurns: Sendable {
         }
         preempted?.cancel()
         _ = await preempted?.result
-        try Task.checkCancellation()
-        let left = max(deadline - ContinuousClock.now, .milliseconds(1))
-        let operation = try state.withLock { try prepare($0, left) }
-        return try await operation()
     }
 
     private func acquire(_ id: Int, _ label: String, until deadline: ContinuousClock.Instant, timeout: Duration) async throws {
@@ -289,6 +294,42 @@ public final class NFCTurns: Sendable {
             }
         } onCancel: {
             abandon(id, with: FieldHALError.cancelled("nfc"))
+        }
+    }
+
+    // MARK: Presence
+
+    /// What one look for a tag found.
+    public enum Look: Sendable {
+        case tag(NFCTag)
+        /// No tag answered within the window.
+        case noTag
+        /// A foreground request holds or waits for the chip: no look this time, so that
+        /// nobody waits behind a look they did not ask for.
+        case chipInUse
+    }
+
+    /// One look for a tag in the field, for at most `window`: the turn of the tag presence
+    /// watch. It takes the chip only when no foreground request holds or waits for it, and it
+    /// preempts a background emulation (the duress tag's offer) exactly as a client's read
+    /// does, so that a watched kit looks for tags on the same schedule whatever it offers.
+    public func look(window: Duration, label: String) async throws -> Look {
+        let id = state.withLock { $0.newId() }
+        let taken = try state.withLock { state -> Bool in
+            guard state.reader != nil else { throw Self.missing(.nfcReader) }
+            guard state.isFree else { return false }
+            state.holder = Holder(id: id, label: label, since: .now)
+            return true
+        }
+        guard taken else { return .chipInUse }
+        defer { release(id) }
+        await preemptBackground()
+        try Task.checkCancellation()
+        guard let reader = state.withLock({ $0.reader }) else { throw Self.missing(.nfcReader) }
+        do {
+            return .tag(try await reader.readTag(timeout: window))
+        } catch let error as FieldHALError where error.kind == .timeout {
+            return .noTag
         }
     }
 

@@ -153,16 +153,20 @@ struct APITests {
         }
 
         // Events: every capability once, then fixes, as they come.
-        var capabilityEvents = 0, fixes: [Fix] = [], locks: [APILockStatus] = []
+        var capabilityEvents = 0, fixes: [Fix] = [], locks: [APILockStatus] = [], tags: [APITagEvent] = []
         for try await event in kit.events() {
             switch event {
             case .capability: capabilityEvents += 1
             case .fix(let fix): fixes.append(fix)
             case .lock(let status): locks.append(status)
             case .alert(let alert): Issue.record("an alert on a kit nobody signed in to: \(alert)")
+            case .tag(let tag): tags.append(tag)
             }
             if fixes.count == 2 { break }
         }
+        // The fake kit's responder tag lies on the reader from the start: found at once.
+        #expect(tags.map(\.state) == [.found] && tags.first?.tag.uid == "04:A1:B2:C3:D4:E5:F6"
+                && tags.first?.tag.records.first?.value == "trf:duress:demo-alert-1", "\(tags)")
         #expect(capabilityEvents == Capability.allCases.count && fixes.allSatisfy { $0.hasPosition }, "\(capabilityEvents) \(fixes)")
         #expect(locks.count == 1 && locks.first?.configured == false, "the lock's state once, first: \(locks)")
 
@@ -218,7 +222,7 @@ struct APITests {
             switch event {
             case .capability(let status): change = status
             case .fix(let fix) where change != nil && fix.hasPosition: fixesAfter += 1
-            case .fix, .alert, .lock: break
+            case .fix, .alert, .lock, .tag: break
             }
         }
         #expect(change?.capability == .camera && change?.state == .notConfigured, "\(String(describing: change))")
@@ -226,6 +230,48 @@ struct APITests {
         #expect(try await kit.capabilities().capabilities.first { $0.capability == .camera }?.state == .notConfigured)
         listener.cancel()
         _ = await daemon.stop()
+    }
+
+    /// Tags found and lost on the event stream, looked for only while someone follows them;
+    /// a kit without a reader says so when `tag` is asked for by name, and leaves it out of
+    /// the default stream.
+    @Test func tagsAreFoundAndLostOnTheEventStream() async throws {
+        let place = try Place()
+        let config = try String(contentsOfFile: place.config, encoding: .utf8)
+        // The responder's tag leaves after 6 s (the fake's clock starts with the reader), and
+        // the second one does not come.
+        try config.replacingOccurrences(of: "text = \"trf:duress:demo-alert-1\" }", with: "text = \"trf:duress:demo-alert-1\", leave_ms = 6000 }")
+            .replacingOccurrences(of: "arrive_ms = 5000", with: "arrive_ms = 600000")
+            .write(toFile: place.config, atomically: true, encoding: .utf8)
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        var tags: [APITagEvent] = []
+        let deadline = ContinuousClock.now + .seconds(20)
+        for try await event in kit.events([.tag]) {
+            if case .tag(let tag) = event { tags.append(tag) }
+            if tags.count == 2 || ContinuousClock.now > deadline { break }
+        }
+        #expect(tags.map(\.state) == [.found, .lost] && Set(tags.map(\.tag.uid)) == ["04:A1:B2:C3:D4:E5:F6"], "\(tags)")
+        #expect(tags.first?.tag.records.first?.value == "trf:duress:demo-alert-1", "\(tags)")
+        _ = await daemon.stop()
+
+        // No reader: a 503 that says what to add; the default stream goes on without tags.
+        try config.replacingOccurrences(of: "[nfc]\nplugin = \"fake\"", with: "[nfc]\nplugin = \"fake\"\nenabled = false")
+            .write(toFile: place.config, atomically: true, encoding: .utf8)
+        let readerless = try await startDaemon(place)
+        do {
+            for try await event in kit.events([.tag]) { Issue.record("an event without a reader: \(event)"); break }
+            Issue.record("a tag stream without a reader")
+        } catch let problem as APIProblem {
+            #expect(problem.status == 503 && problem.kind == "notConfigured" && problem.advice?.contains("[nfc]") == true, "\(problem)")
+        }
+        var kinds: Set<String> = []
+        for try await event in kit.events() {
+            kinds.insert(event.kind.rawValue)
+            if kinds.contains("fix") { break }
+        }
+        #expect(!kinds.contains("tag"), "\(kinds)")
+        _ = await readerless.stop()
     }
 
     /// The NFC chip through the daemon, in turns: a client's emulation holds it; a read that
