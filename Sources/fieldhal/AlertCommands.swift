@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALClient
 import FieldHALAPI
 import FieldHALFlows
 import Foundation
@@ -126,13 +127,18 @@ struct AlertsCommand: AsyncParsableCommand {
             Over the WebSocket channel when [transrify] alerts_websocket_url is set, else (and \
             while the channel is down) by polling every alert_poll_interval_ms. Each alert \
             buzzes and sounds at most once a minute. Banners go to standard output; changes of \
-            channel and failed polls to standard error.
+            channel and failed polls to standard error. With a daemon answering on the \
+            configuration's [api] socket, the command prints the banners the daemon announces \
+            (the daemon plays the feedback, once).
             """)
         @OptionGroup var global: GlobalOptions
         @Option(help: "Stop after this many seconds (default: never).") var seconds: Double?
 
         func execute(_ environment: Environment) async throws {
             let stopAfter = try seconds.map { try duration(seconds: $0, option: "--seconds") }
+            // With a daemon, the banners it announces (it plays the haptic and the sound): a
+            // second subscription here would announce each alert twice.
+            if try await environment.throughDaemon({ try await follow($0, for: stopAfter) }) != nil { return }
             let session = try environment.signedInSession()
             let kit = await environment.loadKit(only: [.location, .haptics, .speaker])
             let subscription = try environment.alertSubscription(session: session, kit: kit)
@@ -163,6 +169,33 @@ struct AlertsCommand: AsyncParsableCommand {
             }
             await withTaskCancellationHandler { await watching.value } onCancel: { watching.cancel() }
             await kit.close()
+        }
+
+        /// The daemon's `alert` events, printed as this command prints its own banners.
+        func follow(_ daemon: FieldHALClient, for stopAfter: Duration?) async throws {
+            let session = try await daemon.session()
+            guard session.signedIn else {
+                throw FieldHALError(.notConfigured, subject: "alerts", detail: "not signed in", advice: "run fieldhal signin first")
+            }
+            FileHandle.standardError.write(Data("fieldhal: alerts through the daemon (\(session.alerts))\n".utf8))
+            let json = global.json
+            let following = Task {
+                for try await event in daemon.events([.alert]) {
+                    guard case .alert(let alert) = event else { continue }
+                    try? Output.emit(BannerReport(alert), json: json, streaming: true) { "\(alert.text)  [alert \(alert.alertId)]" }
+                }
+            }
+            let timer = Task {
+                guard let stopAfter else { return }
+                try? await Task.sleep(for: stopAfter)
+                following.cancel()
+            }
+            defer { timer.cancel() }
+            do {
+                try await withTaskCancellationHandler { try await following.value } onCancel: { following.cancel() }
+            } catch where following.isCancelled {
+                // --seconds ran out, or the command was interrupted: the end of the watch.
+            }
         }
     }
 

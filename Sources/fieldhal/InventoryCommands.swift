@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALClient
 import FieldHALPlugins
 
 struct PluginsCommand: FieldHALSubcommand {
@@ -44,10 +45,18 @@ struct StatusCommand: FieldHALSubcommand {
     }
 
     func execute(_ environment: Environment) async throws {
-        let kit = await environment.loadKit()
+        // With a daemon, its view: it holds the devices, so a kit loaded here would find the
+        // exclusive ones busy.
+        let capabilities: [CapabilityStatus]
+        if let served = try await environment.throughDaemon({ try await $0.capabilities().capabilities }) {
+            capabilities = served
+        } else {
+            let kit = await environment.loadKit()
+            capabilities = kit.statuses
+            await kit.close()
+        }
         let report = Report(configuration: environment.configuration.file, stateDirectory: environment.stateDirectory.path,
-                            capabilities: kit.statuses)
-        await kit.close()
+                            capabilities: capabilities)
         try Output.emit(report, json: global.json) {
             var lines = ["configuration: \(report.configuration)", "state: \(report.stateDirectory)"]
             let width = Capability.allCases.map(\.rawValue.count).max()!

@@ -166,6 +166,11 @@ struct LockCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
+            // With a daemon, its answer: the state directory may be the service user's alone.
+            if let served = try await environment.throughDaemon({ try await $0.lock() }) {
+                try Output.emit(served, json: global.json) { served.message }
+                return
+            }
             let status = try environment.lockService().status()
             try Output.emit(status, json: global.json) { status.message }
         }

@@ -109,6 +109,10 @@ struct DaemonCLITests {
         let ready = transport == .webSocket ? "alerts: over the WebSocket channel" : "alerts: polling every 1 s"
         #expect(await daemon.waitForLine(containing: ready, timeout: .seconds(10)) != nil, "\(daemon.output)")
 
+        // `alerts watch` on kit B follows the daemon's alert events (it would otherwise
+        // subscribe a second time and announce the alert twice).
+        let watch = Task { try await CLI.run(["alerts", "watch", "--seconds", "8", "--config", config, "--state-dir", stateB]) }
+        try await Task.sleep(for: .seconds(1))
         let signedIn = ContinuousClock.now
         let signInA = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config, "--state-dir", stateA], input: "1357\n")
         #expect(signInA.status == 0)
@@ -128,7 +132,12 @@ struct DaemonCLITests {
             played = ((try? String(contentsOfFile: feedback, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
             try await Task.sleep(for: .milliseconds(20))
         }
-        #expect(played.filter { $0.contains("\"sound\":\"soft-alert\"") }.count == 1, "\(played)")
+        let watched = try await watch.value
+        #expect(watched.status == 0 && watched.stdout.hasPrefix("Nearby Duress Alert — alice01, about ")
+                && watched.stdout.split(separator: "\n").count == 1, "\(watched)")
+        let listening = transport == .webSocket ? "over the WebSocket channel" : "polling every 1 s"
+        #expect(watched.stderr == "fieldhal: alerts through the daemon (\(listening))\n", "\(watched.stderr)")
+        #expect(played.filter { $0.contains("\"sound\":\"soft-alert\"") }.count == 1, "announced once, by the daemon: \(played)")
         #expect(played.filter { $0.contains("\"pattern\":\"warning\"") }.count == 1, "\(played)")
         #expect(!daemon.output.contains { $0.contains("alice01") && !$0.contains("Nearby Duress Alert") })
         if transport == .webSocket {
@@ -292,6 +301,9 @@ struct DaemonCLITests {
         }
         let steps: [(arguments: [String], input: String)] = [
             (["daemon", "status"], ""),
+            (["status"], ""),
+            (["status", "--json"], ""),
+            (["lock", "status"], ""),
             (["session"], ""),
             (["signin", "--customer-ref", "alice01", "--pin-stdin"], "9999\n"),
             (["signin", "--customer-ref", "a!", "--pin-stdin"], "2468\n"),
@@ -311,6 +323,7 @@ struct DaemonCLITests {
             (["lock", "settings", "--pin-stdin", "--change-pin"], "2580\n4826\n4827\n"),
             (["lock", "settings", "--pin-stdin", "--relock", "2m"], "9173\n"),
             (["lock", "status"], ""),
+            (["lock", "status", "--json"], ""),
             (["alerts", "ack", "no-such-alert"], ""),
             (["alerts", "--json"], ""),
             (["signout"], ""),
@@ -319,7 +332,11 @@ struct DaemonCLITests {
             (["alerts", "ack", "no-such-alert"], ""),
         ]
         // A session id's last four characters differ between any two sessions.
-        let mask = { (text: String) in text.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression) }
+        // And `status` names the state directory, which differs by design.
+        let mask = { (text: String) in
+            text.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
+                .replacingOccurrences(of: alone, with: "STATE").replacingOccurrences(of: served, with: "STATE")
+        }
         for step in steps {
             let first = try await CLI.run(step.arguments + ["--config", lab.config, "--state-dir", alone], input: step.input)
             let second = try await CLI.run(step.arguments + ["--config", lab.config, "--state-dir", served], input: step.input)
@@ -342,6 +359,49 @@ struct DaemonCLITests {
         let locks = await lockEvents.value
         #expect(locks.first?.configured == false, "\(locks)")
         #expect(locks.contains { $0.configured && !$0.locked }, "\(locks)")
+        #expect(await daemon.stop().status == 0)
+    }
+
+    /// `gps fix` and `gps watch` through the daemon. The receiver here is cold for 2 s after
+    /// opening (a no-fix first): on its own, `gps fix --timeout 1` opens it and finds no fix;
+    /// through the daemon, whose receiver is warm, it gets one at once.
+    @Test func gpsGoesThroughTheDaemon() async throws {
+        let state = scratch("gps-daemon-state")
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        let config = state + ".toml"
+        try """
+        [gps]
+        plugin = "fake"
+        interval_ms = 2000
+        loop = false
+        track = [
+          { lat = 0.0, lon = 0.0, mode = "no-fix" },
+          { lat = 52.516275, lon = 13.377704, alt = 34.0, acc = 4.5 },
+          { lat = 52.516290, lon = 13.377910, alt = 34.1, acc = 4.2 },
+          { lat = 52.516302, lon = 13.378115, alt = 34.3, acc = 3.9 },
+        ]
+
+        [api]
+        socket = "\(state)/api.sock"
+
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let cold = try await CLI.run(["gps", "fix", "--timeout", "1", "--config", config, "--state-dir", state])
+        #expect(cold.status == 75 && cold.stderr.contains("no fix within 1 s"), "\(cold)")
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        for try await event in FieldHALClient(socketPath: state + "/api.sock").events([.fix]) {
+            if case .fix(let fix) = event, fix.hasPosition { break }
+        }
+        let warm = try await CLI.run(["gps", "fix", "--timeout", "1", "--config", config, "--state-dir", state])
+        #expect(warm.status == 0 && warm.stdout.hasPrefix("52.51") && warm.stdout.contains(" s old)\n"), "\(warm)")
+        let json = try await CLI.run(["gps", "fix", "--timeout", "1", "--json", "--config", config, "--state-dir", state])
+        #expect(json.status == 0 && json.stdout.contains("\"latitude\" : 52.51"), "\(json)")
+        let watched = try await CLI.run(["gps", "watch", "--count", "2", "--config", config, "--state-dir", state])
+        #expect(watched.status == 0 && watched.stdout.split(separator: "\n").count == 2 && watched.stdout.contains(" 3d 52.51"), "\(watched)")
+        // A fix no receiver gives: the CLI's advice, not the API's parameters.
+        let none = try await CLI.run(["gps", "fix", "--timeout", "0.3", "--max-age", "0", "--accuracy", "0.001",
+                                      "--config", config, "--state-dir", state])
+        #expect(none.status == 75 && none.stderr.contains("raise --timeout / --max-age") && !none.stderr.contains("timeout_ms"), "\(none)")
         #expect(await daemon.stop().status == 0)
     }
 
