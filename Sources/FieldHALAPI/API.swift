@@ -17,17 +17,21 @@ public enum FieldHALAPI {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)))
+            try container.encode(date.formatted(timeStyle))
         }
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }
 
+    /// `2026-11-24T17:41:38.354Z`; made once (a format style built per date showed in the
+    /// event stream's latency).
+    static let timeStyle = Date.ISO8601FormatStyle.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)
+
     public static var decoder: JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
-            if let date = try? Date(text, strategy: .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)) {
+            if let date = try? Date(text, strategy: timeStyle) {
                 return date
             }
             if let date = try? Date(text, strategy: .iso8601) { return date }
@@ -237,27 +241,28 @@ public enum APIEvent: Sendable, Equatable {
         }
     }
 
-    /// The event as it goes on the wire, with its blank line.
-    public func serverSentEvent() throws -> String {
+    /// The event as it goes on the wire, with its blank line. A stream passes its own
+    /// `encoder`, made once: making one per event showed in a fix's latency.
+    public func serverSentEvent(encoder: JSONEncoder = FieldHALAPI.encoder) throws -> String {
         let data: Data = switch self {
-        case .fix(let fix): try FieldHALAPI.encoder.encode(fix)
-        case .capability(let status): try FieldHALAPI.encoder.encode(status)
-        case .alert(let alert): try FieldHALAPI.encoder.encode(alert)
-        case .lock(let status): try FieldHALAPI.encoder.encode(status)
-        case .tag(let event): try FieldHALAPI.encoder.encode(event)
+        case .fix(let fix): try encoder.encode(fix)
+        case .capability(let status): try encoder.encode(status)
+        case .alert(let alert): try encoder.encode(alert)
+        case .lock(let status): try encoder.encode(status)
+        case .tag(let event): try encoder.encode(event)
         }
         return "event: \(kind.rawValue)\ndata: \(String(decoding: data, as: UTF8.self))\n\n"
     }
 
     /// An event from its type and its `data:` line; nil for a type this client does not know
     /// (a newer daemon may send more).
-    public init?(kind: String, data: Data) throws {
+    public init?(kind: String, data: Data, decoder: JSONDecoder = FieldHALAPI.decoder) throws {
         switch Kind(rawValue: kind) {
-        case .fix: self = .fix(try FieldHALAPI.decoder.decode(Fix.self, from: data))
-        case .capability: self = .capability(try FieldHALAPI.decoder.decode(CapabilityStatus.self, from: data))
-        case .alert: self = .alert(try FieldHALAPI.decoder.decode(APIAlert.self, from: data))
-        case .lock: self = .lock(try FieldHALAPI.decoder.decode(APILockStatus.self, from: data))
-        case .tag: self = .tag(try FieldHALAPI.decoder.decode(APITagEvent.self, from: data))
+        case .fix: self = .fix(try decoder.decode(Fix.self, from: data))
+        case .capability: self = .capability(try decoder.decode(CapabilityStatus.self, from: data))
+        case .alert: self = .alert(try decoder.decode(APIAlert.self, from: data))
+        case .lock: self = .lock(try decoder.decode(APILockStatus.self, from: data))
+        case .tag: self = .tag(try decoder.decode(APITagEvent.self, from: data))
         case nil: return nil
         }
     }

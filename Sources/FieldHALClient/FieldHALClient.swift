@@ -60,9 +60,10 @@ public struct FieldHALClient: Sendable {
         let task = Task {
             do {
                 var parser = ServerSentEvents()
+                let decoder = FieldHALAPI.decoder
                 try await Self.exchange(socketPath: socketPath, path: path, deadline: nil) { chunk in
                     for (kind, data) in parser.feed(chunk) {
-                        if let event = try APIEvent(kind: kind, data: Data(data.utf8)) { continuation.yield(event) }
+                        if let event = try APIEvent(kind: kind, data: Data(data.utf8), decoder: decoder) { continuation.yield(event) }
                     }
                 }
                 continuation.finish()

@@ -226,7 +226,8 @@ public struct APIServer: Sendable {
                 if let location {
                     group.addTask {
                         defer { sink.finish() }
-                        for try await fix in location.watch() { sink.yield(try APIEvent.fix(fix).serverSentEvent()) }
+                        let encoder = FieldHALAPI.encoder
+                        for try await fix in location.watch() { sink.yield(try APIEvent.fix(fix).serverSentEvent(encoder: encoder)) }
                     }
                 }
                 if let changes {

@@ -1,0 +1,372 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALAPI
+import FieldHALClient
+import FieldHALPlugins
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `fieldhal bench api-gps`: what the daemon's event stream adds to a fix from gpsd, next to
+/// the gpsd plugin's in-process `watch()` and gpspipe reading the same reports, and what a
+/// hundred programs following fixes cost through the daemon against a hundred gpsd clients.
+struct APIFixBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "api-gps",
+        abstract: "Fix latency over the hardware API's event stream vs in-process watch() and gpspipe; 100 followers through the daemon vs 100 gpsd clients.",
+        discussion: """
+        Needs gpsd and gpsd-clients (gpsfake, gpspipe); no receiver. Latency: a private gpsd \
+        replays a generated NMEA log; a relay stamps each report as it hands it at once to \
+        three clients — the gpsd plugin's watch() in this process, a `fieldhal run` daemon \
+        (gpsd plugin) whose fix events this process follows over the API socket, and \
+        `gpspipe -w` — so every latency is from the same instant. Load: a 1 Hz feed; first \
+        --followers programs' worth of event-stream clients on one daemon (the daemon's \
+        CPU and peak memory, gpsd's CPU), then as many gpspipe processes straight on gpsd \
+        (gpsd's CPU, their memory), each for --seconds.
+        """)
+
+    @Option(help: "Epochs (one TPV report each) in the latency phase.") var epochs = 1000
+    @Option(help: "Seconds gpsfake waits between sentences in the latency phase (3 sentences an epoch).") var cycle = 0.01
+    @Option(help: "Clients in the load phase.") var followers = 100
+    @Option(help: "Seconds each load measurement lasts.") var seconds = 10
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    func run() async throws {
+        try await reportingFailures { try await measure() }
+    }
+
+    struct Latency: Encodable {
+        var samples: Int
+        var inProcessMedianMs, inProcessP95Ms: Double
+        var eventStreamMedianMs, eventStreamP95Ms: Double
+        /// The same stream read as bytes (what a C or shell client sees): the daemon's share.
+        var eventStreamRawMedianMs, eventStreamRawP95Ms: Double
+        var gpspipeMedianMs, gpspipeP95Ms: Double
+        /// Event stream ÷ in-process, and ÷ gpspipe (medians).
+        var ratioVsInProcess, ratioVsGpspipe: Double
+    }
+
+    struct Load: Encodable {
+        var clients: Int
+        var seconds: Double
+        var fixesPerClient: Double
+        /// Through the daemon: its CPU and peak RSS, and gpsd's CPU (one client: the daemon).
+        var daemonCPUPercent: Double
+        var daemonPeakRSSKiB: Int
+        var gpsdCPUPercentServingTheDaemon: Double
+        /// Straight on gpsd: gpsd's CPU with that many gpspipe clients, and their total RSS.
+        var gpsdCPUPercentServingGpspipes: Double
+        var gpspipesTotalRSSKiB: Int
+        /// The daemon's CPU ÷ gpsd's with as many clients of its own; nil when gpsd's was
+        /// under one clock tick.
+        var cpuRatio: Double?
+    }
+
+    struct Report: Encodable {
+        var machine: String
+        var latency: Latency
+        var load: Load
+    }
+
+    func measure() async throws {
+        guard epochs >= 20, cycle > 0, followers > 0, seconds > 0 else {
+            throw FieldHALError(.invalidArgument, subject: "bench api-gps", detail: "--epochs must be at least 20, --cycle, --followers and --seconds positive")
+        }
+        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
+            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "this fieldhal was built without the GPS trait")
+        }
+        for tool in ["/usr/bin/gpsfake", "/usr/bin/gpspipe"] where !FileManager.default.isExecutableFile(atPath: tool) {
+            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
+        }
+        var template = Array((NSTemporaryDirectory() + "fieldhal-bench-api-gps-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else {
+            throw FieldHALError(.io, subject: "bench api-gps", detail: "mkdtemp: \(String(cString: strerror(errno)))")
+        }
+        let directory = String(cString: made)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = directory + "/bench.nmea"
+        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+
+        let latency = try await measureLatency(gpsd, log: log, directory: directory)
+        let load = try await measureLoad(log: log, directory: directory)
+        let report = Report(machine: GPSBench.machine, latency: latency, load: load)
+        func format(_ value: Double) -> String { String(format: "%.3f", value) }
+        try Output.emit(report, json: json) {
+            """
+            machine: \(report.machine)
+            latency, gpsd report to consumer (\(latency.samples) reports seen by every client; median, p95):
+              gpsd plugin watch(), in-process      \(format(latency.inProcessMedianMs)) ms  \(format(latency.inProcessP95Ms)) ms
+              daemon's event stream, Swift client  \(format(latency.eventStreamMedianMs)) ms  \(format(latency.eventStreamP95Ms)) ms
+              daemon's event stream, raw bytes     \(format(latency.eventStreamRawMedianMs)) ms  \(format(latency.eventStreamRawP95Ms)) ms
+              gpspipe -w                           \(format(latency.gpspipeMedianMs)) ms  \(format(latency.gpspipeP95Ms)) ms
+              ratio event stream (Swift client) / in-process   \(format(latency.ratioVsInProcess))
+              ratio event stream (Swift client) / gpspipe      \(format(latency.ratioVsGpspipe))
+            \(load.clients) clients on a 1 Hz feed for \(format(load.seconds)) s (\(format(load.fixesPerClient)) fixes each):
+              through the daemon: daemon CPU \(format(load.daemonCPUPercent)) %, peak RSS \(load.daemonPeakRSSKiB) KiB; gpsd CPU \(format(load.gpsdCPUPercentServingTheDaemon)) %
+              straight on gpsd:   gpsd CPU \(format(load.gpsdCPUPercentServingGpspipes)) %; the gpspipes' RSS \(load.gpspipesTotalRSSKiB) KiB in all
+              ratio CPU daemon / gpsd  \(load.cpuRatio.map(format) ?? "– (gpsd under one clock tick)")
+            """
+        }
+    }
+
+    // MARK: - Latency: one relay, three clients
+
+    private func measureLatency(_ gpsd: PluginDescriptor, log: String, directory: String) async throws -> Latency {
+        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
+        defer { feed.kill() }
+        let gpsdPort = Int(feed.arguments[feed.arguments.firstIndex(of: "-P")! + 1])!
+        try await Self.waitForListener(port: gpsdPort)
+        let relay = try LineRelay(upstreamPort: gpsdPort)
+        relay.start()
+
+        let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/latency")
+        defer { daemon.process.kill() }
+        let pipeOutput = directory + "/gpspipe.out"
+        let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
+                                          output: pipeOutput)
+        defer { pipe.kill() }
+        let provider = try await Self.openLocation(gpsd, port: relay.port)
+        let inProcess = LockedValue<[String: Double]>([:])
+        let overAPI = LockedValue<[String: Double]>([:])
+        let consumer = Task {
+            for try await fix in provider.watch() {
+                let now = Date().timeIntervalSince1970
+                let key = TPVKey.of(fix.time)
+                inProcess.withLock { $0[key] = $0[key] ?? now }
+            }
+        }
+        let follower = Task {
+            for try await event in daemon.api.events([.fix]) {
+                guard case .fix(let fix) = event else { continue }
+                let now = Date().timeIntervalSince1970
+                let key = TPVKey.of(fix.time)
+                overAPI.withLock { $0[key] = $0[key] ?? now }
+            }
+        }
+        let raw = try RawEventReader(socketPath: daemon.api.socketPath)
+        defer { raw.stop() }
+        let deadline = ContinuousClock.now + .seconds(Double(epochs) * cycle * 3 + 60)
+        var lastCount = 0, lastChange = ContinuousClock.now
+        while !relay.isFinished, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            let count = relay.forwardTimes.count
+            if count != lastCount { lastCount = count; lastChange = .now }
+            if count > 0, ContinuousClock.now - lastChange > .seconds(2) { break }
+        }
+        consumer.cancel()
+        follower.cancel()
+        await provider.close()
+        pipe.kill()
+
+        let piped = GPSBench.parseGpspipe(try String(contentsOfFile: pipeOutput, encoding: .utf8))
+        let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop()
+        var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = []
+        for (key, sent) in relay.forwardTimes {
+            guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key] else { continue }
+            local.append((a - sent) * 1000)
+            api.append((b - sent) * 1000)
+            gpspipe.append((c - sent) * 1000)
+            rawAPI.append((d - sent) * 1000)
+        }
+        guard local.count >= max(10, epochs / 2) else {
+            throw FieldHALError(.timeout, subject: "bench api-gps", detail: "only \(local.count) of \(epochs) reports were seen by all three clients",
+                                advice: "the daemon's log: \(directory)/latency/daemon.log (kept only while the bench runs); try more --epochs")
+        }
+        let median = { (values: [Double]) in GPSBench.percentile(values, 0.5) }
+        return Latency(samples: local.count,
+                       inProcessMedianMs: median(local), inProcessP95Ms: GPSBench.percentile(local, 0.95),
+                       eventStreamMedianMs: median(api), eventStreamP95Ms: GPSBench.percentile(api, 0.95),
+                       eventStreamRawMedianMs: median(rawAPI), eventStreamRawP95Ms: GPSBench.percentile(rawAPI, 0.95),
+                       gpspipeMedianMs: median(gpspipe), gpspipeP95Ms: GPSBench.percentile(gpspipe, 0.95),
+                       ratioVsInProcess: median(api) / median(local), ratioVsGpspipe: median(api) / median(gpspipe))
+    }
+
+    // MARK: - Load: many followers, through the daemon and straight on gpsd
+
+    private func measureLoad(log: String, directory: String) async throws -> Load {
+        let port = try TCP.freePort()
+        // Three sentences an epoch, a third of a second apart: one report a second, like a receiver.
+        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-p", "-q", "-c", "0.333", "-P", String(port), log])
+        defer { feed.kill() }
+        try await Self.waitForListener(port: port)
+        let gpsdPID = try Self.gpsdPID(under: feed.pid)
+
+        // Through the daemon.
+        let daemon = try await Self.startDaemon(gpsdPort: port, directory: directory + "/load")
+        defer { daemon.process.kill() }
+        let received = LockedValue(0)
+        let clients = (0..<followers).map { _ in
+            Task {
+                for try await event in daemon.api.events([.fix]) {
+                    if case .fix = event { received.withLock { $0 += 1 } }
+                }
+            }
+        }
+        try await Task.sleep(for: .seconds(2))  // every client connected, fixes flowing
+        received.withLock { $0 = 0 }
+        let daemonBefore = GPSBench.cpuSeconds(of: daemon.process.pid), gpsdBefore = GPSBench.cpuSeconds(of: gpsdPID)
+        let start = ContinuousClock.now
+        try await Task.sleep(for: .seconds(seconds))
+        let wall = (ContinuousClock.now - start).seconds
+        let daemonCPU = GPSBench.cpuSeconds(of: daemon.process.pid) - daemonBefore
+        let gpsdServingDaemon = GPSBench.cpuSeconds(of: gpsdPID) - gpsdBefore
+        let fixes = received.value
+        let daemonPeak = GPSBench.peakRSSKiB(of: "\(daemon.process.pid)")
+        for client in clients { client.cancel() }
+        daemon.process.kill()
+
+        // Straight on gpsd: as many gpspipe processes.
+        var pipes: [BenchProcess] = []
+        defer { for pipe in pipes { pipe.kill() } }
+        for _ in 0..<followers {
+            pipes.append(try BenchProcess.start("/usr/bin/gpspipe", ["-w", "-o", "/dev/null", "127.0.0.1:\(port)"]))
+        }
+        try await Task.sleep(for: .seconds(2))
+        let gpsdAlone = GPSBench.cpuSeconds(of: gpsdPID)
+        let pipesStart = ContinuousClock.now
+        try await Task.sleep(for: .seconds(seconds))
+        let pipesWall = (ContinuousClock.now - pipesStart).seconds
+        let gpsdServingPipes = GPSBench.cpuSeconds(of: gpsdPID) - gpsdAlone
+        let pipesRSS = pipes.map { APIBench.rssKiB(of: $0.pid) }.filter { $0 > 0 }.reduce(0, +)
+        for pipe in pipes { pipe.kill() }
+        pipes.removeAll()
+
+        let daemonPercent = daemonCPU / wall * 100, gpsdPercent = gpsdServingPipes / pipesWall * 100
+        return Load(clients: followers, seconds: wall, fixesPerClient: Double(fixes) / Double(followers),
+                    daemonCPUPercent: daemonPercent, daemonPeakRSSKiB: daemonPeak,
+                    gpsdCPUPercentServingTheDaemon: gpsdServingDaemon / wall * 100,
+                    gpsdCPUPercentServingGpspipes: gpsdPercent, gpspipesTotalRSSKiB: pipesRSS,
+                    cpuRatio: gpsdPercent > 0 ? daemonPercent / gpsdPercent : nil)
+    }
+
+    // MARK: - Helpers
+
+    struct Daemon {
+        let process: BenchProcess
+        let api: FieldHALClient
+    }
+
+    /// `fieldhal run` with only a gpsd receiver and the API, in its own state directory.
+    static func startDaemon(gpsdPort: Int, directory: String) async throws -> Daemon {
+        try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true)
+        let socket = directory + "/api.sock"
+        let config = directory + "/kit.toml"
+        try """
+        [gps]
+        plugin = "gpsd"
+        host = "127.0.0.1"
+        port = \(gpsdPort)
+
+        [api]
+        socket = "\(socket)"
+
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let process = try BenchProcess.start("/proc/self/exe", ["run", "--config", config, "--state-dir", directory + "/state"],
+                                             output: directory + "/daemon.log")
+        let api = FieldHALClient(socketPath: socket)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, process.process.isRunning {
+            if (try? await api.status()) != nil { return Daemon(process: process, api: api) }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let said = (try? String(contentsOfFile: directory + "/daemon.log", encoding: .utf8)) ?? ""
+        process.kill()
+        let how = process.process.isRunning ? "did not serve its API within 20 s" : "exited \(process.process.terminationStatus)"
+        throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the daemon \(how): \(said.suffix(500))",
+                            advice: "run it yourself: fieldhal run --config \(config)")
+    }
+
+    static func openLocation(_ gpsd: PluginDescriptor, port: Int) async throws -> any LocationProvider {
+        let context = PluginContext(configDirectory: "/", stateDirectory: NSTemporaryDirectory())
+        guard case .location(let provider) = try await gpsd.open(.location, PluginParameters(["port": .integer(port)]), context) else {
+            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the gpsd plugin gave no location provider")
+        }
+        return provider
+    }
+
+    static func waitForListener(port: Int) async throws {
+        for _ in 0..<300 {
+            if let descriptor = try? TCP.connect(port: port) { close(descriptor); return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw FieldHALError(.timeout, subject: "bench api-gps", detail: "gpsfake's gpsd did not listen on port \(port) within 15 s")
+    }
+
+    /// gpsfake (Python) runs gpsd as its child.
+    static func gpsdPID(under parent: Int32) throws -> Int32 {
+        for _ in 0..<100 {
+            let children = (try? String(contentsOfFile: "/proc/\(parent)/task/\(parent)/children", encoding: .utf8)) ?? ""
+            for child in children.split(separator: " ").compactMap({ Int32($0) }) {
+                let name = (try? String(contentsOfFile: "/proc/\(child)/comm", encoding: .utf8)) ?? ""
+                if name.hasPrefix("gpsd") { return child }
+            }
+            usleep(50_000)
+        }
+        throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "no gpsd under gpsfake (pid \(parent))")
+    }
+}
+
+/// Follows `GET /v1/events?types=fix` on its own thread with blocking reads, stamping each
+/// fix's `data:` line as it arrives: the stream as a program in C or a shell sees it, with
+/// no decoding in the way.
+final class RawEventReader: @unchecked Sendable {
+    private let descriptor: Int32
+    private let lock = NSLock()
+    private var stamps: [String: Double] = [:]
+    private var stopped = false
+
+    init(socketPath: String) throws {
+        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (index, byte) in socketPath.utf8.prefix(buffer.count - 1).enumerated() { buffer[index] = byte }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard descriptor >= 0, connected == 0 else {
+            close(descriptor)
+            throw FieldHALError(.unavailable, subject: "bench", detail: "cannot connect to \(socketPath)")
+        }
+        let request = "GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\r\n"
+        _ = request.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        Thread { [self] in read() }.start()
+    }
+
+    private func read() {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var pending: [UInt8] = []
+        while true {
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count <= 0 {
+                close(descriptor)
+                return
+            }
+            let now = Date().timeIntervalSince1970
+            pending += buffer[0..<count]
+            while let newline = pending.firstIndex(of: 10) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                // `data: {…"time":"2026-…Z"…}`: the time is the key gpsd gave the report.
+                guard line.contains("data:"), let start = line.range(of: #""time":""#),
+                      let end = line[start.upperBound...].firstIndex(of: "\"") else { continue }
+                let key = String(line[start.upperBound..<end])
+                lock.withLock { if !stopped { stamps[key] = stamps[key] ?? now } }
+            }
+        }
+    }
+
+    /// Ends the stream and returns the arrival times by fix time.
+    @discardableResult
+    func stop() -> [String: Double] {
+        lock.withLock {
+            if !stopped {
+                stopped = true
+                shutdown(descriptor, Int32(SHUT_RDWR))
+            }
+            return stamps
+        }
+    }
+}

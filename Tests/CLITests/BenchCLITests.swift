@@ -1,0 +1,25 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The benchmark commands run end to end on a small budget, so that they do not rot between
+/// the runs that produce `docs/performance.md`. What they print is checked for shape only:
+/// figures are measured by a person on a quiet machine, not asserted by a test.
+@Suite(.timeLimit(.minutes(3)))
+struct BenchCLITests {
+    /// gpsd → the daemon's event stream, against the in-process watch and gpspipe; then a
+    /// couple of followers through the daemon and straight on gpsd.
+    @Test func apiGPSMeasuresEveryClient() async throws {
+        let result = try await CLI.run(["bench", "api-gps", "--epochs", "40", "--followers", "2", "--seconds", "1", "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let latency = report?["latency"] as? [String: Any]
+        let load = report?["load"] as? [String: Any]
+        #expect((latency?["samples"] as? Int ?? 0) >= 20, "\(result.stdout)")
+        for key in ["inProcessMedianMs", "eventStreamMedianMs", "eventStreamRawMedianMs", "gpspipeMedianMs", "ratioVsInProcess"] {
+            #expect((latency?[key] as? Double).map { $0 > 0 && $0.isFinite } == true, "\(key): \(result.stdout)")
+        }
+        #expect(load?["clients"] as? Int == 2 && (load?["daemonPeakRSSKiB"] as? Int ?? 0) > 0 && (load?["fixesPerClient"] as? Double ?? 0) >= 1,
+                "\(result.stdout)")
+    }
+}
