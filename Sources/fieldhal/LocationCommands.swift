@@ -85,8 +85,15 @@ struct LocationCommand: AsyncParsableCommand {
             if let lat, let lon {
                 location = SharedLocation(lat: lat, lon: lon, ts: Int64(Date().timeIntervalSince1970), acc: acc)
             } else {
-                let reading = try await environment.withKit(for: .location) { kit in
-                    try await kit.location().currentFix(FixRequest(timeout: try duration(seconds: timeout, option: "--timeout")))
+                let request = FixRequest(timeout: try duration(seconds: timeout, option: "--timeout"))
+                // The daemon's warm receiver when one answers, as `gps fix`.
+                let served = request.timeout <= .seconds(60)
+                    ? try await environment.throughDaemon { try await GPSCommand.Fix.fix(request, from: $0) } : nil
+                let reading: LocationReading
+                if let served {
+                    reading = served
+                } else {
+                    reading = try await environment.withKit(for: .location) { kit in try await kit.location().currentFix(request) }
                 }
                 guard let fromFix = SharedLocation(reading.fix) else {
                     throw FieldHALError(.noFix, subject: "location seal", detail: "the GPS fix has no position")

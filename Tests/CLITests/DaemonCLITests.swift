@@ -387,6 +387,10 @@ struct DaemonCLITests {
         """.write(toFile: config, atomically: true, encoding: .utf8)
         let cold = try await CLI.run(["gps", "fix", "--timeout", "1", "--config", config, "--state-dir", state])
         #expect(cold.status == 75 && cold.stderr.contains("no fix within 1 s"), "\(cold)")
+        let key = try await CLI.run(["keys", "show", "--config", config, "--state-dir", state]).stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let coldSeal = try await CLI.run(["location", "seal", "--to", key, "--timeout", "1", "--config", config, "--state-dir", state])
+        #expect(coldSeal.status == 75, "\(coldSeal)")
         let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
         #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
         for try await event in FieldHALClient(socketPath: state + "/api.sock").events([.fix]) {
@@ -394,6 +398,11 @@ struct DaemonCLITests {
         }
         let warm = try await CLI.run(["gps", "fix", "--timeout", "1", "--config", config, "--state-dir", state])
         #expect(warm.status == 0 && warm.stdout.hasPrefix("52.51") && warm.stdout.contains(" s old)\n"), "\(warm)")
+        let sealed = try await CLI.run(["location", "seal", "--to", key, "--timeout", "1", "--config", config, "--state-dir", state])
+        #expect(sealed.status == 0 && sealed.stdout.count > 40, "\(sealed)")
+        let opened = try await CLI.run(["location", "open", sealed.stdout.trimmingCharacters(in: .whitespacesAndNewlines),
+                                        "--config", config, "--state-dir", state])
+        #expect(opened.status == 0 && opened.stdout.hasPrefix("52.51"), "\(opened)")
         let json = try await CLI.run(["gps", "fix", "--timeout", "1", "--json", "--config", config, "--state-dir", state])
         #expect(json.status == 0 && json.stdout.contains("\"latitude\" : 52.51"), "\(json)")
         let watched = try await CLI.run(["gps", "watch", "--count", "2", "--config", config, "--state-dir", state])
