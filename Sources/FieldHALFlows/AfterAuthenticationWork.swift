@@ -77,18 +77,22 @@ public struct AfterAuthenticationWork: Sendable {
         self.takeDuressUses = takeDuressUses
     }
 
-    /// `keepTag`: who keeps the duress tag's offer (the daemon, which ends an older one);
-    /// nil: this is a detached run, which lives exactly `detachedLifetime` — its uploads and
-    /// the tag's offer end with it (the queue keeps what is left for the next run, the daemon
-    /// or `evidence flush`). `capture`: false after an unlock with the PIN — a limited
-    /// session is not re-captured at every unlock.
-    public func afterSignIn(capture: Bool = true, keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async {
+    /// The duress tag's offer, handed to whoever runs it (see `afterSignIn`).
+    public typealias TagOffer = @Sendable () async -> Void
+
+    /// `offerTag`: who runs the duress tag's offer (the daemon's tag service, which ends an
+    /// older one); nil: this is a detached run, which lives exactly `detachedLifetime` — its
+    /// uploads and the tag's offer end with it (the queue keeps what is left for the next
+    /// run, the daemon or `evidence flush`). `capture`: false after an unlock with the PIN —
+    /// a limited session is not re-captured at every unlock.
+    public func afterSignIn(capture: Bool = true, offerTag: (@Sendable (@escaping TagOffer) -> Void)? = nil) async {
         var work = AfterSignIn(client: client, sessions: sessions, device: device)
-        let offering = LockedValue<Task<Void, Never>?>(nil)
+        // Detached, the offer runs beside the work in this run's own task group.
+        let (detachedOffers, detachedOffer) = AsyncStream.makeStream(of: TagOffer.self)
         if capture {
             work.limitedMode = { [self] record in
                 await limitedMode(record) { offer in
-                    if let keepTag { keepTag(offer) } else { offering.withLock { $0 = offer } }
+                    if let offerTag { offerTag(offer) } else { detachedOffer.yield(offer) }
                 }
             }
         }
@@ -98,7 +102,8 @@ public struct AfterAuthenticationWork: Sendable {
                 await EvidenceUploader(client: client, queue: queue).uploadUntilDone(within: settings.detachedLifetime)
             }
         }
-        guard keepTag == nil else {
+        guard offerTag == nil else {
+            detachedOffer.finish()
             await steps()
             return
         }
@@ -107,12 +112,11 @@ public struct AfterAuthenticationWork: Sendable {
         let lifetime = settings.detachedLifetime
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                await withTaskCancellationHandler {
-                    await steps()
-                    await offering.withLock { $0 }?.value
-                } onCancel: {
-                    offering.withLock { $0 }?.cancel()
-                }
+                await steps()
+                detachedOffer.finish()
+            }
+            group.addTask {
+                for await offer in detachedOffers { await offer() }
             }
             try? await Task.sleep(for: lifetime)
             group.cancelAll()
@@ -122,7 +126,7 @@ public struct AfterAuthenticationWork: Sendable {
     /// After every successful unlock (and settings change), whatever PIN was used: a duress
     /// use while a Transrify session exists puts the session in limited mode — the silent
     /// duress alert goes out and evidence is captured, as after a duress sign-in.
-    public func afterUnlock(keepTag: (@Sendable (Task<Void, Never>) -> Void)? = nil) async throws {
+    public func afterUnlock(offerTag: (@Sendable (@escaping TagOffer) -> Void)? = nil) async throws {
         let duressUses = try takeDuressUses()
         // Only a duress use during this session counts: one from before it (the lock used
         // while signed out) is not this session's to act on.
@@ -136,22 +140,23 @@ public struct AfterAuthenticationWork: Sendable {
         }
         // Every duress unlock captures anew (the alert goes out once per session); an unlock
         // with the PIN captures nothing, whatever the session's mode.
-        await afterSignIn(capture: duressNow, keepTag: keepTag)
+        await afterSignIn(capture: duressNow, offerTag: offerTag)
     }
 
     /// Limited mode's silent work (Req 21, 24, 32): the duress tag's offer (handed to
-    /// `keep`), and every kind of evidence, queued as silent items.
-    func limitedMode(_ record: SessionRecord, keep: @Sendable (Task<Void, Never>) -> Void) async {
+    /// `offer`, which runs it beside the capture), and every kind of evidence, queued as
+    /// silent items.
+    func limitedMode(_ record: SessionRecord, offer: @Sendable (@escaping TagOffer) -> Void) async {
         // Req 32: the duressed kit offers trf:duress:<alertId> as a tag while it captures.
         if settings.nfcEnabled, let alertId = record.alertId {
             let window = settings.tagWindow
-            keep(Task { [tagEmulator] in
+            offer { [tagEmulator] in
                 let lease = await tagEmulator()
                 if let emulator = lease.device {  // no [nfc_emulator] in this kit: nothing to offer
                     await DuressTagOffer.run(alertId: alertId, for: window, on: emulator)
                 }
                 await lease.release()
-            })
+            }
         }
         guard let queue = await queue() else { return }
         let lease = await captureDevices()

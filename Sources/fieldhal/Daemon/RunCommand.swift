@@ -46,18 +46,24 @@ struct RunCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
             throw ExitCode(failure.exitCode)
         }
-        let group = ServiceGroup(configuration: .init(services: [.init(service: daemon)],
+        // Trap SIGHUP before saying "running": a reload asked for from then on is never lost
+        // (and never kills the process, which is SIGHUP's default).
+        let hangUps = await UnixSignalsSequence(trapping: .sighup)
+        let host = await daemon.openDevices()
+        let group = ServiceGroup(configuration: .init(services: daemon.services(host: host, hangUps: hangUps),
                                                       gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         logger.info("fieldhal stopped")
     }
 }
 
-/// The daemon's loops, all reading the current configuration (replaced on SIGHUP).
+/// The daemon's loops, all reading the current configuration (replaced on SIGHUP). Each is a
+/// service of the run's `ServiceGroup` (`services(host:hangUps:)`), after the one that owns
+/// the devices: SIGTERM stops them in reverse order, the devices last.
 ///
 /// Nothing here logs anything that depends on the session's mode: uploads and the sealed
 /// session are handled silently, so the journal of a duressed kit reads like any other's.
-final class Daemon: Service, Sendable {
+final class Daemon: Sendable {
     /// The configuration in force, and how many times it was loaded: loops that keep
     /// devices open reopen them when the generation changes.
     let configuration: LockedValue<(environment: Environment, generation: Int)>
@@ -75,8 +81,9 @@ final class Daemon: Service, Sendable {
     enum Authentication: Sendable {
         case signIn, unlock
     }
-    /// The duress tag on offer (limited mode): one at a time, a newer one replaces it.
-    let tagOffer = LockedValue<Task<Void, Never>?>(nil)
+    /// Duress tag offers (limited mode) for the tag service: one at a time, a newer one
+    /// replaces the one on offer.
+    let tagOffers = AsyncStream.makeStream(of: AfterAuthenticationWork.TagOffer.self)
     /// The devices the daemon holds for everyone (the shared location watch and NFC chip)
     /// and the API's state: made when the daemon starts, before anything uses them.
     let api = LockedValue<APIHost?>(nil)
@@ -92,10 +99,9 @@ final class Daemon: Service, Sendable {
         self.verifyInterval = verifyInterval
     }
 
-    func run() async throws {
-        // Trap SIGHUP before saying "running": a reload asked for from then on is never lost
-        // (and never kills the process, which is SIGHUP's default).
-        let hangUps = await UnixSignalsSequence(trapping: .sighup)
+    /// Opens what the daemon holds for everyone (the API's host: the shared receiver, NFC
+    /// chip, camera, …) and says it is running.
+    func openDevices() async -> APIHost {
         // The same thread names before and after HTTP requests (see DispatchWorkers).
         DispatchWorkers.hold()
         let environment = current
@@ -106,24 +112,26 @@ final class Daemon: Service, Sendable {
         api.withLock { $0 = host }
         logger.info("fieldhal \(FieldHALVersion.current) running; state \(environment.stateDirectory.path)")
         if let obsolete = DaemonSettings.obsolete(in: environment.configuration) { logger.warning("\(obsolete)") }
-        await cancelWhenGracefulShutdown {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await self.reloadOnHangUp(hangUps) }
-                group.addTask { await self.watchAlerts() }
-                group.addTask { await self.uploadEvidence() }
-                group.addTask { await self.verifySession() }
-                group.addTask { await self.watchLock() }
-                group.addTask { await self.serveAPI(host) }
-                group.addTask { await self.workAfterSignIns() }
-                group.addTask { await self.resumeDuressTag() }
-            }
-        }
-        // The tag's offer is the daemon's own task, not the group's: end it with the rest.
-        let offer = tagOffer.withLock { offer in defer { offer = nil }; return offer }
-        offer?.cancel()
-        await offer?.value
-        api.withLock { $0 = nil }
-        await host.close()
+        return host
+    }
+
+    /// The run's services, in start order; SIGTERM stops them in reverse: the duress tag's
+    /// offer first (the emulation ends), the API before the devices it serves, the devices
+    /// last. A loop that ends on its own (the API failing to serve) leaves the rest running.
+    func services(host: APIHost, hangUps: UnixSignalsSequence) -> [ServiceGroupConfiguration.ServiceConfiguration] {
+        let loops: [DaemonLoop] = [
+            DaemonLoop("api") { await self.serveAPI(host) },
+            DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
+            DaemonLoop("alerts") { await self.watchAlerts() },
+            DaemonLoop("evidence uploads") { await self.uploadEvidence() },
+            DaemonLoop("session checks") { await self.verifySession() },
+            DaemonLoop("lock") { await self.watchLock() },
+            DaemonLoop("work after sign-ins") { await self.workAfterSignIns() },
+            DaemonLoop("duress tag") { await self.offerDuressTags() },
+        ]
+        let owner = DeviceOwner(host: host) { [api] in api.withLock { $0 = nil } }
+        return [.init(service: owner, successTerminationBehavior: .ignore)]
+            + loops.map { .init(service: $0, successTerminationBehavior: .ignore) }
     }
 
     /// The daemon's NFC chip as the duress tag's background turn, and as a reader for an
@@ -146,8 +154,8 @@ final class Daemon: Service, Sendable {
 
     var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
 
-    private func keepTag(_ offer: Task<Void, Never>) {
-        tagOffer.withLock { $0?.cancel(); $0 = offer }
+    private func offerTag(_ offer: @escaping AfterAuthenticationWork.TagOffer) {
+        tagOffers.continuation.yield(offer)
     }
 
     var current: Environment { configuration.withLock { $0.environment } }
@@ -266,24 +274,47 @@ final class Daemon: Service, Sendable {
         for await command in signIns.stream {
             guard let work = try? current.afterAuthenticationWork(shared: shared) else { continue }
             if command == .unlock {
-                try? await work.afterUnlock { self.keepTag($0) }
+                try? await work.afterUnlock { self.offerTag($0) }
             } else {
-                await work.afterSignIn { self.keepTag($0) }
+                await work.afterSignIn { self.offerTag($0) }
             }
+        }
+    }
+
+    /// The duress tag's offers, one at a time: a newer one ends the one on offer. Each runs
+    /// as a child of this loop, so SIGTERM ends the emulation with it.
+    private func offerDuressTags() async {
+        if let resumed = resumedDuressTag() { offerTag(resumed) }
+        await withDiscardingTaskGroup { group in
+            var current: AsyncStream<Void>.Continuation?
+            for await offer in tagOffers.stream {
+                current?.finish()
+                let (superseded, supersede) = AsyncStream.makeStream(of: Void.self)
+                current = supersede
+                group.addTask {
+                    // The offer, until it ends or the next one supersedes it.
+                    await withTaskGroup(of: Void.self) { race in
+                        race.addTask { await offer() }
+                        race.addTask { for await _ in superseded {} }
+                        await race.next()
+                        race.cancelAll()
+                    }
+                }
+            }
+            current?.finish()
         }
     }
 
     /// A daemon (re)started while its kit is in limited mode offers the duress tag again for
     /// what is left of `nfc_emulation_s` since the sign-in: a restart must not end it.
-    private func resumeDuressTag() async {
+    private func resumedDuressTag() -> AfterAuthenticationWork.TagOffer? {
         let environment = current
         guard environment.nfcEnabled, let record = try? environment.sessionStore().load(), record.limitedMode,
-              let alertId = record.alertId else { return }
+              let alertId = record.alertId else { return nil }
         let window = Double(environment.configuration.settings["transrify"]?.integer("nfc_emulation_s") ?? 1800)
         let left = window - Date().timeIntervalSince(record.signedInAt)
-        guard left >= 1 else { return }
-        guard let tag = sharedTag else { return }
-        keepTag(Task { await DuressTagOffer.run(alertId: alertId, for: .seconds(left), on: tag) })
+        guard left >= 1, let tag = sharedTag else { return nil }
+        return { await DuressTagOffer.run(alertId: alertId, for: .seconds(left), on: tag) }
     }
 
     /// Evidence waiting from earlier runs goes out; the queue is opened per flush so that
@@ -335,5 +366,34 @@ final class Daemon: Service, Sendable {
         guard let before, before != now else { return }
         if polled, now.configured, before.configured, !before.locked, now.locked { logger.info("locked (idle)") }
         api.value?.publish(.lock(APILockStatus(status)))
+    }
+}
+
+/// One of the daemon's loops as a service: it runs until it ends by itself or the group's
+/// graceful shutdown (SIGTERM) cancels it.
+struct DaemonLoop: Service {
+    let name: String
+    let body: @Sendable () async -> Void
+
+    init(_ name: String, _ body: @escaping @Sendable () async -> Void) {
+        self.name = name
+        self.body = body
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await body() }
+    }
+}
+
+/// Owns the devices the daemon shares (`APIHost`) for the whole run. First in the group, so
+/// it is the last to stop: every loop and the API have let go of the devices by then.
+struct DeviceOwner: Service {
+    let host: APIHost
+    let forget: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        forget()
+        await host.close()
     }
 }
