@@ -1,5 +1,14 @@
 import FieldHAL
 
+/// `GET /v1/camera/formats`: the formats, sizes and frame rates the camera offers.
+public struct APICameraFormats: Sendable, Codable, Equatable {
+    public var formats: [CameraFormat]
+
+    public init(formats: [CameraFormat]) {
+        self.formats = formats
+    }
+}
+
 /// `POST /v1/haptics/play`: a named pattern (`success`, `warning`, `error`, `light`,
 /// `medium`, `heavy`), played to its end.
 public struct APIHapticsPlay: Sendable, Codable, Equatable {

@@ -164,6 +164,11 @@ public struct FieldHALClient: Sendable {
 
     /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at
     /// its size).
+    /// `GET /v1/camera/formats`: what the daemon's camera offers.
+    public func cameraFormats() async throws -> [CameraFormat] {
+        try await get("camera/formats", as: APICameraFormats.self).formats
+    }
+
     public func photo(width: Int = 640, height: Int = 480, quality: Int = 85) async throws -> [UInt8] {
         var body = Data()
         try await Self.exchange(socketPath: socketPath, path: route("camera/photo", query: [("width", "\(width)"), ("height", "\(height)"),

@@ -6,8 +6,13 @@ import NIOCore
 /// `GET /v1/camera/photo`: a still from the camera the daemon holds, as `image/jpeg`. During
 /// a recording on the same camera (the daemon's evidence video) the still is the
 /// recording's next frame, at the recording's size: a client sees a photo either way.
+/// `GET /v1/camera/formats`: what the camera offers, as `fieldhal camera formats` lists it.
 extension APIServer {
     func addCameraRoutes(to v1: RouterGroup<APIRequestContext>) {
+        v1.get("camera/formats") { _, context in
+            try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/formats")
+            return try Self.json(APICameraFormats(formats: try await host.camera().formats()))
+        }
         v1.get("camera/photo") { request, context in
             try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/photo")
             let photoRequest = try Self.photoRequest(request.uri.queryParameters)

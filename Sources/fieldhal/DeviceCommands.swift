@@ -79,7 +79,13 @@ extension CameraCommand {
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
-            let formats = try await environment.withKit(for: .camera) { kit in try await kit.camera().formats() }
+            // With a daemon, the camera it holds (opening it here would find it busy).
+            let formats: [CameraFormat]
+            if let served = try await environment.throughDaemon({ try await $0.cameraFormats() }) {
+                formats = served
+            } else {
+                formats = try await environment.withKit(for: .camera) { kit in try await kit.camera().formats() }
+            }
             try Output.emit(formats, json: global.json) {
                 formats.map { format in
                     let rates = format.framesPerSecond.map { $0 == $0.rounded() ? String(Int($0)) : String($0) }.joined(separator: ", ")

@@ -303,6 +303,8 @@ struct DaemonCLITests {
             (["daemon", "status"], ""),
             (["status"], ""),
             (["status", "--json"], ""),
+            (["camera", "formats"], ""),
+            (["camera", "formats", "--json"], ""),
             (["lock", "status"], ""),
             (["session"], ""),
             (["signin", "--customer-ref", "alice01", "--pin-stdin"], "9999\n"),
