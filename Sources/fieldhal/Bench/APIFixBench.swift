@@ -116,7 +116,7 @@ struct APIFixBench: AsyncParsableCommand {
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
         defer { feed.kill() }
         let gpsdPort = Int(feed.arguments[feed.arguments.firstIndex(of: "-P")! + 1])!
-        try await Self.waitForListener(port: gpsdPort)
+        try await GPSBench.waitForListener(port: gpsdPort)
         let relay = try LineRelay(upstreamPort: gpsdPort)
         relay.start()
 
@@ -126,7 +126,7 @@ struct APIFixBench: AsyncParsableCommand {
         let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
                                           output: pipeOutput)
         defer { pipe.kill() }
-        let provider = try await Self.openLocation(gpsd, port: relay.port)
+        let provider = try await GPSBench.openLocation(gpsd, port: relay.port)
         let inProcess = LockedValue<[String: Double]>([:])
         let overAPI = LockedValue<[String: Double]>([:])
         let consumer = Task {
@@ -146,14 +146,7 @@ struct APIFixBench: AsyncParsableCommand {
         }
         let raw = try RawEventReader(socketPath: daemon.api.socketPath)
         defer { raw.stop() }
-        let deadline = ContinuousClock.now + .seconds(Double(epochs) * cycle * 3 + 60)
-        var lastCount = 0, lastChange = ContinuousClock.now
-        while !relay.isFinished, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(100))
-            let count = relay.forwardTimes.count
-            if count != lastCount { lastCount = count; lastChange = .now }
-            if count > 0, ContinuousClock.now - lastChange > .seconds(2) { break }
-        }
+        try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
         consumer.cancel()
         follower.cancel()
         await provider.close()
@@ -189,7 +182,7 @@ struct APIFixBench: AsyncParsableCommand {
         // Three sentences an epoch, a third of a second apart: one report a second, like a receiver.
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-p", "-q", "-c", "0.333", "-P", String(port), log])
         defer { feed.kill() }
-        try await Self.waitForListener(port: port)
+        try await GPSBench.waitForListener(port: port)
         let gpsdPID = try Self.gpsdPID(under: feed.pid)
 
         // Through the daemon.
@@ -275,22 +268,6 @@ struct APIFixBench: AsyncParsableCommand {
         let how = process.process.isRunning ? "did not serve its API within 20 s" : "exited \(process.process.terminationStatus)"
         throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the daemon \(how): \(said.suffix(500))",
                             advice: "run it yourself: fieldhal run --config \(config)")
-    }
-
-    static func openLocation(_ gpsd: PluginDescriptor, port: Int) async throws -> any LocationProvider {
-        let context = PluginContext(configDirectory: "/", stateDirectory: NSTemporaryDirectory())
-        guard case .location(let provider) = try await gpsd.open(.location, PluginParameters(["port": .integer(port)]), context) else {
-            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the gpsd plugin gave no location provider")
-        }
-        return provider
-    }
-
-    static func waitForListener(port: Int) async throws {
-        for _ in 0..<300 {
-            if let descriptor = try? TCP.connect(port: port) { close(descriptor); return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw FieldHALError(.timeout, subject: "bench api-gps", detail: "gpsfake's gpsd did not listen on port \(port) within 15 s")
     }
 
     /// gpsfake (Python) runs gpsd as its child.

@@ -80,7 +80,7 @@ struct GPSBench: AsyncParsableCommand {
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
         defer { feed.kill() }
         let gpsdPort = Int(feed.arguments[feed.arguments.firstIndex(of: "-P")! + 1])!
-        try await waitForListener(port: gpsdPort)
+        try await Self.waitForListener(port: gpsdPort)
         let relay = try LineRelay(upstreamPort: gpsdPort)
         relay.start()
 
@@ -89,7 +89,7 @@ struct GPSBench: AsyncParsableCommand {
         let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
                                           output: pipeOutput)
         defer { pipe.kill() }
-        let provider = try await openLocation(gpsd, port: relay.port)
+        let provider = try await Self.openLocation(gpsd, port: relay.port)
         let received = LockedValue<[String: Double]>([:])
         let consumer = Task {
             for try await fix in provider.watch() {
@@ -98,15 +98,7 @@ struct GPSBench: AsyncParsableCommand {
                 received.withLock { $0[key] = $0[key] ?? now }
             }
         }
-        // The feed is over when gpsd closes, or when reports stop coming for two seconds.
-        let deadline = ContinuousClock.now + .seconds(Double(epochs) * cycle * 3 + 60)
-        var lastCount = 0, lastChange = ContinuousClock.now
-        while !relay.isFinished, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(100))
-            let count = relay.forwardTimes.count
-            if count != lastCount { lastCount = count; lastChange = .now }
-            if count > 0, ContinuousClock.now - lastChange > .seconds(2) { break }
-        }
+        try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
         consumer.cancel()
         await provider.close()
         pipe.kill()
@@ -137,10 +129,10 @@ struct GPSBench: AsyncParsableCommand {
         // Three sentences an epoch, a third of a second apart: one report a second, like a receiver.
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-p", "-q", "-c", "0.333", "-P", String(port), log])
         defer { feed.kill() }
-        try await waitForListener(port: port)
+        try await Self.waitForListener(port: port)
         let pipe = try BenchProcess.start("/usr/bin/gpspipe", ["-w", "-o", "/dev/null", "127.0.0.1:\(port)"])
         defer { pipe.kill() }
-        let provider = try await openLocation(gpsd, port: port)
+        let provider = try await Self.openLocation(gpsd, port: port)
         let fixes = LockedValue(0)
         let consumer = Task { for try await _ in provider.watch() { fixes.withLock { $0 += 1 } } }
         try await Task.sleep(for: .seconds(2))  // settle: connections made, first reports in
@@ -161,7 +153,7 @@ struct GPSBench: AsyncParsableCommand {
 
     // MARK: - Helpers
 
-    private func openLocation(_ gpsd: PluginDescriptor, port: Int) async throws -> any LocationProvider {
+    static func openLocation(_ gpsd: PluginDescriptor, port: Int) async throws -> any LocationProvider {
         let context = PluginContext(configDirectory: "/", stateDirectory: NSTemporaryDirectory())
         guard case .location(let provider) = try await gpsd.open(.location, PluginParameters(["port": .integer(port)]), context) else {
             throw FieldHALError(.unavailable, subject: "bench gps", detail: "the gpsd plugin gave no location provider")
@@ -169,7 +161,7 @@ struct GPSBench: AsyncParsableCommand {
         return provider
     }
 
-    private func waitForListener(port: Int) async throws {
+    static func waitForListener(port: Int) async throws {
         for _ in 0..<300 {
             if let descriptor = try? TCP.connect(port: port) { close(descriptor); return }
             try await Task.sleep(for: .milliseconds(50))

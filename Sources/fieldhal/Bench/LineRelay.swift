@@ -35,6 +35,19 @@ final class LineRelay: @unchecked Sendable {
     var clientCount: Int { lock.withLock { clients.count } }
     var isFinished: Bool { lock.withLock { finished } }
 
+    /// Returns when the feed is over: gpsd closed, or reports stopped coming for two seconds
+    /// (or `limit` passed).
+    func waitForTheFeedToEnd(within limit: Duration) async throws {
+        let deadline = ContinuousClock.now + limit
+        var lastCount = 0, lastChange = ContinuousClock.now
+        while !isFinished, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            let count = forwardTimes.count
+            if count != lastCount { lastCount = count; lastChange = .now }
+            if count > 0, ContinuousClock.now - lastChange > .seconds(2) { break }
+        }
+    }
+
     /// Forwarding times (Unix seconds) of the TPV reports, by their `time` field.
     var forwardTimes: [String: Double] { lock.withLock { stamps } }
 
