@@ -120,6 +120,21 @@ public struct APISignIn: Sendable, Codable, Equatable {
     }
 }
 
+/// `POST /v1/session/verify`: the session checked with Transrify (Req 18). `valid`;
+/// `cleared` (Transrify no longer knows it: the kit is signed out); `kept` (Transrify could
+/// not be reached: the session stays, `reason` says why); `signedOut` (there was none).
+public struct APISessionCheck: Sendable, Codable, Equatable {
+    public var outcome: String
+    public var reason: String?
+    public var session: APISession
+
+    public init(outcome: String, reason: String? = nil, session: APISession) {
+        self.outcome = outcome
+        self.reason = reason
+        self.session = session
+    }
+}
+
 /// `GET /v1/session` and the answer to a sign-in: the same whatever the session's mode.
 public struct APISession: Sendable, Codable, Equatable {
     public var signedIn: Bool

@@ -123,6 +123,11 @@ public struct FieldHALClient: Sendable {
     /// `GET /v1/session`.
     public func session() async throws -> APISession { try await get("session", as: APISession.self) }
 
+    /// `POST /v1/session/verify`: the session checked with Transrify; an invalid one is cleared.
+    public func verifySession() async throws -> APISessionCheck {
+        try await call(.POST, route("session/verify"), body: nil, waiting: .seconds(60), as: APISessionCheck.self)
+    }
+
     /// `POST /v1/session`: signs in with the kit's location (up to 5 s for a fix, then the
     /// Transrify call); the answer is the same whatever the verdict.
     public func signIn(customerRef: String, pin: String) async throws -> APISession {

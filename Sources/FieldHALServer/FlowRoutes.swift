@@ -13,6 +13,8 @@ public protocol APIFlows: Sendable {
     /// for both verdicts; the answer is the same for both too.
     func signIn(_ request: APISignIn) async throws -> APISession
     func signOut() throws -> APISession
+    /// Asks Transrify whether the session is still valid; an invalid one is cleared.
+    func verifySession() async throws -> APISessionCheck
     /// A refused PIN or finger is an outcome; after an unlock the daemon does the same work
     /// whichever PIN (or finger) it was.
     func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome
@@ -97,6 +99,12 @@ extension APIServer {
             // Not cancelled by a client that hangs up: a sign-in Transrify answered is kept,
             // and the work after it must run as it does for every sign-in.
             return try Self.json(try await host.requireFlows().signIn(body))
+        }
+        v1.post("session/verify") { _, context in
+            try host.authorise(.transrify, try await context.caller(host), doing: "POST /v1/session/verify")
+            // Not cancelled by a client that hangs up: a session Transrify refused is cleared
+            // whoever asked.
+            return try Self.json(try await host.requireFlows().verifySession())
         }
         v1.delete("session") { _, context in
             try host.authorise(.transrify, try await context.caller(host), doing: "DELETE /v1/session")

@@ -177,7 +177,19 @@ struct SessionCommand: FieldHALSubcommand {
     func execute(_ environment: Environment) async throws {
         let sessions = try environment.sessionStore()
         if verify {
-            switch try await SessionVerifier(client: try environment.transrifyClient(), sessions: sessions).verify() {
+            // With a daemon, it asks (the state directory may be the service user's alone).
+            let outcome: SessionVerifier.Outcome
+            if let checked = try await environment.throughDaemon({ try await $0.verifySession() }) {
+                outcome = switch checked.outcome {
+                case "cleared": .cleared
+                case "kept": .kept(reason: checked.reason ?? "no reason given")
+                case "signedOut": .signedOut
+                default: .valid
+                }
+            } else {
+                outcome = try await SessionVerifier(client: try environment.transrifyClient(), sessions: sessions).verify()
+            }
+            switch outcome {
             case .cleared:
                 FileHandle.standardError.write(Data("fieldhal: the session is no longer valid; signed out\n".utf8))
                 throw ExitCode(1)
@@ -189,7 +201,7 @@ struct SessionCommand: FieldHALSubcommand {
             }
         }
         let signedIn: SessionReport?
-        if !verify, let answer = try await environment.throughDaemon({ try await $0.session() }) {
+        if let answer = try await environment.throughDaemon({ try await $0.session() }) {
             signedIn = SessionReport(answer)
         } else {
             signedIn = try sessions.load().map(SessionReport.init)

@@ -316,6 +316,7 @@ struct DaemonCLITests {
             (["signin", "--customer-ref", "alice01", "--pin-stdin", "--json"], "2468\n"),
             (["session"], ""),
             (["session", "--json"], ""),
+            (["session", "--verify"], ""),
             (["alerts"], ""),
             (["lock", "setup", "--pin-stdin", "--duress"], "2580\n2580\n9173\n"),
             (["lock", "unlock", "--pin-stdin"], "1111\n"),
@@ -331,6 +332,7 @@ struct DaemonCLITests {
             (["signout"], ""),
             (["alerts"], ""),
             (["session"], ""),
+            (["session", "--verify"], ""),
             (["alerts", "ack", "no-such-alert"], ""),
         ]
         // A session id's last four characters differ between any two sessions.

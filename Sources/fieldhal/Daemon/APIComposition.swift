@@ -130,6 +130,23 @@ struct DaemonFlows: APIFlows {
         return APISession(record, alerts: "starting")
     }
 
+    func verifySession() async throws -> APISessionCheck {
+        let environment = environment
+        let outcome: SessionVerifier.Outcome
+        do {
+            outcome = try await SessionVerifier(client: try environment.transrifyClient(), sessions: try environment.sessionStore()).verify()
+        } catch {
+            throw APIProblem(flow: error)
+        }
+        let now = try session()
+        switch outcome {
+        case .valid: return APISessionCheck(outcome: "valid", session: now)
+        case .cleared: return APISessionCheck(outcome: "cleared", session: now)
+        case .kept(let reason): return APISessionCheck(outcome: "kept", reason: reason, session: now)
+        case .signedOut: return APISessionCheck(outcome: "signedOut", session: now)
+        }
+    }
+
     func signOut() throws -> APISession {
         try environment.sessionStore().clear()
         return .signedOut
