@@ -185,6 +185,27 @@ public struct APIUnlockOutcome: Sendable, Codable, Equatable {
     }
 }
 
+/// `POST /v1/lock/setup`: the first PIN (twice), and optionally a duress PIN, fingerprint
+/// unlock and the relock time. Only a lock that is not set up yet; a set-up lock is changed
+/// with `POST /v1/lock/settings`.
+public struct APILockSetup: Sendable, Codable, Equatable {
+    public var pin: String
+    public var pinConfirmation: String
+    public var duressPin: String?
+    /// Unlock with an enrolled finger too (the daemon asks its sensor which are enrolled).
+    public var biometrics: Bool?
+    /// `immediate`, `1m`, `2m`, `5m` (the default), `10m` or `never`.
+    public var relockAfter: String?
+
+    public init(pin: String, pinConfirmation: String, duressPin: String? = nil, biometrics: Bool? = nil, relockAfter: String? = nil) {
+        self.pin = pin
+        self.pinConfirmation = pinConfirmation
+        self.duressPin = duressPin
+        self.biometrics = biometrics
+        self.relockAfter = relockAfter
+    }
+}
+
 /// `POST /v1/lock/settings`: the current PIN first, then only what changes.
 public struct APILockSettings: Sendable, Codable, Equatable {
     public var currentPin: String

@@ -113,6 +113,11 @@ public struct FieldHALClient: Sendable {
                        waiting: scanTimeout, as: APIUnlockOutcome.self)
     }
 
+    /// `POST /v1/lock/setup`: a lock that is not set up yet gets its PIN (and duress PIN).
+    public func setUpLock(_ setup: APILockSetup) async throws -> APIMessage {
+        try await post("lock/setup", setup, waiting: .seconds(30), as: APIMessage.self)
+    }
+
     /// `POST /v1/lock/settings`: the current PIN, then only what changes.
     public func changeLockSettings(_ settings: APILockSettings) async throws -> APIMessage {
         try await post("lock/settings", settings, waiting: .seconds(30), as: APIMessage.self)

@@ -336,7 +336,7 @@ struct APIErrorMiddleware: RouterMiddleware {
         "status": [.get], "capabilities": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/formats": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
-        "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],
+        "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],
         "session": [.get, .post, .delete], "alerts": [.get], "alerts/acknowledge": [.post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 

@@ -19,6 +19,7 @@ public protocol APIFlows: Sendable {
     /// whichever PIN (or finger) it was.
     func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome
     func changeLockSettings(_ request: APILockSettings) async throws -> APIMessage
+    func setUpLock(_ request: APILockSetup) async throws -> APIMessage
     func acknowledge(_ request: APIAcknowledge) async throws -> APIAcknowledged
     /// Asks Transrify once, with the daemon's position.
     func alerts() async throws -> APIAlerts
@@ -28,7 +29,7 @@ public protocol APIFlows: Sendable {
     func flushEvidence() async throws -> APIEvidenceFlush
 }
 
-/// `GET /v1/lock`, `POST /v1/lock/unlock`, `POST /v1/lock/settings`, `GET /v1/evidence`,
+/// `GET /v1/lock`, `POST /v1/lock/unlock`, `POST /v1/lock/setup`, `POST /v1/lock/settings`, `GET /v1/evidence`,
 /// `GET|POST|DELETE /v1/session`, `GET /v1/alerts`, `POST /v1/alerts/acknowledge`.
 extension APIServer {
     func addFlowRoutes(to v1: RouterGroup<APIRequestContext>) {
@@ -60,6 +61,20 @@ extension APIServer {
                 throw FieldHALError(.invalidArgument, subject: "relockAfter", detail: "\"\(relock)\" is not immediate, 1m, 2m, 5m, 10m or never")
             }
             return try Self.json(try await host.requireFlows().changeLockSettings(body))
+        }
+        v1.post("lock/setup") { request, context in
+            try host.authorise(.lock, try await context.caller(host), doing: "POST /v1/lock/setup")
+            let body = try await APIRequestBody.decode(APILockSetup.self, request, fields: [
+                "pin", "pinConfirmation", "duressPin", "biometrics", "relockAfter",
+            ])
+            for (name, value) in [("pin", body.pin), ("pinConfirmation", body.pinConfirmation), ("duressPin", body.duressPin)] {
+                try APIRequestBody.limit(value, name, 64)
+            }
+            if let relock = body.relockAfter, !["immediate", "1m", "2m", "5m", "10m", "never"].contains(relock) {
+                throw FieldHALError(.invalidArgument, subject: "relockAfter", detail: "\"\(relock)\" is not immediate, 1m, 2m, 5m, 10m or never")
+            }
+            // Not cancelled by a client that hangs up: a PIN hashed and stored is kept.
+            return try Self.json(try await host.requireFlows().setUpLock(body))
         }
         v1.get("evidence") { _, context in
             try host.authorise(.evidence, try await context.caller(host), doing: "GET /v1/evidence")

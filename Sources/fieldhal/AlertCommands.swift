@@ -99,7 +99,7 @@ struct AlertsCommand: AsyncParsableCommand {
     }
 
     struct List: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Ask once for nearby duress alerts and print them.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "Ask once for nearby duress alerts and print them.")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
@@ -122,6 +122,7 @@ struct AlertsCommand: AsyncParsableCommand {
 
     struct Watch: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "watch",
             abstract: "Watch for nearby duress alerts until interrupted: banner, haptic \"warning\" and soft alert sound.",
             discussion: """
             Over the WebSocket channel when [transrify] alerts_websocket_url is set, else (and \
@@ -201,6 +202,7 @@ struct AlertsCommand: AsyncParsableCommand {
 
     struct Ack: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "ack",
             abstract: "Acknowledge an alert: in the app (INAPP), or by reading the duressed kit's NFC tag (--nfc).",
             discussion: """
             --nfc needs nfc_enabled = true in [transrify]: it waits for a tag carrying \

@@ -8,7 +8,7 @@ struct CameraCommand: AsyncParsableCommand {
                                                     subcommands: [Snap.self, Record.self, Formats.self])
 
     struct Snap: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Capture one still to a JPEG file.")
+        static let configuration = CommandConfiguration(commandName: "snap", abstract: "Capture one still to a JPEG file.")
         @OptionGroup var global: GlobalOptions
         @Option(name: .shortAndLong, help: "The JPEG file to write.") var output: String
         @Option(help: "Width in pixels.") var width = 640
@@ -41,6 +41,7 @@ struct CameraCommand: AsyncParsableCommand {
 extension CameraCommand {
     struct Record: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "record",
             abstract: "Record video to a Motion-JPEG AVI file.",
             discussion: "The camera picks the nearest size and rate it offers; the report says what it recorded. "
                 + "Frames are streamed to disk; the file appears only when the recording is complete.")
@@ -75,7 +76,7 @@ extension CameraCommand {
     }
 
     struct Formats: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "List the formats, sizes and frame rates the camera offers.")
+        static let configuration = CommandConfiguration(commandName: "formats", abstract: "List the formats, sizes and frame rates the camera offers.")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
@@ -100,7 +101,7 @@ struct MicCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "mic", abstract: "Record sound.", subcommands: [Record.self])
 
     struct Record: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Record to a WAV file and report its levels.")
+        static let configuration = CommandConfiguration(commandName: "record", abstract: "Record to a WAV file and report its levels.")
         @OptionGroup var global: GlobalOptions
         @Option(help: "Length of the recording in seconds.") var seconds: Double
         @Option(name: .shortAndLong, help: "The WAV file to write.") var output: String
@@ -128,7 +129,7 @@ struct SoundCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "sound", abstract: "Play the alert sounds.", subcommands: [Play.self])
 
     struct Play: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Play a sound through the [speaker]: \(SoundClip.names.joined(separator: ", ")).")
+        static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a sound through the [speaker]: \(SoundClip.names.joined(separator: ", ")).")
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The sound.") var sound = "soft-alert"
 
@@ -150,7 +151,7 @@ struct HapticsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "haptics", abstract: "Play vibration patterns.", subcommands: [Play.self])
 
     struct Play: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Play a named pattern: success, warning, error, light, medium or heavy.")
+        static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a named pattern: success, warning, error, light, medium or heavy.")
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The pattern.") var pattern: String
 
@@ -173,7 +174,7 @@ struct BioCommand: AsyncParsableCommand {
                                                     subcommands: [Status.self, Verify.self, Enroll.self])
 
     struct Status: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Show whether a sensor is present and which fingers are enrolled.")
+        static let configuration = CommandConfiguration(commandName: "status", abstract: "Show whether a sensor is present and which fingers are enrolled.")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
@@ -192,6 +193,7 @@ struct BioCommand: AsyncParsableCommand {
 
     struct Verify: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "verify",
             abstract: "Wait for a finger and compare it with the enrolled prints.",
             discussion: "Exits 0 on a match, 1 on no match, 75 when the scan must be retried or timed out.")
         @OptionGroup var global: GlobalOptions
@@ -222,6 +224,7 @@ struct BioCommand: AsyncParsableCommand {
 
     struct Enroll: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "enroll",
             abstract: "Enroll a finger: touch the sensor until it reports the enrollment complete.",
             discussion: "Prints each stage as the sensor reports it. Fingers: \(Finger.allCases.map(\.rawValue).joined(separator: ", ")).")
         @OptionGroup var global: GlobalOptions

@@ -18,7 +18,7 @@ struct EvidenceCommand: AsyncParsableCommand {
         subcommands: [Capture.self, Queue.self, Flush.self])
 
     struct Capture: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Capture one piece of evidence into the queue.")
+        static let configuration = CommandConfiguration(commandName: "capture", abstract: "Capture one piece of evidence into the queue.")
         @OptionGroup var global: GlobalOptions
         @Argument(help: "photo, audio, video, text or nearby.") var kind: String
         @Option(help: "The note, for text.") var text: String?
@@ -60,7 +60,7 @@ struct EvidenceCommand: AsyncParsableCommand {
     }
 
     struct Queue: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "List the evidence waiting to be uploaded.")
+        static let configuration = CommandConfiguration(commandName: "queue", abstract: "List the evidence waiting to be uploaded.")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
@@ -79,6 +79,7 @@ struct EvidenceCommand: AsyncParsableCommand {
 
     struct Flush: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "flush",
             abstract: "Upload every queued item now, ignoring backoff.",
             discussion: "Exit status 0 when the queue is empty afterwards, 75 when items remain (offline, server errors).")
         @OptionGroup var global: GlobalOptions

@@ -10,6 +10,7 @@ struct GPSCommand: AsyncParsableCommand {
 
     struct Fix: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "fix",
             abstract: "Print the current fix: the first of the wanted quality within the timeout, else a recent cached one.",
             discussion: "With a daemon answering on the configuration's [api] socket (and --timeout up to 60 s), the daemon's receiver answers: it is warm, so a recent fix comes at once.")
         @OptionGroup var global: GlobalOptions
@@ -66,6 +67,7 @@ struct GPSCommand: AsyncParsableCommand {
 
     struct Watch: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "watch",
             abstract: "Print fixes as they arrive, one per line.",
             discussion: "With a daemon answering on the configuration's [api] socket, its fix events: one watch of the receiver serves every follower.")
         @OptionGroup var global: GlobalOptions

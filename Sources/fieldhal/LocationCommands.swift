@@ -37,6 +37,7 @@ struct KeysCommand: AsyncParsableCommand {
 
     struct Show: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "show",
             abstract: "Print the device's public key (base64), creating the key pair on first use.",
             discussion: "The private key stays in the vault under the state directory and is never printed.")
         @OptionGroup var global: GlobalOptions
@@ -56,6 +57,7 @@ struct LocationCommand: AsyncParsableCommand {
 
     struct Seal: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "seal",
             abstract: "Seal a location for one recipient and print it as base64.",
             discussion: """
             The payload is crypto_box_seal of {"lat","lon","ts","acc"}: only the recipient's private \
@@ -109,6 +111,7 @@ struct LocationCommand: AsyncParsableCommand {
 
     struct Open: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "open",
             abstract: "Open a sealed location addressed to this device and check its age.")
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The base64 payload ('-' reads it from standard input).") var payload: String

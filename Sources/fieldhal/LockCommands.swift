@@ -55,7 +55,7 @@ struct LockCommand: AsyncParsableCommand {
         subcommands: [Setup.self, Unlock.self, Status.self, Settings.self, Reset.self])
 
     struct Setup: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Set the PIN (4–6 digits), and optionally a duress PIN and the fingerprint.")
+        static let configuration = CommandConfiguration(commandName: "setup", abstract: "Set the PIN (4–6 digits), and optionally a duress PIN and the fingerprint.")
         @OptionGroup var global: GlobalOptions
         @Flag(help: "Read PINs one per line from standard input: PIN, confirmation, then the duress PIN if --duress.") var pinStdin = false
         @Flag(help: "Also set a duress PIN: it unlocks like the PIN and silently raises a duress event.") var duress = false
@@ -68,6 +68,13 @@ struct LockCommand: AsyncParsableCommand {
             let pin = try reader.read("New PIN: ")
             let confirmation = try reader.read("Confirm PIN: ")
             let duressPIN = duress ? try reader.read("Duress PIN: ") : nil
+            // A running daemon sets it up (with its sensor), and its lock events follow at once.
+            let request = APILockSetup(pin: pin, pinConfirmation: confirmation, duressPin: duressPIN, biometrics: biometrics ? true : nil,
+                                       relockAfter: relockAfter.rawValue)
+            if let answer = try await environment.throughDaemon({ try await $0.setUpLock(request) }) {
+                print(answer.message)
+                return
+            }
             var availability: BiometricAvailability?
             if biometrics {
                 availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
@@ -80,6 +87,7 @@ struct LockCommand: AsyncParsableCommand {
 
     struct Unlock: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "unlock",
             abstract: "Unlock: fingerprint first when enabled, then PIN.",
             discussion: "Exits 0 when unlocked, 77 when refused, 75 while attempts are paused.")
         @OptionGroup var global: GlobalOptions
@@ -162,7 +170,7 @@ struct LockCommand: AsyncParsableCommand {
     }
 
     struct Status: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Show whether the kit is locked, and any pause on attempts.")
+        static let configuration = CommandConfiguration(commandName: "status", abstract: "Show whether the kit is locked, and any pause on attempts.")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {
@@ -178,6 +186,7 @@ struct LockCommand: AsyncParsableCommand {
 
     struct Settings: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "settings",
             abstract: "Change the relock time, the fingerprint, the PIN or the duress PIN, or turn the lock off; the current PIN is asked first.")
         @OptionGroup var global: GlobalOptions
         @Flag(help: "Read PINs one per line from standard input: the current PIN, then new PINs in the order asked.") var pinStdin = false
@@ -227,6 +236,7 @@ struct LockCommand: AsyncParsableCommand {
 
     struct Reset: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "reset",
             abstract: "Emergency reset: erase all of this kit's FieldHAL data (keys, PINs, queues) and start fresh.")
         @OptionGroup var global: GlobalOptions
         @Flag(help: "Confirm: without it, nothing is erased.") var yes = false
@@ -236,6 +246,12 @@ struct LockCommand: AsyncParsableCommand {
             guard yes else {
                 print("This erases everything in \(directory): the lock, keys, sessions and queued evidence. Run again with --yes to confirm.")
                 throw ExitCode(64)
+            }
+            // Erasing under a running daemon would take its socket and the state it holds open
+            // (sessions, the evidence queue's claims) from under it: the daemon goes first.
+            if try await environment.throughDaemon({ try await $0.status() }) != nil {
+                throw FieldHALError(.busy, subject: directory, detail: "a fieldhal daemon is running on this kit and uses it",
+                                    advice: "stop it first (sudo systemctl stop fieldhal), then run fieldhal lock reset --yes again")
             }
             try? environment.lockService().recordEmergencyReset()
             if FileManager.default.fileExists(atPath: directory) {
@@ -254,6 +270,7 @@ struct AuditCommand: AsyncParsableCommand {
 
     struct Verify: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "verify",
             abstract: "Check every line of the audit log against its hash chain and the head the lock recorded.",
             discussion: "Exits 0 when intact, 65 when a line was edited, removed, reordered or cut off.")
         @OptionGroup var global: GlobalOptions

@@ -61,6 +61,7 @@ struct NFCCommand: AsyncParsableCommand {
 
     struct Read: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "read",
             abstract: "Wait for a tag and print its UID and NDEF records.",
             discussion: "With a daemon running (fieldhal run), the read goes through its API and takes its turn on the chip.")
         @OptionGroup var global: GlobalOptions
@@ -79,7 +80,7 @@ struct NFCCommand: AsyncParsableCommand {
     }
 
     struct Write: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Wait for a tag and write an NDEF Text or URI record to it.")
+        static let configuration = CommandConfiguration(commandName: "write", abstract: "Wait for a tag and write an NDEF Text or URI record to it.")
         @OptionGroup var global: GlobalOptions
         @OptionGroup var content: MessageOptions
         @Option(help: "Seconds to wait for a tag.") var timeout: Double = 10
@@ -101,6 +102,7 @@ struct NFCCommand: AsyncParsableCommand {
 
     struct Emulate: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "emulate",
             abstract: "Present an NFC Forum Type 4 tag holding a Text or URI record until a reader reads it.",
             discussion: "Exits 0 when a reader read the whole message, 75 when the timeout passed first.")
         @OptionGroup var global: GlobalOptions

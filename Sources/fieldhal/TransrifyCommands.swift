@@ -87,7 +87,7 @@ struct TenantCommand: AsyncParsableCommand {
     }
 
     struct Show: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(abstract: "Say whether a tenant key is stored (its last 4 characters only).")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "Say whether a tenant key is stored (its last 4 characters only).")
         @OptionGroup var global: GlobalOptions
 
         func execute(_ environment: Environment) async throws {

@@ -192,6 +192,53 @@ struct APITests {
         }
     }
 
+    /// `POST /v1/lock/setup`: refused with the lock's own words until the PINs are right,
+    /// then once; the lock's new state reaches the event stream at once, and the duress PIN
+    /// set up through it unlocks exactly as the PIN does.
+    @Test func theLockIsSetUpOnceThroughTheAPI() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        let states = Task {
+            var seen: [APILockStatus] = []
+            for try await event in kit.events([.lock]) {
+                if case .lock(let status) = event { seen.append(status) }
+                if seen.count == 2 { break }
+            }
+            return (seen, ContinuousClock.now)
+        }
+        for (setup, words) in [(APILockSetup(pin: "2580", pinConfirmation: "2581"), "Passcodes do not match"),
+                               (APILockSetup(pin: "2580", pinConfirmation: "2580", duressPin: "2580"), "the duress PIN must differ from the PIN"),
+                               (APILockSetup(pin: "1234", pinConfirmation: "1234"), "Passcode cannot be sequential digits")] {
+            do {
+                _ = try await kit.setUpLock(setup)
+                Issue.record("set up with \(setup)")
+            } catch let problem as APIProblem {
+                #expect(problem.status == 400 && problem.kind == "invalidArgument" && problem.detail.contains(words), "\(problem)")
+            }
+        }
+        #expect(try await kit.lock().configured == false)
+        let started = ContinuousClock.now
+        let answer = try await kit.setUpLock(APILockSetup(pin: "2580", pinConfirmation: "2580", duressPin: "9173", relockAfter: "1m"))
+        #expect(answer.message == "Lock set up with a PIN.")
+        let status = try await kit.lock()
+        #expect(status.configured && !status.locked && status.relockAfter == "1m", "\(status)")
+        do {
+            _ = try await kit.setUpLock(APILockSetup(pin: "1357", pinConfirmation: "1357"))
+            Issue.record("set up twice")
+        } catch let problem as APIProblem {
+            #expect(problem.status == 400 && problem.detail == "the lock is already set up" && problem.advice?.contains("lock settings") == true,
+                    "\(problem)")
+        }
+        let pin = try await kit.unlock(pin: "2580"), duress = try await kit.unlock(pin: "9173")
+        #expect(pin == duress && pin.outcome == APIUnlockOutcome.unlocked, "\(pin) \(duress)")
+        // Not set up, then set up: both on the stream, the second without waiting for a look.
+        let (seen, heard) = try await states.value
+        #expect(seen.first?.configured == false && seen.dropFirst().first?.configured == true, "\(seen)")
+        #expect(heard - started < .seconds(4), "\(heard - started)")
+        _ = await daemon.stop()
+    }
+
     /// A reload keeps every event stream: the capability it changed arrives as an event, and
     /// fixes continue from the receiver the new configuration opened.
     @Test func aReloadIsHeardOnTheStreamAndDoesNotEndIt() async throws {

@@ -318,7 +318,11 @@ struct DaemonCLITests {
             (["session", "--json"], ""),
             (["session", "--verify"], ""),
             (["alerts"], ""),
+            (["lock", "setup", "--pin-stdin"], "2580\n2581\n"),
+            (["lock", "setup", "--pin-stdin", "--duress"], "2580\n2580\n2580\n"),
             (["lock", "setup", "--pin-stdin", "--duress"], "2580\n2580\n9173\n"),
+            (["lock", "setup", "--pin-stdin"], "1357\n1357\n"),
+            (["lock", "reset"], ""),
             (["lock", "unlock", "--pin-stdin"], "1111\n"),
             (["lock", "unlock", "--pin-stdin"], "2580\n"),
             (["lock", "unlock", "--pin-stdin"], "9173\n"),
@@ -355,10 +359,16 @@ struct DaemonCLITests {
             #expect(mask(first.stdout) == mask(second.stdout), "\(name): stdout\n\(first.stdout)\nvs\n\(second.stdout)")
             #expect(first.stderr == second.stderr, "\(name): stderr\n\(first.stderr)\nvs\n\(second.stderr)")
         }
+        // An emergency reset would pull the daemon's socket and open state from under it:
+        // refused while a daemon answers, and nothing is erased.
+        let reset = try await CLI.run(["lock", "reset", "--yes", "--config", lab.config, "--state-dir", served])
+        #expect(reset.status == 69 && reset.stderr.contains("a fieldhal daemon is running") && reset.stderr.contains("systemctl stop"),
+                "\(reset)")
+        #expect(try await !CLI.run(["lock", "status", "--config", lab.config, "--state-dir", served]).stdout.contains("The lock is off"))
         // The daemon did the work after the sign-ins and unlocks: no background run of its own.
         #expect(backgroundRuns(for: [served]).isEmpty)
-        // The stream began with the lock not set up, and heard the unlock through the API
-        // at once (the set-up, made without the daemon, within its 5 s look).
+        // The stream began with the lock not set up, and heard the set-up and the unlock
+        // through the API at once.
         lockEvents.cancel()
         let locks = await lockEvents.value
         #expect(locks.first?.configured == false, "\(locks)")

@@ -216,6 +216,21 @@ struct DaemonFlows: APIFlows {
         return APIMessage(message: "Settings saved.")
     }
 
+    func setUpLock(_ request: APILockSetup) async throws -> APIMessage {
+        let relockAfter = try request.relockAfter.map { value -> RelockAfter in
+            guard let parsed = RelockAfter(rawValue: value) else {
+                throw FieldHALError(.invalidArgument, subject: "relockAfter", detail: "\"\(value)\" is not immediate, 1m, 2m, 5m, 10m or never")
+            }
+            return parsed
+        } ?? .fiveMinutes
+        // The sensor the daemon holds says which fingers are enrolled, as `lock setup --biometrics` asks its own.
+        let availability: BiometricAvailability? = request.biometrics == true ? try await daemon.withSensor { try await $0.availability() } : nil
+        let message = try environment.lockService().setup(pin: request.pin, confirmation: request.pinConfirmation, duressPIN: request.duressPin,
+                                                          biometrics: availability, relockAfter: relockAfter)
+        daemon.noteLock()
+        return APIMessage(message: message)
+    }
+
     // MARK: Alerts
 
     func alerts() async throws -> APIAlerts {

@@ -22,6 +22,7 @@ struct DaemonCommand: AsyncParsableCommand {
 
     struct Status: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
+            commandName: "status",
             abstract: "Is the daemon running, and how does it get alerts? Exit 69 when none listens.",
             discussion: "The socket is [api] socket, else api.sock in the state directory.")
         @OptionGroup var global: GlobalOptions
