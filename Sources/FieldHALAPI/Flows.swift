@@ -1,3 +1,4 @@
+import FieldHAL
 import Foundation
 
 /// `GET /v1/lock`: the kit's lock as `fieldhal lock status --json` shows it.
@@ -89,6 +90,27 @@ public struct APIEvidenceCapture: Sendable, Codable, Equatable {
         self.text = text
         self.seconds = seconds
         self.incidentId = incidentId
+    }
+
+    /// The longest note (in characters): a page of text, well within the API's 64 KiB body.
+    public static let textLimit = 16_384
+    /// Seconds of audio or video one capture may ask for.
+    public static let secondsRange = 1...600
+
+    /// What the daemon and the CLI on its own both refuse, in the same words.
+    public func checkLimits() throws {
+        if let seconds, !Self.secondsRange.contains(seconds) {
+            throw FieldHALError(.invalidArgument, subject: "seconds",
+                                detail: "\(seconds) is not from \(Self.secondsRange.lowerBound) to \(Self.secondsRange.upperBound)")
+        }
+        for (name, value, limit) in [("text", text, Self.textLimit), ("incidentId", incidentId, 256)] {
+            if let value, value.unicodeScalars.count > limit {
+                throw FieldHALError(.invalidArgument, subject: name, detail: "longer than \(limit) characters")
+            }
+        }
+        if incidentId?.isEmpty == true {
+            throw FieldHALError(.invalidArgument, subject: "incidentId", detail: "is empty", advice: "leave it out for the session's")
+        }
     }
 }
 

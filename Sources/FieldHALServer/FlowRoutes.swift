@@ -86,12 +86,7 @@ extension APIServer {
             guard ["PHOTO", "AUDIO", "VIDEO", "TEXT", "NEARBY"].contains(body.kind) else {
                 throw FieldHALError(.invalidArgument, subject: "kind", detail: "\"\(body.kind)\" is not PHOTO, AUDIO, VIDEO, TEXT or NEARBY")
             }
-            if let seconds = body.seconds { _ = try Self.within(seconds, "seconds", 1...600) }
-            try APIRequestBody.limit(body.text, "text", 4096)
-            try APIRequestBody.limit(body.incidentId, "incidentId", 256)
-            if body.incidentId?.isEmpty == true {
-                throw FieldHALError(.invalidArgument, subject: "incidentId", detail: "is empty", advice: "leave it out for the session's")
-            }
+            try body.checkLimits()
             if body.kind == "TEXT", body.text == nil {
                 throw FieldHALError(.invalidArgument, subject: "text", detail: "a TEXT item needs its note in text")
             }

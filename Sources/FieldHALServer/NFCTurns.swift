@@ -129,7 +129,13 @@ public final class NFCTurns: Sendable {
         try Task.checkCancellation()
         let left = max(deadline - ContinuousClock.now, .milliseconds(1))
         let operation = try state.withLock { try prepare($0, left) }
-        return try await operation()
+        do {
+            return try await operation()
+        } catch let error as FieldHALError where error.kind == .timeout && error.detail == "no tag within \(left.secondsDescription)" {
+            // The caller waited its whole timeout, its turn included: say that one, as the
+            // reader says it to a program that opens it alone ("no tag within 0.5 s").
+            throw FieldHALError.timeout(error.subject, after: timeout, waitingFor: "tag")
+        }
     }
 
     /// Cancels the background emulation on the chip, if any, and returns when it has let go

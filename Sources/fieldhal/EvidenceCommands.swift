@@ -29,14 +29,13 @@ struct EvidenceCommand: AsyncParsableCommand {
             guard let evidenceKind = EvidenceKind(rawValue: kind.uppercased()) else {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture", detail: "\"\(kind)\" is not photo, audio, video, text or nearby")
             }
-            if incident?.isEmpty == true {
-                throw FieldHALError(.invalidArgument, subject: "incidentId", detail: "is empty", advice: "leave it out for the session's")
-            }
             if evidenceKind == .text, text == nil {
                 throw FieldHALError(.invalidArgument, subject: "evidence capture text", detail: "give the note with --text")
             }
-            // A running daemon captures with the camera and microphone it holds.
             let asked = APIEvidenceCapture(kind: evidenceKind.rawValue, text: text, seconds: seconds, incidentId: incident)
+            // The daemon's limits, whoever captures: the same command is refused the same way.
+            try asked.checkLimits()
+            // A running daemon captures with the camera and microphone it holds.
             if let item = try await environment.throughDaemon({ try await $0.captureEvidence(asked) }) {
                 let report = ItemReport(item)
                 try Output.emit(report, json: global.json) { "queued \(report.line)" }
@@ -49,7 +48,7 @@ struct EvidenceCommand: AsyncParsableCommand {
             let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
             let kit = await environment.loadKit(only: [.camera, .microphone, .location])
             var capture = EvidenceCapture(queue: queue, kit: kit)
-            capture.audioDuration = .seconds(max(1, min(seconds ?? 10, 600)))
+            capture.audioDuration = .seconds(seconds ?? 10)
             capture.video = environment.evidenceVideo(seconds: seconds)
             let result = await Result { try await capture.capture(evidenceKind, incidentId: incidentId, note: text ?? "") }
             await kit.close()

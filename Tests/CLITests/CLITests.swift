@@ -6,13 +6,16 @@ func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-cli-
 
 @Suite("fieldhal CLI")
 struct CLITests {
-    @Test func statusShowsAllEightCapabilitiesOnTheExampleKit() async throws {
-        let result = try await CLI.run(["status", "--config", CLI.exampleConfig, "--json"])
-        #expect(result.status == 0, "\(result.stderr)")
-        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
-        let capabilities = report["capabilities"] as! [[String: Any]]
-        #expect(capabilities.count == 8)
-        #expect(capabilities.allSatisfy { $0["state"] as? String == "available" && $0["plugin"] as? String == "fake" })
+    @Test(arguments: CLIWay.allCases)
+    func statusShowsAllEightCapabilitiesOnTheExampleKit(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let result = try await CLI.run(["status", "--config", CLI.exampleConfig, "--json"])
+            #expect(result.status == 0, "\(result.stderr)")
+            let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
+            let capabilities = report["capabilities"] as! [[String: Any]]
+            #expect(capabilities.count == 8)
+            #expect(capabilities.allSatisfy { $0["state"] as? String == "available" && $0["plugin"] as? String == "fake" })
+        }
     }
 
     @Test func pluginsListsOnlyWhatIsBuilt() async throws {
@@ -42,91 +45,103 @@ struct CLITests {
         #expect(names == built.sorted())
     }
 
-    @Test func everyCapabilityCommandWorksOnTheFakeKit() async throws {
-        let config = ["--config", CLI.exampleConfig]
-        let fix = try await CLI.run(["gps", "fix", "--json"] + config)
-        #expect(fix.status == 0, "\(fix.stderr)")
-        #expect(fix.stdout.contains("\"source\" : \"live\""))
-        let read = try await CLI.run(["nfc", "read", "--timeout", "2"] + config)
-        #expect(read.status == 0 && read.stdout.contains("trf:duress:"), "\(read.stdout)\(read.stderr)")
-        let emulate = try await CLI.run(["nfc", "emulate", "--uri", "trf:duress:alert-1", "--timeout", "5"] + config)
-        #expect(emulate.status == 0 && emulate.stdout.contains("read by a reader"), "\(emulate.stderr)")
-        let photo = scratch("snap.jpg")
-        let snap = try await CLI.run(["camera", "snap", "-o", photo, "--width", "320", "--height", "240"] + config)
-        #expect(snap.status == 0, "\(snap.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: photo)).prefix(2) == Data([0xFF, 0xD8]))
-        let sound = scratch("rec.wav")
-        let record = try await CLI.run(["mic", "record", "--seconds", "2", "-o", sound, "--rate", "22050", "--json"] + config)
-        #expect(record.status == 0, "\(record.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: sound)).count == 44 + 2 * 22050 * 2)
-        for pattern in ["success", "warning", "error", "light", "medium", "heavy"] {
-            #expect(try await CLI.run(["haptics", "play", pattern] + config).status == 0)
+    @Test(arguments: CLIWay.allCases)
+    func everyCapabilityCommandWorksOnTheFakeKit(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let config = ["--config", CLI.exampleConfig]
+            let fix = try await CLI.run(["gps", "fix", "--json"] + config)
+            #expect(fix.status == 0, "\(fix.stderr)")
+            #expect(fix.stdout.contains("\"source\" : \"live\""))
+            let read = try await CLI.run(["nfc", "read", "--timeout", "2"] + config)
+            #expect(read.status == 0 && read.stdout.contains("trf:duress:"), "\(read.stdout)\(read.stderr)")
+            let emulate = try await CLI.run(["nfc", "emulate", "--uri", "trf:duress:alert-1", "--timeout", "5"] + config)
+            #expect(emulate.status == 0 && emulate.stdout.contains("read by a reader"), "\(emulate.stderr)")
+            let photo = scratch("snap.jpg")
+            let snap = try await CLI.run(["camera", "snap", "-o", photo, "--width", "320", "--height", "240"] + config)
+            #expect(snap.status == 0, "\(snap.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: photo)).prefix(2) == Data([0xFF, 0xD8]))
+            let sound = scratch("rec.wav")
+            let record = try await CLI.run(["mic", "record", "--seconds", "2", "-o", sound, "--rate", "22050", "--json"] + config)
+            #expect(record.status == 0, "\(record.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: sound)).count == 44 + 2 * 22050 * 2)
+            for pattern in ["success", "warning", "error", "light", "medium", "heavy"] {
+                #expect(try await CLI.run(["haptics", "play", pattern] + config).status == 0)
+            }
+            let alert = try await CLI.run(["sound", "play", "soft-alert"] + config)
+            #expect(alert.status == 0 && alert.stdout == "played soft-alert (400 ms)\n", "\(alert.stderr)")
+            let video = scratch("clip.avi")
+            let recorded = try await CLI.run(["camera", "record", "--seconds", "1", "--fps", "10", "--width", "320", "--height", "240",
+                                              "-o", video, "--json"] + config)
+            #expect(recorded.status == 0, "\(recorded.stderr)")
+            #expect(recorded.stdout.contains("\"frames\" : 10"), "\(recorded.stdout)")
+            let verify = try await CLI.run(["bio", "verify"] + config)
+            #expect(verify.status == 0 && verify.stdout == "match\n")
         }
-        let alert = try await CLI.run(["sound", "play", "soft-alert"] + config)
-        #expect(alert.status == 0 && alert.stdout == "played soft-alert (400 ms)\n", "\(alert.stderr)")
-        let video = scratch("clip.avi")
-        let recorded = try await CLI.run(["camera", "record", "--seconds", "1", "--fps", "10", "--width", "320", "--height", "240",
-                                          "-o", video, "--json"] + config)
-        #expect(recorded.status == 0, "\(recorded.stderr)")
-        #expect(recorded.stdout.contains("\"frames\" : 10"), "\(recorded.stdout)")
-        let verify = try await CLI.run(["bio", "verify"] + config)
-        #expect(verify.status == 0 && verify.stdout == "match\n")
     }
 
-    @Test func failuresAreOneLineOnStderrWithAMeaningfulStatus() async throws {
-        let badConfig = scratch("bad.toml")
-        try "[gps]\nplugin = \"fake\"\ninterval_ms = \"fast\"\n".write(toFile: badConfig, atomically: true, encoding: .utf8)
-        let rejected = try await CLI.run(["status", "--config", badConfig])
-        #expect(rejected.status == 78)
-        #expect(rejected.stderr == "fieldhal: \(badConfig):3: gps.interval_ms: expected an integer, found string \"fast\"\n")
+    @Test(arguments: CLIWay.allCases)
+    func failuresAreOneLineOnStderrWithAMeaningfulStatus(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let badConfig = scratch("bad.toml")
+            try "[gps]\nplugin = \"fake\"\ninterval_ms = \"fast\"\n".write(toFile: badConfig, atomically: true, encoding: .utf8)
+            let rejected = try await CLI.run(["status", "--config", badConfig])
+            #expect(rejected.status == 78)
+            #expect(rejected.stderr == "fieldhal: \(badConfig):3: gps.interval_ms: expected an integer, found string \"fast\"\n")
 
-        let viaEnvironment = try await CLI.run(["status"], environment: ["FIELDHAL_CONFIG": badConfig])
-        #expect(viaEnvironment.status == 78)
+            let viaEnvironment = try await CLI.run(["status"], environment: ["FIELDHAL_CONFIG": badConfig])
+            #expect(viaEnvironment.status == 78)
 
-        let noCamera = scratch("nocam.toml")
-        try "[gps]\nplugin = \"fake\"\n".write(toFile: noCamera, atomically: true, encoding: .utf8)
-        let missing = try await CLI.run(["camera", "snap", "-o", scratch("x.jpg"), "--config", noCamera])
-        #expect(missing.status == 69)
-        #expect(missing.stderr.split(separator: "\n").count == 1 && missing.stderr.contains("add a [camera] section"))
+            let noCamera = scratch("nocam.toml")
+            try "[gps]\nplugin = \"fake\"\n".write(toFile: noCamera, atomically: true, encoding: .utf8)
+            let missing = try await CLI.run(["camera", "snap", "-o", scratch("x.jpg"), "--config", noCamera])
+            #expect(missing.status == 69)
+            #expect(missing.stderr.split(separator: "\n").count == 1 && missing.stderr.contains("add a [camera] section"))
 
-        let noTag = scratch("notag.toml")
-        try "[nfc]\nplugin = \"fake\"\n".write(toFile: noTag, atomically: true, encoding: .utf8)
-        let timeout = try await CLI.run(["nfc", "read", "--timeout", "0.2", "--config", noTag])
-        #expect(timeout.status == 75 && timeout.stderr.contains("no tag within 0.2 s"))
+            let noTag = scratch("notag.toml")
+            try "[nfc]\nplugin = \"fake\"\n".write(toFile: noTag, atomically: true, encoding: .utf8)
+            let timeout = try await CLI.run(["nfc", "read", "--timeout", "0.2", "--config", noTag])
+            #expect(timeout.status == 75 && timeout.stderr.contains("no tag within 0.2 s"))
 
-        let badPattern = try await CLI.run(["haptics", "play", "buzz"])
-        #expect(badPattern.status == 64)
-    }
-
-    @Test func builtInFakeKitRunsWithNoConfiguration() async throws {
-        // Only meaningful where no system configuration is installed.
-        guard !FileManager.default.fileExists(atPath: "/etc/fieldhal/fieldhal.toml") else { return }
-        let status = try await CLI.run(["status"])
-        #expect(status.status == 0 && status.stdout.hasPrefix("configuration: built-in fake kit"))
-    }
-
-    @Test func aSnapshotKilledMidWriteLeavesTheOldFileOrTheNew() async throws {
-        // SIGKILL a real `camera snap` at varying moments; the output path must always hold
-        // a complete JPEG (the first one, or a later one), never a torn file.
-        let output = scratch("killed.jpg")
-        let arguments = ["camera", "snap", "-o", output, "--width", "1600", "--height", "1200", "--config", CLI.exampleConfig]
-        #expect(try await CLI.run(arguments).status == 0)
-        let first = try Data(contentsOf: URL(fileURLWithPath: output))
-        for delay in stride(from: 50, through: 1250, by: 150) {
-            let process = Process()
-            process.executableURL = CLI.binary
-            process.arguments = arguments
-            process.environment = ["FIELDHAL_STATE_DIR": scratch("state")]
-            try process.run()
-            try await Task.sleep(for: .milliseconds(delay))
-            kill(process.processIdentifier, SIGKILL)
-            try await offPool { process.waitUntilExit() }
-            let now = try Data(contentsOf: URL(fileURLWithPath: output))
-            #expect(now.count == first.count && now.suffix(2) == Data([0xFF, 0xD9]), "after a kill at \(delay) ms")
+            let badPattern = try await CLI.run(["haptics", "play", "buzz"])
+            #expect(badPattern.status == 64)
         }
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())
-            .filter { $0.hasPrefix(".\(URL(fileURLWithPath: output).lastPathComponent).tmp") }
-        // A kill can leave a temporary file behind; it never replaces the output.
-        #expect(leftovers.count <= 9)
+    }
+
+    @Test(arguments: CLIWay.allCases)
+    func builtInFakeKitRunsWithNoConfiguration(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            // Only meaningful where no system configuration is installed.
+            guard !FileManager.default.fileExists(atPath: "/etc/fieldhal/fieldhal.toml") else { return }
+            let status = try await CLI.run(["status"])
+            #expect(status.status == 0 && status.stdout.hasPrefix("configuration: built-in fake kit"))
+        }
+    }
+
+    @Test(arguments: CLIWay.allCases)
+    func aSnapshotKilledMidWriteLeavesTheOldFileOrTheNew(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            // SIGKILL a real `camera snap` at varying moments; the output path must always hold
+            // a complete JPEG (the first one, or a later one), never a torn file.
+            let output = scratch("killed.jpg")
+            let arguments = ["camera", "snap", "-o", output, "--width", "1600", "--height", "1200", "--config", CLI.exampleConfig]
+            #expect(try await CLI.run(arguments).status == 0)
+            let first = try Data(contentsOf: URL(fileURLWithPath: output))
+            for delay in stride(from: 50, through: 1250, by: 150) {
+                let process = Process()
+                process.executableURL = CLI.binary
+                process.arguments = arguments
+                process.environment = ["FIELDHAL_STATE_DIR": scratch("state")]
+                try process.run()
+                try await Task.sleep(for: .milliseconds(delay))
+                kill(process.processIdentifier, SIGKILL)
+                try await offPool { process.waitUntilExit() }
+                let now = try Data(contentsOf: URL(fileURLWithPath: output))
+                #expect(now.count == first.count && now.suffix(2) == Data([0xFF, 0xD9]), "after a kill at \(delay) ms")
+            }
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())
+                .filter { $0.hasPrefix(".\(URL(fileURLWithPath: output).lastPathComponent).tmp") }
+            // A kill can leave a temporary file behind; it never replaces the output.
+            #expect(leftovers.count <= 9)
+        }
     }
 }

@@ -13,9 +13,15 @@ final class DaemonProcess: @unchecked Sendable {
     let started = ContinuousClock.now
 
     /// `command`: another streaming command to follow the same way (`gps watch`).
-    init(_ arguments: [String], command: [String] = ["run"]) throws {
+    init(_ arguments: [String], command: [String] = ["run"], environment extra: [String: String] = [:]) throws {
         process.executableURL = CLI.binary
         process.arguments = command + arguments
+        if !extra.isEmpty {
+            var environment = ProcessInfo.processInfo.environment
+            environment["FIELDHAL_CONFIG"] = nil
+            environment.merge(extra) { $1 }
+            process.environment = environment
+        }
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output

@@ -79,6 +79,19 @@ func waitForBackgroundRuns(_ state: String, timeout: Duration = .seconds(15)) as
     }
 }
 
+/// Waits until the lab server holds `count` evidence items and `state`'s queue holds none
+/// (no item, no upload in progress): the work after a sign-in is done, wherever it ran.
+func waitForEvidence(_ state: String, count: Int, on lab: SignInLab, timeout: Duration = .seconds(30)) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        let queue = (try? FileManager.default.contentsOfDirectory(atPath: state + "/evidence")) ?? []
+        let busy = queue.contains { $0.hasSuffix(".item") || $0.hasSuffix(".data") || $0.hasPrefix(".") }
+        if try lab.running.server.evidence().count >= count && !busy { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    Issue.record("the evidence for \(state) did not settle: \(try lab.running.server.evidence().count) of \(count) on the server")
+}
+
 /// What someone at the device could compare: every file under the state directory, with
 /// its size and mode (contents are sealed).
 func stateListing(_ root: String) throws -> [String] {
@@ -99,109 +112,124 @@ struct SignInCLITests {
     /// one — same stdout (but for the random session-id suffix, which differs between any
     /// two sessions), same stderr, exit status, files and timing — while the server gets
     /// its silent alert.
-    @Test func duressSignInIsIndistinguishableFromNormal() async throws {
-        let lab = try await SignInLab.start()
-        defer { Task { await lab.running.stop() } }
-        var normalTimes: [Duration] = [], duressTimes: [Duration] = []
-        var listings: [String: [String]] = [:]
-        for round in 0..<10 {
-            for (mode, pin) in [("normal", SignInLab.user.pin), ("duress", SignInLab.user.duress)] {
-                let state = try await lab.stateDirectory()
-                let (result, elapsed) = try await lab.signIn(pin, state: state)
-                #expect(result.status == 0, "\(mode): \(result.stderr)")
-                #expect(result.stderr.isEmpty, "\(mode) wrote to stderr: \(result.stderr)")
-                let masked = result.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
-                #expect(masked == "You're signed in.\nalice01 · session …XXXX\n", "\(mode): \(result.stdout)")
-                if round > 0 { (mode == "normal" ? { normalTimes.append(elapsed) } : { duressTimes.append(elapsed) })() }
-                try await waitForBackgroundRuns(state)
-                listings[mode] = try stateListing(state)
-                let session = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
-                #expect(session.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
-                        == "You're signed in.\nalice01 · session …XXXX\n")
+    @Test(arguments: CLIWay.allCases)
+    func duressSignInIsIndistinguishableFromNormal(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let lab = try await SignInLab.start()
+            defer { Task { await lab.running.stop() } }
+            var normalTimes: [Duration] = [], duressTimes: [Duration] = []
+            var listings: [String: [String]] = [:]
+            for round in 0..<10 {
+                for (mode, pin) in [("normal", SignInLab.user.pin), ("duress", SignInLab.user.duress)] {
+                    let state = try await lab.stateDirectory()
+                    let (result, elapsed) = try await lab.signIn(pin, state: state)
+                    #expect(result.status == 0, "\(mode): \(result.stderr)")
+                    #expect(result.stderr.isEmpty, "\(mode) wrote to stderr: \(result.stderr)")
+                    let masked = result.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
+                    #expect(masked == "You're signed in.\nalice01 · session …XXXX\n", "\(mode): \(result.stdout)")
+                    if round > 0 { (mode == "normal" ? { normalTimes.append(elapsed) } : { duressTimes.append(elapsed) })() }
+                    try await waitForBackgroundRuns(state)
+                    // Through a daemon the work after the sign-in runs in it: the evidence it
+                    // owes the server has arrived, and no item is left in its queue.
+                    try await waitForEvidence(state, count: 5 * (round + (mode == "duress" ? 1 : 0)), on: lab)
+                    listings[mode] = try stateListing(state)
+                    let session = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
+                    #expect(session.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
+                            == "You're signed in.\nalice01 · session …XXXX\n")
+                }
             }
+            #expect(listings["normal"] == listings["duress"], "files differ:\n\(listings)")
+            #expect(listings["normal"]?.allSatisfy { !$0.contains(" 644 ") && !$0.contains(" 755 ") } == true, "nothing readable by others")
+            // Timing: each duress run is paired with the normal run just before it, so that a
+            // loaded machine (other suites run in parallel) slows both sides of a pair alike.
+            let seconds = { (duration: Duration) in Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
+            let median = { (times: [Double]) in times.sorted()[times.count / 2] }
+            let normal = median(normalTimes.map(seconds)), duress = median(duressTimes.map(seconds))
+            let pairedDifference = median(zip(duressTimes, normalTimes).map { seconds($0 - $1) })
+            // Alone, the difference is a few milliseconds (docs/reliability.md); the bound is wide
+            // because the other suites load the machine meanwhile.
+            #expect(abs(pairedDifference) < max(0.050, 0.35 * normal),
+                    "median sign-in: normal \(normal) s, duress \(duress) s, median paired difference \(pairedDifference) s")
+            // The server side: one silent alert per duress sign-in, none for the normal ones.
+            let alerts = try lab.running.server.alerts(tenantKey: SignInLab.tenantKey)
+            #expect(alerts.count == 10, "\(alerts.count) alerts")
+            #expect(alerts.allSatisfy { $0.customerRef == "alice01" && $0.alertKind == "DURESS" && $0.geo != nil })
+            // Each duress sign-in's evidence arrived, finalized once per object: TEXT, NEARBY,
+            // PHOTO, AUDIO and VIDEO.
+            let evidence = try lab.running.server.evidence()
+            #expect(evidence.count == 10 * 5, "\(evidence.count) evidence records")
+            #expect(Set(evidence.map(\.incidentId)) == Set(alerts.map(\.alertId)), "incident = the alert")
+            #expect(Dictionary(grouping: evidence, by: \.kind).mapValues(\.count) == ["TEXT": 10, "NEARBY": 10, "PHOTO": 10, "AUDIO": 10, "VIDEO": 10])
+            print("stealth: median sign-in normal \(normal) s, duress \(duress) s, paired difference \(pairedDifference) s; files compared: \(listings["normal"]?.count ?? 0)")
         }
-        #expect(listings["normal"] == listings["duress"], "files differ:\n\(listings)")
-        #expect(listings["normal"]?.allSatisfy { !$0.contains(" 644 ") && !$0.contains(" 755 ") } == true, "nothing readable by others")
-        // Timing: each duress run is paired with the normal run just before it, so that a
-        // loaded machine (other suites run in parallel) slows both sides of a pair alike.
-        let seconds = { (duration: Duration) in Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18 }
-        let median = { (times: [Double]) in times.sorted()[times.count / 2] }
-        let normal = median(normalTimes.map(seconds)), duress = median(duressTimes.map(seconds))
-        let pairedDifference = median(zip(duressTimes, normalTimes).map { seconds($0 - $1) })
-        // Alone, the difference is a few milliseconds (docs/reliability.md); the bound is wide
-        // because the other suites load the machine meanwhile.
-        #expect(abs(pairedDifference) < max(0.050, 0.35 * normal),
-                "median sign-in: normal \(normal) s, duress \(duress) s, median paired difference \(pairedDifference) s")
-        // The server side: one silent alert per duress sign-in, none for the normal ones.
-        let alerts = try lab.running.server.alerts(tenantKey: SignInLab.tenantKey)
-        #expect(alerts.count == 10, "\(alerts.count) alerts")
-        #expect(alerts.allSatisfy { $0.customerRef == "alice01" && $0.alertKind == "DURESS" && $0.geo != nil })
-        // Each duress sign-in's evidence arrived, finalized once per object: TEXT, NEARBY,
-        // PHOTO, AUDIO and VIDEO.
-        let evidence = try lab.running.server.evidence()
-        #expect(evidence.count == 10 * 5, "\(evidence.count) evidence records")
-        #expect(Set(evidence.map(\.incidentId)) == Set(alerts.map(\.alertId)), "incident = the alert")
-        #expect(Dictionary(grouping: evidence, by: \.kind).mapValues(\.count) == ["TEXT": 10, "NEARBY": 10, "PHOTO": 10, "AUDIO": 10, "VIDEO": 10])
-        print("stealth: median sign-in normal \(normal) s, duress \(duress) s, paired difference \(pairedDifference) s; files compared: \(listings["normal"]?.count ?? 0)")
     }
 
-    @Test func failAndErrorMessagesAreTheSeedsWords() async throws {
-        let lab = try await SignInLab.start()
-        defer { Task { await lab.running.stop() } }
-        let state = try await lab.stateDirectory()
-        let (wrong, _) = try await lab.signIn("0000", state: state)
-        #expect(wrong.status == 77)
-        #expect(wrong.stderr == "fieldhal: Invalid credentials. Please try again.\n")
-        let (malformed, _) = try await lab.signIn("12", state: state)
-        #expect(malformed.status == 64)
-        let noKey = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", lab.config,
-                                       "--state-dir", scratch("no-key")], input: "2468\n")
-        #expect(noKey.status == 78)
-        #expect(noKey.stderr == "fieldhal: Configuration error. Please contact support.\n")
-        try lab.running.server.setSuspended(tenantKey: SignInLab.tenantKey, true)
-        let (suspended, _) = try await lab.signIn(SignInLab.user.pin, state: state)
-        #expect(suspended.status == 69)
-        #expect(suspended.stderr == "fieldhal: Service unavailable. Please contact support.\n")
-        await lab.running.stop()
-        let (offline, _) = try await lab.signIn(SignInLab.user.pin, state: state)
-        #expect(offline.status == 75)
-        #expect(offline.stderr == "fieldhal: Network error. Please check your connection.\n")
+    @Test(arguments: CLIWay.allCases)
+    func failAndErrorMessagesAreTheSeedsWords(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let lab = try await SignInLab.start()
+            defer { Task { await lab.running.stop() } }
+            let state = try await lab.stateDirectory()
+            let (wrong, _) = try await lab.signIn("0000", state: state)
+            #expect(wrong.status == 77)
+            #expect(wrong.stderr == "fieldhal: Invalid credentials. Please try again.\n")
+            let (malformed, _) = try await lab.signIn("12", state: state)
+            #expect(malformed.status == 64)
+            let noKey = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", lab.config,
+                                           "--state-dir", scratch("no-key")], input: "2468\n")
+            #expect(noKey.status == 78)
+            #expect(noKey.stderr == "fieldhal: Configuration error. Please contact support.\n")
+            try lab.running.server.setSuspended(tenantKey: SignInLab.tenantKey, true)
+            let (suspended, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+            #expect(suspended.status == 69)
+            #expect(suspended.stderr == "fieldhal: Service unavailable. Please contact support.\n")
+            await lab.running.stop()
+            let (offline, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+            #expect(offline.status == 75)
+            #expect(offline.stderr == "fieldhal: Network error. Please check your connection.\n")
+        }
     }
 
-    @Test func theEnvironmentChoosesTheBaseURL() async throws {
-        let config = scratch("env.toml")
-        try "[transrify]\nenvironment = \"production\"\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let missing = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
-        #expect(missing.status == 69)
-        #expect(missing.stderr.contains("no production_url for the production environment"), "\(missing.stderr)")
-        try "[transrify]\nenvironment = \"prod\"\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let wrong = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
-        #expect(wrong.status == 64)
-        #expect(wrong.stderr.contains("\"prod\" is not development, staging or production"))
-        try "[transrify]\nenvironment = \"staging\"\nstaging_url = \"http://127.0.0.1:9\"\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let state = scratch("env-state")
-        _ = try await CLI.run(["tenant", "set-key", "--key-stdin", "--config", config, "--state-dir", state], input: "k\n")
-        let shown = try await CLI.run(["tenant", "show", "--config", config, "--state-dir", state])
-        #expect(shown.stdout == "Tenant key …k stored; API http://127.0.0.1:9\n", "\(shown.stdout)\(shown.stderr)")
+    @Test(arguments: CLIWay.allCases)
+    func theEnvironmentChoosesTheBaseURL(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let config = scratch("env.toml")
+            try "[transrify]\nenvironment = \"production\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+            let missing = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
+            #expect(missing.status == 69)
+            #expect(missing.stderr.contains("no production_url for the production environment"), "\(missing.stderr)")
+            try "[transrify]\nenvironment = \"prod\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+            let wrong = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
+            #expect(wrong.status == 64)
+            #expect(wrong.stderr.contains("\"prod\" is not development, staging or production"))
+            try "[transrify]\nenvironment = \"staging\"\nstaging_url = \"http://127.0.0.1:9\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+            let state = scratch("env-state")
+            _ = try await CLI.run(["tenant", "set-key", "--key-stdin", "--config", config, "--state-dir", state], input: "k\n")
+            let shown = try await CLI.run(["tenant", "show", "--config", config, "--state-dir", state])
+            #expect(shown.stdout == "Tenant key …k stored; API http://127.0.0.1:9\n", "\(shown.stdout)\(shown.stderr)")
+        }
     }
 
-    @Test func signOutClearsAndVerifyKeepsOnNetworkErrors() async throws {
-        let lab = try await SignInLab.start()
-        let state = try await lab.stateDirectory()
-        let (signedIn, _) = try await lab.signIn(SignInLab.user.pin, state: state)
-        #expect(signedIn.status == 0)
-        try await waitForBackgroundRuns(state)
-        let verified = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
-        #expect(verified.status == 0, "\(verified.stderr)")
-        await lab.running.stop()
-        let offline = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
-        #expect(offline.status == 75, "Req 18.5: a network error keeps the session")
-        #expect(try await CLI.run(["session", "--config", lab.config, "--state-dir", state]).status == 0)
-        let out = try await CLI.run(["signout", "--config", lab.config, "--state-dir", state])
-        #expect(out.stdout == "Signed out.\n")
-        let after = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
-        #expect(after.status == 1)
-        #expect(!FileManager.default.fileExists(atPath: state + "/vault/transrify-session.sealed"))
+    @Test(arguments: CLIWay.allCases)
+    func signOutClearsAndVerifyKeepsOnNetworkErrors(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let lab = try await SignInLab.start()
+            let state = try await lab.stateDirectory()
+            let (signedIn, _) = try await lab.signIn(SignInLab.user.pin, state: state)
+            #expect(signedIn.status == 0)
+            try await waitForBackgroundRuns(state)
+            let verified = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
+            #expect(verified.status == 0, "\(verified.stderr)")
+            await lab.running.stop()
+            let offline = try await CLI.run(["session", "--verify", "--config", lab.config, "--state-dir", state])
+            #expect(offline.status == 75, "Req 18.5: a network error keeps the session")
+            #expect(try await CLI.run(["session", "--config", lab.config, "--state-dir", state]).status == 0)
+            let out = try await CLI.run(["signout", "--config", lab.config, "--state-dir", state])
+            #expect(out.stdout == "Signed out.\n")
+            let after = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
+            #expect(after.status == 1)
+            #expect(!FileManager.default.fileExists(atPath: state + "/vault/transrify-session.sealed"))
+        }
     }
 }
 

@@ -24,9 +24,20 @@ public struct CLI {
         }
     }
 
+    /// Called before each command `run` starts, with its arguments and extra environment;
+    /// returns the environment to run it with. The CLI suites that run both ways set it to
+    /// start a daemon for the command's kit first (CLITests' `eachWay`).
+    @TaskLocal public static var beforeEachCommand: (@Sendable (_ arguments: [String], _ environment: [String: String]) async throws -> [String: String])?
+
     /// Runs the binary on a thread of its own (tests must not block the cooperative pool).
     public static func run(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) async throws -> Result {
-        try await offPool { try runBlocking(arguments, environment: extra, input: input) }
+        let extra = try await beforeEachCommand?(arguments, extra) ?? extra
+        return try await offPool { try runBlocking(arguments, environment: extra, input: input) }
+    }
+
+    /// A fresh state directory of the kind `runBlocking` gives a command run without one.
+    public static func freshStateDirectory() -> String {
+        NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)"
     }
 
     /// Another program (ffprobe, a libnfc tool), the same way.
@@ -41,7 +52,7 @@ public struct CLI {
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["FIELDHAL_CONFIG"] = nil
-        environment["FIELDHAL_STATE_DIR"] = NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)"
+        environment["FIELDHAL_STATE_DIR"] = freshStateDirectory()
         environment.merge(extra) { $1 }
         process.environment = environment
         let out = Pipe(), err = Pipe()
