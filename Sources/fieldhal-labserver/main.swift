@@ -26,11 +26,15 @@ struct LabServerCommand: AsyncParsableCommand {
         @OptionGroup var options: Options
         @Option(help: "The address to listen on.") var host = "127.0.0.1"
         @Option(help: "The port (0: any free port, printed on start).") var port = 8787
+        @Option(help: "Seconds an alert stays in nearby answers (soaks raise thousands: keep it under the kits' 60 s debounce).")
+        var alertMaxAge: Int = 3600
 
         func run() async throws {
+            guard alertMaxAge > 0 else { throw ValidationError("--alert-max-age: at least 1 second") }
             var configuration = LabServer.Configuration(directory: options.directory)
             configuration.host = host
             configuration.port = port
+            configuration.alertMaxAge = .seconds(alertMaxAge)
             let server = try LabServer(configuration)
             try await server.run { port in
                 // Unbuffered: scripts wait for this line on a pipe.

@@ -145,6 +145,17 @@ class FieldHAL:
     def evidence(self) -> dict:
         return self._json("evidence")
 
+    def capture_evidence(self, kind: str, text: str | None = None, seconds: int | None = None,
+                         incident_id: str | None = None) -> dict:
+        """PHOTO, AUDIO, VIDEO, TEXT (with text) or NEARBY, captured with the daemon's devices
+        into its sealed queue: the item as `evidence` lists it."""
+        return self._json("evidence", body=_without_none({"kind": kind, "text": text, "seconds": seconds,
+                                                          "incidentId": incident_id}))
+
+    def flush_evidence(self) -> dict:
+        """Uploads what the user queued now: {"uploaded", "remaining", "errors"}."""
+        return self._json("evidence/flush", body={})
+
     # The flows. A PIN goes only over the daemon's socket: never put one on a command line.
 
     def unlock(self, pin: str) -> dict:
