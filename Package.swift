@@ -26,6 +26,9 @@ let package = Package(
     name: "FieldHAL",
     platforms: [.macOS(.v15)],
     products: [
+        // Installed as `fieldhal`: answers the commands a running daemon serves, and hands
+        // every other command to the whole CLI (installed as libexec/fieldhal/fieldhal).
+        .executable(name: "fieldhal-front", targets: ["fieldhal-front"]),
         .executable(name: "fieldhal", targets: ["fieldhal"]),
         .executable(name: "fieldhal-labserver", targets: ["fieldhal-labserver"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
@@ -170,10 +173,25 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // What both command-line programs share: options, the commands the front serves
+        // (names, help, output), exit codes, and a blocking one-call client of the API.
+        .target(
+            name: "FieldHALCommandLine",
+            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSwift
+        ),
+        // The front: no backend, no HTTP stack, no event loop (its start is every script's cost).
+        .executableTarget(
+            name: "fieldhal-front",
+            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALCommandLine",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSwift
+        ),
         .executableTarget(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
+                "FieldHALCommandLine",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -189,7 +207,7 @@ let package = Package(
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
@@ -203,7 +221,7 @@ let package = Package(
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

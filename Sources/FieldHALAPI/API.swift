@@ -27,6 +27,20 @@ public enum FieldHALAPI {
     /// event stream's latency).
     static let timeStyle = Date.ISO8601FormatStyle.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)
 
+    /// The request target of route `name` (`/v1/name?query`), as every client writes it.
+    public static func route(_ name: String, query: [(String, String)] = []) -> String {
+        var components = URLComponents()
+        components.path = "/\(version)/\(name)"
+        if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
+        return components.string ?? components.path
+    }
+
+    /// A wait in the API's unit (whole milliseconds, as `timeout_ms` and `timeoutMs` take it).
+    public static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
     public static var decoder: JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in

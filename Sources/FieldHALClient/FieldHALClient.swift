@@ -294,10 +294,7 @@ public struct FieldHALClient: Sendable {
     // MARK: Transport
 
     private func route(_ name: String, query: [(String, String)] = []) -> String {
-        var components = URLComponents()
-        components.path = "/\(FieldHALAPI.version)/\(name)"
-        if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
-        return components.string ?? components.path
+        FieldHALAPI.route(name, query: query)
     }
 
     private func get<T: Decodable>(_ name: String, query: [(String, String)] = [], waiting: Duration = .zero, as type: T.Type) async throws -> T {
@@ -435,8 +432,5 @@ struct ServerSentEvents {
 }
 
 extension Duration {
-    fileprivate var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
+    fileprivate var milliseconds: Int64 { FieldHALAPI.milliseconds(self) }
 }

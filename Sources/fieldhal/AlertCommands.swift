@@ -6,6 +6,7 @@ import FieldHALFlows
 import Foundation
 import Transrify
 import TransrifyAlertChannel
+import FieldHALCommandLine
 
 extension Environment {
     /// `[transrify] alert_radius_meters` / `alert_poll_interval_ms`, overridden by the

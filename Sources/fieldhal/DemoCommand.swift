@@ -4,6 +4,7 @@ import FieldHALFlows
 import FieldHALVault
 import Foundation
 import Transrify
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALAPI
+import FieldHALCommandLine
 import Foundation
 
 struct CameraCommand: AsyncParsableCommand {
@@ -126,70 +127,16 @@ struct MicCommand: AsyncParsableCommand {
 }
 
 struct SoundCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "sound", abstract: "Play the alert sounds.", subcommands: [Play.self])
-
-    struct Play: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a sound through the [speaker]: \(SoundClip.names.joined(separator: ", ")).")
-        @OptionGroup var global: GlobalOptions
-        @Argument(help: "The sound.") var sound = "soft-alert"
-
-        func execute(_ environment: Environment) async throws {
-            let clip = try APISoundPlay(sound: sound).clip()
-            // Through the daemon when it runs (it holds the speaker), else here.
-            var played = try await environment.throughDaemon { try await $0.playSound(sound) }
-            if played == nil {
-                try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
-                played = APISoundPlayed(clip)
-            }
-            guard let report = played else { return }
-            try Output.emit(report, json: global.json) { "played \(report.sound) (\(report.milliseconds) ms)" }
-        }
-    }
+    static let configuration = CommandConfiguration(commandName: "sound", abstract: "Play the alert sounds.", subcommands: [SoundPlayCommand.self])
 }
 
 struct HapticsCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "haptics", abstract: "Play vibration patterns.", subcommands: [Play.self])
-
-    struct Play: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a named pattern: success, warning, error, light, medium or heavy.")
-        @OptionGroup var global: GlobalOptions
-        @Argument(help: "The pattern.") var pattern: String
-
-        func execute(_ environment: Environment) async throws {
-            let named = try APIHapticsPlay(pattern: pattern).named()
-            // Through the daemon when it runs (it holds the haptics), else here.
-            var played = try await environment.throughDaemon { try await $0.playHaptics(pattern) }
-            if played == nil {
-                try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
-                played = APIHapticsPlayed(pattern, named)
-            }
-            guard let report = played else { return }
-            try Output.emit(report, json: global.json) { "played \(report.pattern) (\(report.steps) steps, \(report.milliseconds) ms)" }
-        }
-    }
+    static let configuration = CommandConfiguration(commandName: "haptics", abstract: "Play vibration patterns.", subcommands: [HapticsPlayCommand.self])
 }
 
 struct BioCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bio", abstract: "Fingerprint sensor.",
-                                                    subcommands: [Status.self, Verify.self, Enroll.self])
-
-    struct Status: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(commandName: "status", abstract: "Show whether a sensor is present and which fingers are enrolled.")
-        @OptionGroup var global: GlobalOptions
-
-        func execute(_ environment: Environment) async throws {
-            var availability = try await environment.throughDaemon { try await $0.biometrics() }
-            if availability == nil {
-                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
-            }
-            guard let availability else { return }
-            try Output.emit(availability, json: global.json) {
-                guard availability.hasSensor else { return "no sensor" }
-                return availability.enrolledFingers.isEmpty ? "sensor present, no fingers enrolled"
-                    : "sensor present; enrolled: " + availability.enrolledFingers.map(\.rawValue).joined(separator: ", ")
-            }
-        }
-    }
+                                                    subcommands: [BioStatusCommand.self, Verify.self, Enroll.self])
 
     struct Verify: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
@@ -256,5 +203,50 @@ struct BioCommand: AsyncParsableCommand {
                 try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().enroll(chosen, progress: show) }
             }
         }
+    }
+}
+
+extension SoundPlayCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
+
+    func execute(_ environment: Environment) async throws {
+        let clip = try APISoundPlay(sound: sound).clip()
+        // Through the daemon when it runs (it holds the speaker), else here.
+        var played = try await environment.throughDaemon { try await $0.playSound(sound) }
+        if played == nil {
+            try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
+            played = APISoundPlayed(clip)
+        }
+        guard let played else { return }
+        try emit(played)
+    }
+}
+
+extension HapticsPlayCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
+
+    func execute(_ environment: Environment) async throws {
+        let named = try APIHapticsPlay(pattern: pattern).named()
+        // Through the daemon when it runs (it holds the haptics), else here.
+        var played = try await environment.throughDaemon { try await $0.playHaptics(pattern) }
+        if played == nil {
+            try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
+            played = APIHapticsPlayed(pattern, named)
+        }
+        guard let played else { return }
+        try emit(played)
+    }
+}
+
+extension BioStatusCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
+
+    func execute(_ environment: Environment) async throws {
+        var availability = try await environment.throughDaemon { try await $0.biometrics() }
+        if availability == nil {
+            availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+        }
+        guard let availability else { return }
+        try emit(availability)
     }
 }

@@ -4,6 +4,7 @@ import FieldHALAPI
 import FieldHALFlows
 import Foundation
 import Transrify
+import FieldHALCommandLine
 
 struct EvidenceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

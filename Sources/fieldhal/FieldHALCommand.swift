@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALPlugins
 import Foundation
 

@@ -2,68 +2,12 @@ import ArgumentParser
 import FieldHAL
 import FieldHALAPI
 import FieldHALClient
+import FieldHALCommandLine
 import Foundation
 
 struct GPSCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "gps", abstract: "Read the location.",
-                                                    subcommands: [Fix.self, Watch.self])
-
-    struct Fix: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(
-            commandName: "fix",
-            abstract: "Print the current fix: the first of the wanted quality within the timeout, else a recent cached one.",
-            discussion: "With a daemon answering on the configuration's [api] socket (and --timeout up to 60 s), the daemon's receiver answers: it is warm, so a recent fix comes at once.")
-        @OptionGroup var global: GlobalOptions
-        @Option(help: "Seconds to wait for a live fix.") var timeout: Double = 5
-        @Option(help: "Oldest cached fix to fall back to, in seconds (0: never use the cache).") var maxAge: Double = 300
-        @Option(help: "Worst horizontal accuracy accepted, in metres.") var accuracy: Double?
-
-        func execute(_ environment: Environment) async throws {
-            let request = FixRequest(timeout: try duration(seconds: timeout, option: "--timeout"),
-                                     maxAge: maxAge > 0 ? try duration(seconds: maxAge, option: "--max-age") : nil,
-                                     requiredAccuracy: accuracy)
-            let reading: LocationReading
-            if fitsTheAPI(request), let served = try await environment.throughDaemon({ daemon in
-                try await Self.fix(request, from: daemon)
-            }) {
-                // The daemon's receiver is warm: a recent fix comes from its cache at once.
-                reading = served
-            } else {
-                reading = try await environment.withKit(for: .location) { kit in
-                    try await kit.location().currentFix(request)
-                }
-            }
-            try Output.emit(reading, json: global.json) { describe(reading) }
-        }
-
-        /// The API takes waits up to 60 s and cache ages up to a day; a command asking for more
-        /// opens the receiver itself (gpsd shares it; a daemon's fake receiver is its own).
-        func fitsTheAPI(_ request: FixRequest) -> Bool {
-            request.timeout <= .seconds(60) && (request.maxAge ?? .zero) <= .seconds(86_400)
-        }
-
-        static func fix(_ request: FixRequest, from daemon: FieldHALClient) async throws -> LocationReading {
-            do {
-                return try await daemon.location(timeout: request.timeout, maxAge: request.maxAge, accuracy: request.requiredAccuracy)
-            } catch var problem as APIProblem where problem.kind == FieldHALError.Kind.noFix.rawValue {
-                // The daemon's advice names the API's parameters; this command has flags.
-                problem.advice = Self.noFixAdvice
-                throw problem
-            }
-        }
-
-        /// What the core advises when no fix comes, in the CLI's words.
-        static let noFixAdvice = "check the antenna has a view of the sky, or raise --timeout / --max-age"
-
-        func describe(_ reading: LocationReading) -> String {
-            let fix = reading.fix
-            var text = String(format: "%.6f, %.6f", fix.latitude ?? 0, fix.longitude ?? 0)
-            if let accuracy = fix.horizontalAccuracy { text += String(format: " ±%.1f m", accuracy) }
-            if let altitude = fix.altitude { text += String(format: ", altitude %.1f m", altitude) }
-            text += " (\(fix.mode.rawValue), \(reading.source.rawValue), \(String(format: "%.1f", reading.age)) s old)"
-            return text
-        }
-    }
+                                                    subcommands: [GPSFixCommand.self, Watch.self])
 
     struct Watch: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
@@ -104,6 +48,34 @@ struct GPSCommand: AsyncParsableCommand {
             try await environment.withKit(for: .location) { kit in
                 for try await fix in try kit.location().watch() where try show(fix) { break }
             }
+        }
+    }
+}
+
+extension GPSFixCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
+
+    func execute(_ environment: Environment) async throws {
+        let request = try request()
+        let reading: LocationReading
+        if Self.fitsTheAPI(request), let served = try await environment.throughDaemon({ daemon in
+            try await Self.fix(request, from: daemon)
+        }) {
+            // The daemon's receiver is warm: a recent fix comes from its cache at once.
+            reading = served
+        } else {
+            reading = try await environment.withKit(for: .location) { kit in
+                try await kit.location().currentFix(request)
+            }
+        }
+        try emit(reading)
+    }
+
+    static func fix(_ request: FixRequest, from daemon: FieldHALClient) async throws -> LocationReading {
+        do {
+            return try await daemon.location(timeout: request.timeout, maxAge: request.maxAge, accuracy: request.requiredAccuracy)
+        } catch let problem as APIProblem {
+            throw inTheCommandsWords(problem)
         }
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALClient
+import FieldHALCommandLine
 import FieldHALPlugins
 
 struct PluginsCommand: FieldHALSubcommand {
@@ -32,17 +33,8 @@ struct PluginsCommand: FieldHALSubcommand {
     }
 }
 
-struct StatusCommand: FieldHALSubcommand {
-    static let configuration = CommandConfiguration(
-        commandName: "status",
-        abstract: "Load the kit and show, per capability, its plugin and device, or why it is unavailable.")
-    @OptionGroup var global: GlobalOptions
-
-    struct Report: Encodable {
-        let configuration: String
-        let stateDirectory: String
-        let capabilities: [CapabilityStatus]
-    }
+extension StatusCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
 
     func execute(_ environment: Environment) async throws {
         // With a daemon, its view: it holds the devices, so a kit loaded here would find the
@@ -55,23 +47,7 @@ struct StatusCommand: FieldHALSubcommand {
             capabilities = kit.statuses
             await kit.close()
         }
-        let report = Report(configuration: environment.configuration.file, stateDirectory: environment.stateDirectory.path,
-                            capabilities: capabilities)
-        try Output.emit(report, json: global.json) {
-            var lines = ["configuration: \(report.configuration)", "state: \(report.stateDirectory)"]
-            let width = Capability.allCases.map(\.rawValue.count).max()!
-            for status in report.capabilities {
-                let name = status.capability.rawValue.padding(toLength: width, withPad: " ", startingAt: 0)
-                switch status.state {
-                case .available:
-                    lines.append("\(name)  available    \(status.plugin ?? "?")  \(status.device ?? "")")
-                case .unavailable:
-                    lines.append("\(name)  UNAVAILABLE  \(status.reason ?? "")")
-                case .notConfigured:
-                    lines.append("\(name)  not loaded   \(status.reason ?? "")")
-                }
-            }
-            return lines.joined(separator: "\n")
-        }
+        try emit(Report(configuration: environment.configuration.file, stateDirectory: environment.stateDirectory.path,
+                        capabilities: capabilities))
     }
 }

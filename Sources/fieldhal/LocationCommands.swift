@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALVault
 import Foundation
+import FieldHALCommandLine
 
 /// `[location_sharing]`: how long a received location stays acceptable, and the people
 /// this kit shares with, each with an optional fuzz (seed 001's per-friend privacy rule).
@@ -90,7 +91,7 @@ struct LocationCommand: AsyncParsableCommand {
                 let request = FixRequest(timeout: try duration(seconds: timeout, option: "--timeout"))
                 // The daemon's warm receiver when one answers, as `gps fix`.
                 let served = request.timeout <= .seconds(60)
-                    ? try await environment.throughDaemon { try await GPSCommand.Fix.fix(request, from: $0) } : nil
+                    ? try await environment.throughDaemon { try await GPSFixCommand.fix(request, from: $0) } : nil
                 let reading: LocationReading
                 if let served {
                     reading = served

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALAPI
+import FieldHALCommandLine
 import FieldHALClient
 import FieldHALLock
 import FieldHALVault
@@ -52,7 +53,7 @@ struct LockCommand: AsyncParsableCommand {
         hour). Three failed fingerprints pause the sensor for 15 minutes; the PIN still works. \
         Counters survive restarts.
         """,
-        subcommands: [Setup.self, Unlock.self, Status.self, Settings.self, Reset.self])
+        subcommands: [Setup.self, Unlock.self, LockStatusCommand.self, Settings.self, Reset.self])
 
     struct Setup: FieldHALSubcommand {
         static let configuration = CommandConfiguration(commandName: "setup", abstract: "Set the PIN (4–6 digits), and optionally a duress PIN and the fingerprint.")
@@ -169,21 +170,6 @@ struct LockCommand: AsyncParsableCommand {
         }
     }
 
-    struct Status: FieldHALSubcommand {
-        static let configuration = CommandConfiguration(commandName: "status", abstract: "Show whether the kit is locked, and any pause on attempts.")
-        @OptionGroup var global: GlobalOptions
-
-        func execute(_ environment: Environment) async throws {
-            // With a daemon, its answer: the state directory may be the service user's alone.
-            if let served = try await environment.throughDaemon({ try await $0.lock() }) {
-                try Output.emit(served, json: global.json) { served.message }
-                return
-            }
-            let status = try environment.lockService().status()
-            try Output.emit(status, json: global.json) { status.message }
-        }
-    }
-
     struct Settings: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
             commandName: "settings",
@@ -286,5 +272,18 @@ struct AuditCommand: AsyncParsableCommand {
                                     detail: "line \(line): \(reason)", advice: "the log was altered; keep a copy for investigation")
             }
         }
+    }
+}
+
+extension LockStatusCommand: FieldHALSubcommand {
+    public func run() async throws { try await runReportingFailures() }
+
+    func execute(_ environment: Environment) async throws {
+        // With a daemon, its answer: the state directory may be the service user's alone.
+        if let served = try await environment.throughDaemon({ try await $0.lock() }) {
+            try emit(served)
+            return
+        }
+        try emit(APILockStatus(try environment.lockService().status()))
     }
 }

@@ -1,67 +1,13 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALAPI
+import FieldHALCommandLine
 import FieldHALServer
 import FieldHALFlows
 import Transrify
 import FieldHALPlugins
 import FieldHALVault
 import Foundation
-
-/// Options every command takes.
-struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "file"))
-    var config: String?
-
-    @Option(name: .long, help: ArgumentHelp("State directory (default /var/lib/fieldhal).", valueName: "dir"))
-    var stateDir: String?
-
-    @Flag(name: .long, help: "Print the result as JSON.")
-    var json = false
-}
-
-/// The embedded fake kit, used when no configuration file is given or installed.
-enum BuiltinConfiguration {
-    static let label = "built-in fake kit"
-    static let text = """
-    [kit]
-    name = "fake kit"
-
-    [gps]
-    plugin = "fake"
-    interval_ms = 1000
-    track = [
-      { lat = 52.520008, lon = 13.404954, alt = 34.0, acc = 4.5, vacc = 6.0, speed = 1.2, course = 90.0, sats = 9 },
-      { lat = 52.520020, lon = 13.405100, alt = 34.2, acc = 4.0, vacc = 6.0, speed = 1.3, course = 88.0, sats = 9 },
-    ]
-
-    [nfc]
-    plugin = "fake"
-    tags = [ { type = "ntag213", uid = "04:A1:B2:C3:D4:E5:F6", text = "trf:duress:demo-alert-1" } ]
-
-    [nfc_emulator]
-    plugin = "fake"
-
-    [camera]
-    plugin = "fake"
-
-    [microphone]
-    plugin = "fake"
-    realtime = false
-
-    [speaker]
-    plugin = "fake"
-    realtime = false
-
-    [haptics]
-    plugin = "fake"
-    realtime = false
-
-    [biometrics]
-    plugin = "fake"
-    outcomes = ["match"]
-    """
-}
 
 /// The configuration, state directory and kit a command runs with.
 struct Environment {
@@ -72,11 +18,8 @@ struct Environment {
     init(_ options: GlobalOptions) throws {
         let environment = ProcessInfo.processInfo.environment
         registry = BuiltinPlugins.registry
-        let path = options.config ?? environment["FIELDHAL_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
-        if let path {
+        if let path = CommandLineConfiguration.file(flag: options.config, environment: environment) {
             configuration = try KitConfiguration.load(path: path, registry: registry, settings: Self.settings)
-        } else if FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) {
-            configuration = try KitConfiguration.load(path: KitConfiguration.defaultPath, registry: registry, settings: Self.settings)
         } else {
             configuration = try KitConfiguration.parse(BuiltinConfiguration.text, file: BuiltinConfiguration.label,
                                                        directory: FileManager.default.currentDirectoryPath, registry: registry,
@@ -107,33 +50,6 @@ struct Environment {
         let result = await Result(catching: { try await body(kit) })
         await kit.close()
         return try result.get()
-    }
-}
-
-/// Prints results as text or JSON, and failures as one line on stderr.
-enum Output {
-    /// One line at once, unbuffered, for a command that streams while something happens; a
-    /// reader that went away (`| head`: EPIPE) ends the command quietly, as `yes | head` does.
-    static func streamLine(_ line: String) {
-        do {
-            try FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
-        } catch {
-            exit(0)
-        }
-    }
-
-    /// `streaming`: one of many values a command prints as they happen, written at once.
-    static func emit<T: Encodable>(_ value: T, json: Bool, streaming: Bool = false, text: () -> String) throws {
-        let line: String
-        if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            encoder.dateEncodingStrategy = .iso8601
-            line = String(decoding: try encoder.encode(value), as: UTF8.self)
-        } else {
-            line = text()
-        }
-        if streaming { streamLine(line) } else { print(line) }
     }
 }
 
@@ -174,32 +90,14 @@ struct CommandFailure: Error, CustomStringConvertible {
             default: 1
             }
         case let error as FieldHALError:
-            exitCode = Self.exitCode(error.kind)
+            exitCode = ExitStatus.code(error.kind)
         case let problem as APIProblem:
-            // The daemon's answer to a command it served: the same codes as the error itself.
-            exitCode = switch problem.kind {
-            case APIProblem.forbidden, APIProblem.invalidCredentials: 77
-            case APIProblem.rateLimited, APIProblem.network: 75
-            case APIProblem.configuration: 78
-            case APIProblem.suspended: 69
-            case APIProblem.failed: 1
-            default: FieldHALError.Kind(rawValue: problem.kind).map(Self.exitCode) ?? 69
-            }
+            exitCode = ExitStatus.code(problem)
         default:
             exitCode = 1
         }
         self.description = description
         self.exitCode = exitCode
-    }
-
-    static func exitCode(_ kind: FieldHALError.Kind) -> Int32 {
-        switch kind {
-        case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
-        case .timeout, .noFix: 75
-        case .invalidArgument: 64
-        case .malformedData, .stale: 65
-        default: 1
-        }
     }
 }
 
@@ -212,7 +110,7 @@ func reportingFailures(_ body: () async throws -> Void) async throws {
         throw status
     } catch {
         let failure = CommandFailure(error)
-        FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
+        Output.failure(failure.description)
         throw ExitCode(failure.exitCode)
     }
 }
@@ -224,7 +122,11 @@ protocol FieldHALSubcommand: AsyncParsableCommand {
 }
 
 extension FieldHALSubcommand {
-    func run() async throws {
+    func run() async throws { try await runReportingFailures() }
+
+    /// The body of `run()`. The commands shared with fieldhal-front are public types, whose
+    /// `run()` must be public too: they call this from their own.
+    func runReportingFailures() async throws {
         do {
             try await execute(try Environment(global))
         } catch let error as CleanExit {
@@ -233,17 +135,10 @@ extension FieldHALSubcommand {
             throw status  // the command already said what happened
         } catch {
             let failure = CommandFailure(error)
-            FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
+            Output.failure(failure.description)
             throw ExitCode(failure.exitCode)
         }
     }
-}
-
-func duration(seconds: Double, option: String) throws -> Duration {
-    guard seconds.isFinite, seconds > 0, seconds <= 86_400 else {
-        throw FieldHALError(.invalidArgument, subject: option, detail: "must be between 0 and 86400 seconds, got \(seconds)")
-    }
-    return .milliseconds(Int((seconds * 1000).rounded()))
 }
 
 extension String {

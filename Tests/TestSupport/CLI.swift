@@ -2,13 +2,21 @@ import Foundation
 
 /// Runs the built `fieldhal` binary, as a technician would.
 public struct CLI {
-    public static let binary: URL = {
-        // The test bundle sits beside the products of the same build.
+    /// `fieldhal` as installed: the front (`fieldhal-front`), which answers the daemon's
+    /// commands itself and hands every other command to the whole CLI beside it. Every CLI
+    /// test goes through it, so that both programs are what the tests test.
+    public static let binary: URL = products.appendingPathComponent("fieldhal-front")
+
+    /// The whole CLI (installed as `libexec/fieldhal/fieldhal`).
+    public static let wholeBinary: URL = products.appendingPathComponent("fieldhal")
+
+    /// The build's products directory: the test bundle sits beside the products of the same build.
+    public static let products: URL = {
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("fieldhal").path), directory.path != "/" {
             directory.deleteLastPathComponent()
         }
-        return directory.appendingPathComponent("fieldhal")
+        return directory
     }()
 
     public static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

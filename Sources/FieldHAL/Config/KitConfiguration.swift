@@ -86,6 +86,23 @@ public struct KitConfiguration: Sendable {
         return configuration
     }
 
+    /// The tables that are not capabilities (`[kit]`, `[api]`, …), read but not checked: for
+    /// a program that only needs a setting or two and must not pay for the plugin registry
+    /// (`fieldhal-front` finding the daemon's socket). Anything else checks with `parse`.
+    public static func settingTables(_ text: String, file: String) throws(ConfigError) -> [String: PluginParameters] {
+        let root: [String: ConfigValue]
+        do {
+            root = ConfigValue.convert(try TOMLTable(string: text))
+        } catch {
+            throw ConfigError(file: file, message: "not valid TOML: \(error)")
+        }
+        var tables: [String: PluginParameters] = [:]
+        for (key, value) in root where Capability(rawValue: key) == nil {
+            if case .table(let table) = value { tables[key] = PluginParameters(table) }
+        }
+        return tables
+    }
+
     /// The configured state directory, if the file sets one.
     public var stateDirectory: String? { settings["kit"]?.string("state_dir") }
 }

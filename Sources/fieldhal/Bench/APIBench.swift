@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALAPI
 import FieldHALClient
 import Foundation
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,6 +22,8 @@ struct APIBench: AsyncParsableCommand {
         installed) and `python3 examples/python/fieldhal_api.py status`, each a process per \
         call, as a shell script would; POST /v1/nfc/read through the Swift client against \
         spawning `fieldhal nfc read --json` without a daemon (the only way before the API); \
+        `fieldhal status`, `nfc read` and `lock status` through the daemon from the front \
+        (fieldhal-front, installed as fieldhal) against the whole CLI and curl; \
         then the daemon's CPU and resident memory over a few seconds with one, then \
         --watchers, clients following fix events, all fed by one location watch.
         """)
@@ -55,6 +58,9 @@ struct APIBench: AsyncParsableCommand {
         var statusRatioVsCurl: Double?
         var statusRatioVsPython: Double
         var tagReadRatioVsSpawnedCLI: Double
+        /// `fieldhal status` through the daemon from the front, against curl and the whole CLI.
+        var frontStatusRatioVsCurl: Double?
+        var frontStatusRatioVsWholeCLI: Double?
         var loads: [Load]
         var daemonRSSKiBAtStart, daemonRSSKiBAtEnd: Int
     }
@@ -108,6 +114,18 @@ struct APIBench: AsyncParsableCommand {
         latencies.append(Latency("fieldhal nfc read, spawned, through the daemon", served))
         let version = try await spawned(toolRuns, executable, ["--version"])
         latencies.append(Latency("fieldhal --version, spawned", version))
+        let wholeStatus = try await spawned(toolRuns, executable, ["status", "--config", daemonConfig, "--state-dir", directory + "/client"])
+        latencies.append(Latency("fieldhal status, whole CLI, through the daemon", wholeStatus))
+        // The front, as installed as `fieldhal`: the daemon's commands without the whole CLI's start.
+        var frontStatus: [Double]?
+        if let front = Self.front() {
+            frontStatus = try await spawned(toolRuns, front, ["status", "--config", daemonConfig, "--state-dir", directory + "/client"])
+            latencies.append(Latency("fieldhal status, front, through the daemon", frontStatus!))
+            latencies.append(Latency("fieldhal nfc read, front, through the daemon",
+                                     try await spawned(toolRuns, front, ["nfc", "read", "--json", "--config", daemonConfig, "--state-dir", directory + "/client"])))
+            latencies.append(Latency("fieldhal lock status, front, through the daemon",
+                                     try await spawned(toolRuns, front, ["lock", "status", "--config", daemonConfig, "--state-dir", directory + "/client"])))
+        }
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/nfc-list") {
             // What a libnfc user's tool costs to start (no device here: it lists none).
             latencies.append(Latency("nfc-list, spawned (no device)", try await spawned(toolRuns, "/usr/bin/nfc-list", [], anyStatus: true)))
@@ -121,7 +139,9 @@ struct APIBench: AsyncParsableCommand {
         let report = Report(machine: GPSBench.machine, latencies: latencies,
                             statusRatioVsCurl: curl.map { median(status) / median($0) },
                             statusRatioVsPython: median(status) / median(python),
-                            tagReadRatioVsSpawnedCLI: median(read) / median(cli), loads: loads,
+                            tagReadRatioVsSpawnedCLI: median(read) / median(cli),
+                            frontStatusRatioVsCurl: frontStatus.flatMap { front in curl.map { median(front) / median($0) } },
+                            frontStatusRatioVsWholeCLI: frontStatus.map { median($0) / median(wholeStatus) }, loads: loads,
                             daemonRSSKiBAtStart: rssAtStart, daemonRSSKiBAtEnd: Self.rssKiB(of: daemon.pid))
         func format(_ value: Double) -> String { String(format: "%.2f", value) }
         try Output.emit(report, json: json) {
@@ -132,6 +152,8 @@ struct APIBench: AsyncParsableCommand {
             if let ratio = report.statusRatioVsCurl { lines.append("  ratio status: Swift client / curl          \(format(ratio))") }
             lines.append("  ratio status: Swift client / python3       \(format(report.statusRatioVsPython))")
             lines.append("  ratio tag read: API / spawned CLI          \(format(report.tagReadRatioVsSpawnedCLI))")
+            if let ratio = report.frontStatusRatioVsCurl { lines.append("  ratio status: front / curl                 \(format(ratio))") }
+            if let ratio = report.frontStatusRatioVsWholeCLI { lines.append("  ratio status: front / whole CLI            \(format(ratio))") }
             lines.append("daemon under fix-event clients (\(seconds) s each):")
             for load in report.loads {
                 lines.append("  \(load.watchers) client(s): CPU \(format(load.daemonCPUPercent)) %, RSS \(load.daemonRSSKiB) KiB, \(load.fixesReceived) fixes delivered")
@@ -204,6 +226,15 @@ struct APIBench: AsyncParsableCommand {
         let rss = Self.rssKiB(of: pid)
         for client in clients { client.cancel() }
         return Load(watchers: count, daemonCPUPercent: cpu / elapsed * 100, daemonRSSKiB: rss, fixesReceived: received.value)
+    }
+
+    /// The front beside this binary: `fieldhal-front` in a build directory, `bin/fieldhal`
+    /// for an installed `libexec/fieldhal/fieldhal`.
+    static func front() -> String? {
+        guard let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
+        let directory = (me as NSString).deletingLastPathComponent
+        let installed = ((directory as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent + "/bin/fieldhal"
+        return [directory + "/fieldhal-front", installed].first { FileManager.default.isExecutableFile(atPath: $0) && $0 != me }
     }
 
     static func rssKiB(of pid: Int32) -> Int {

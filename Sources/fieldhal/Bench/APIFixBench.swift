@@ -4,6 +4,7 @@ import FieldHALAPI
 import FieldHALClient
 import FieldHALPlugins
 import Foundation
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -4,6 +4,7 @@ import FieldHALFlows
 import Foundation
 import Transrify
 import TransrifyAlertChannel
+import FieldHALCommandLine
 
 /// `fieldhal bench alerts`: how long from a duress alert leaving kit A to the banner on kit
 /// B, over the WebSocket channel and by polling, against a private lab server. The baseline

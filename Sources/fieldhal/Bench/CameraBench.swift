@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALPlugins
 import Foundation
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

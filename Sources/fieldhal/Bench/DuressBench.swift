@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALLock
 import FieldHALVault
 import Foundation
+import FieldHALCommandLine
 
 /// `fieldhal bench duress`: does a duress unlock take the time a normal unlock takes? Two
 /// throwaway kits in a temporary directory, set up alike; unlocks alternate between the

@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALFlows
 import FieldHALVault
 import Foundation
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,6 @@
 import FieldHAL
 import Foundation
+import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

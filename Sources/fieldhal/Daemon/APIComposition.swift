@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALAPI
 import FieldHALClient
+import FieldHALCommandLine
 import FieldHALFlows
 import FieldHALLock
 import FieldHALServer
@@ -14,7 +15,7 @@ import Glibc
 extension Environment {
     /// `[api] socket`, else `api.sock` in the state directory.
     var apiSocketPath: String {
-        configuration.settings["api"]?.string("socket") ?? stateDirectory.path + "/api.sock"
+        CommandLineConfiguration.apiSocket(settings: configuration.settings, stateDirectory: stateDirectory)
     }
 
     /// Who may use the API: checked when the daemon starts and on every reload, so that a

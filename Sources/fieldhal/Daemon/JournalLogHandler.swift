@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import FieldHALCommandLine
 
 /// swift-log to the systemd journal through standard output: one line per message with the
 /// syslog priority as a `<N>` prefix (sd-daemon(3)), which journald turns into the entry's

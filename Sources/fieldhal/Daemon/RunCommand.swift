@@ -9,6 +9,7 @@ import Logging
 import ServiceLifecycle
 import Transrify
 import UnixSignals
+import FieldHALCommandLine
 
 /// `fieldhal run`: the long-running service of a kiosk or kit (issue 8, first part).
 struct RunCommand: AsyncParsableCommand {

@@ -1,0 +1,147 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALAPI
+import Foundation
+
+// What both command-line programs share: `fieldhal` (the whole CLI, every backend linked in)
+// and `fieldhal-front` (the small program installed as `fieldhal`, which answers the
+// commands a running daemon serves and hands every other command to the whole CLI). The
+// options, the choice of configuration and socket, the output and the exit codes live here
+// once, so that the two cannot drift apart.
+
+/// Options every command takes.
+public struct GlobalOptions: ParsableArguments, Sendable {
+    @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "file"))
+    public var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("State directory (default /var/lib/fieldhal).", valueName: "dir"))
+    public var stateDir: String?
+
+    @Flag(name: .long, help: "Print the result as JSON.")
+    public var json = false
+
+    public init() {}
+}
+
+/// The embedded fake kit, used when no configuration file is given or installed.
+public enum BuiltinConfiguration {
+    public static let label = "built-in fake kit"
+    public static let text = """
+    [kit]
+    name = "fake kit"
+
+    [gps]
+    plugin = "fake"
+    interval_ms = 1000
+    track = [
+      { lat = 52.520008, lon = 13.404954, alt = 34.0, acc = 4.5, vacc = 6.0, speed = 1.2, course = 90.0, sats = 9 },
+      { lat = 52.520020, lon = 13.405100, alt = 34.2, acc = 4.0, vacc = 6.0, speed = 1.3, course = 88.0, sats = 9 },
+    ]
+
+    [nfc]
+    plugin = "fake"
+    tags = [ { type = "ntag213", uid = "04:A1:B2:C3:D4:E5:F6", text = "trf:duress:demo-alert-1" } ]
+
+    [nfc_emulator]
+    plugin = "fake"
+
+    [camera]
+    plugin = "fake"
+
+    [microphone]
+    plugin = "fake"
+    realtime = false
+
+    [speaker]
+    plugin = "fake"
+    realtime = false
+
+    [haptics]
+    plugin = "fake"
+    realtime = false
+
+    [biometrics]
+    plugin = "fake"
+    outcomes = ["match"]
+    """
+}
+
+/// Which configuration a command runs with, and where the daemon's socket is for it.
+public enum CommandLineConfiguration {
+    /// `--config`, else `$FIELDHAL_CONFIG`, else the installed file if there is one; nil
+    /// for the built-in fake kit.
+    public static func file(flag: String?, environment: [String: String]) -> String? {
+        if let path = flag ?? environment["FIELDHAL_CONFIG"].flatMap({ $0.isEmpty ? nil : $0 }) { return path }
+        return FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) ? KitConfiguration.defaultPath : nil
+    }
+
+    /// `[api] socket`, else `api.sock` in the state directory.
+    public static func apiSocket(settings: [String: PluginParameters], stateDirectory: StateDirectory) -> String {
+        settings["api"]?.string("socket") ?? stateDirectory.path + "/api.sock"
+    }
+}
+
+/// Prints results as text or JSON.
+public enum Output {
+    /// One line at once, unbuffered, for a command that streams while something happens; a
+    /// reader that went away (`| head`: EPIPE) ends the command quietly, as `yes | head` does.
+    public static func streamLine(_ line: String) {
+        do {
+            try FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+        } catch {
+            exit(0)
+        }
+    }
+
+    /// `streaming`: one of many values a command prints as they happen, written at once.
+    public static func emit<T: Encodable>(_ value: T, json: Bool, streaming: Bool = false, text: () -> String) throws {
+        let line: String
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            encoder.dateEncodingStrategy = .iso8601
+            line = String(decoding: try encoder.encode(value), as: UTF8.self)
+        } else {
+            line = text()
+        }
+        if streaming { streamLine(line) } else { print(line) }
+    }
+
+    /// A failure as the CLI reports it: one line on standard error.
+    public static func failure(_ description: String) {
+        FileHandle.standardError.write(Data("fieldhal: \(description)\n".utf8))
+    }
+}
+
+/// Exit codes (sysexits.h) for FieldHAL's errors and the daemon's problems.
+public enum ExitStatus {
+    public static func code(_ kind: FieldHALError.Kind) -> Int32 {
+        switch kind {
+        case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
+        case .timeout, .noFix: 75
+        case .invalidArgument: 64
+        case .malformedData, .stale: 65
+        default: 1
+        }
+    }
+
+    /// The daemon's answer to a command it served: the same codes as the error itself.
+    public static func code(_ problem: APIProblem) -> Int32 {
+        switch problem.kind {
+        case APIProblem.forbidden, APIProblem.invalidCredentials: 77
+        case APIProblem.rateLimited, APIProblem.network: 75
+        case APIProblem.configuration: 78
+        case APIProblem.suspended: 69
+        case APIProblem.failed: 1
+        default: FieldHALError.Kind(rawValue: problem.kind).map(code) ?? 69
+        }
+    }
+}
+
+/// A wait given in seconds on the command line, checked the same way by every command.
+public func duration(seconds: Double, option: String) throws -> Duration {
+    guard seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+        throw FieldHALError(.invalidArgument, subject: option, detail: "must be between 0 and 86400 seconds, got \(seconds)")
+    }
+    return .milliseconds(Int((seconds * 1000).rounded()))
+}
