@@ -37,6 +37,9 @@ struct Front: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "bio", subcommands: [BioStatusCommand.self])
     }
 
+    /// The first words of the commands above.
+    static let servedCommandNames: Set<String> = Set(configuration.subcommands.map { $0.configuration.commandName ?? "" })
+
     /// The daemon for these options' configuration, or nil when the front cannot tell as
     /// surely as the whole CLI would (a configuration it cannot read): then the CLI decides.
     static func daemon(_ options: GlobalOptions) -> ServedContext? {
@@ -168,9 +171,14 @@ enum WholeCLI {
     /// Installed: `<prefix>/libexec/fieldhal/fieldhal` beside `<prefix>/bin/fieldhal` (this
     /// program). In a build directory: `fieldhal` beside `fieldhal-front`.
     static func location() -> String? {
-        guard let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
-        let directory = (me as NSString).deletingLastPathComponent
-        let candidates = [(directory as NSString).deletingLastPathComponent + "/libexec/fieldhal/fieldhal", directory + "/fieldhal"]
+        // readlink(2), not FileManager: this runs before every hand-over.
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard length > 0 else { return nil }
+        let me = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let directory = String(me[..<(me.lastIndex(of: "/") ?? me.startIndex)])
+        let prefix = String(directory[..<(directory.lastIndex(of: "/") ?? directory.startIndex)])
+        let candidates = [prefix + "/libexec/fieldhal/fieldhal", directory + "/fieldhal"]
         var own = stat()
         guard stat(me, &own) == 0 else { return nil }
         return candidates.first { path in

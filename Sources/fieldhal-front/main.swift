@@ -16,6 +16,10 @@ import Glibc
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 
+// A command the front never serves goes over at once, before any parsing: the hand-over
+// is then all a `fieldhal run` or `fieldhal --help` pays for the front.
+guard let first = arguments.first, Front.servedCommandNames.contains(first) else { WholeCLI.exec(arguments) }
+
 // Only a parse that lands on a served command is the front's; `--help`, a typo, an option
 // it does not know are the whole CLI's to answer, in its words.
 if let parsed = try? Front.parseAsRoot(arguments), let command = parsed as? any ServedCommand,
