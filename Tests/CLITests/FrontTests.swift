@@ -171,13 +171,14 @@ struct FrontTests {
 /// it reads and says nothing, until stopped).
 final class OneAnswerServer: @unchecked Sendable {
     let path: String
-    private let descriptor: Int32
     private let stopped = LockedValue(false)
+    /// Signalled when the server's thread has closed its socket: a descriptor closed under a
+    /// thread still using it could be reused by the next server's socket and answered wrongly.
+    private let done = DispatchSemaphore(value: 0)
 
     init(answer: [UInt8]?, at path: String = scratch("front.sock")) throws {
         self.path = path
         let listening = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        descriptor = listening
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
@@ -187,9 +188,16 @@ final class OneAnswerServer: @unchecked Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listening, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, listen(listening, 4) == 0 else { throw FieldHALError(.io, subject: path, detail: "bind/listen failed") }
-        let stopped = self.stopped
+        guard bound == 0, listen(listening, 4) == 0 else {
+            close(listening)
+            throw FieldHALError(.io, subject: path, detail: "bind/listen failed")
+        }
+        let stopped = self.stopped, done = self.done
         Thread {
+            defer {
+                close(listening)
+                done.signal()
+            }
             while !stopped.value {
                 var wait = pollfd(fd: listening, events: Int16(POLLIN), revents: 0)
                 guard poll(&wait, 1, 50) > 0 else { continue }
@@ -208,9 +216,10 @@ final class OneAnswerServer: @unchecked Sendable {
         }.start()
     }
 
-    /// Stops accepting; the socket file stays (as a killed daemon leaves it).
+    /// Stops accepting and waits for the server's thread; the socket file stays (as a
+    /// killed daemon leaves it). Once only.
     func stop() {
-        stopped.withLock { $0 = true }
-        close(descriptor)
+        guard !stopped.withLock({ was in defer { was = true }; return was }) else { return }
+        done.wait()
     }
 }

@@ -21,7 +21,9 @@ struct APIFixBench: AsyncParsableCommand {
         replays a generated NMEA log; a relay stamps each report as it hands it at once to \
         three clients — the gpsd plugin's watch() in this process, a `fieldhal run` daemon \
         (gpsd plugin) whose fix events this process follows over the API socket, and \
-        `gpspipe -w` — so every latency is from the same instant. Load: a 1 Hz feed; first \
+        `gpspipe -w` — so every latency is from the same instant; then again with each \
+        report handed to one client in turn, so that each path is measured on its own \
+        (the clients do not compete for the CPUs), interleaved. Load: a 1 Hz feed; first \
         --followers programs' worth of event-stream clients on one daemon (the daemon's \
         CPU and peak memory, gpsd's CPU), then as many gpspipe processes straight on gpsd \
         (gpsd's CPU, their memory), each for --seconds.
@@ -66,7 +68,10 @@ struct APIFixBench: AsyncParsableCommand {
 
     struct Report: Encodable {
         var machine: String
+        /// Every report to every client at once: the clients compete for the two CPUs.
         var latency: Latency
+        /// Each report to one client in turn: each path on its own, interleaved.
+        var latencyAlone: Latency
         var load: Load
     }
 
@@ -89,9 +94,10 @@ struct APIFixBench: AsyncParsableCommand {
         let log = directory + "/bench.nmea"
         try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
 
-        let latency = try await measureLatency(gpsd, log: log, directory: directory)
+        let latency = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: false)
+        let alone = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: true)
         let load = try await measureLoad(log: log, directory: directory)
-        let report = Report(machine: GPSBench.machine, latency: latency, load: load)
+        let report = Report(machine: GPSBench.machine, latency: latency, latencyAlone: alone, load: load)
         func format(_ value: Double) -> String { String(format: "%.3f", value) }
         try Output.emit(report, json: json) {
             """
@@ -103,6 +109,13 @@ struct APIFixBench: AsyncParsableCommand {
               gpspipe -w                           \(format(latency.gpspipeMedianMs)) ms  \(format(latency.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(latency.ratioVsInProcess))
               ratio event stream (Swift client) / gpspipe      \(format(latency.ratioVsGpspipe))
+            latency, each report to one client in turn (each path alone; \(alone.samples)+ reports each; median, p95):
+              gpsd plugin watch(), in-process      \(format(alone.inProcessMedianMs)) ms  \(format(alone.inProcessP95Ms)) ms
+              daemon's event stream, Swift client  \(format(alone.eventStreamMedianMs)) ms  \(format(alone.eventStreamP95Ms)) ms
+              daemon's event stream, raw bytes     \(format(alone.eventStreamRawMedianMs)) ms  \(format(alone.eventStreamRawP95Ms)) ms
+              gpspipe -w                           \(format(alone.gpspipeMedianMs)) ms  \(format(alone.gpspipeP95Ms)) ms
+              ratio event stream (Swift client) / in-process   \(format(alone.ratioVsInProcess))
+              ratio event stream (Swift client) / gpspipe      \(format(alone.ratioVsGpspipe))
             \(load.clients) clients on a 1 Hz feed for \(format(load.seconds)) s (\(format(load.fixesPerClient)) fixes each):
               through the daemon: daemon CPU \(format(load.daemonCPUPercent)) %, peak RSS \(load.daemonPeakRSSKiB) KiB; gpsd CPU \(format(load.gpsdCPUPercentServingTheDaemon)) %
               straight on gpsd:   gpsd CPU \(format(load.gpsdCPUPercentServingGpspipes)) %; the gpspipes' RSS \(load.gpspipesTotalRSSKiB) KiB in all
@@ -113,15 +126,15 @@ struct APIFixBench: AsyncParsableCommand {
 
     // MARK: - Latency: one relay, three clients
 
-    private func measureLatency(_ gpsd: PluginDescriptor, log: String, directory: String) async throws -> Latency {
+    private func measureLatency(_ gpsd: PluginDescriptor, log: String, directory: String, oneClientPerReport: Bool) async throws -> Latency {
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
         defer { feed.kill() }
         let gpsdPort = Int(feed.arguments[feed.arguments.firstIndex(of: "-P")! + 1])!
         try await GPSBench.waitForListener(port: gpsdPort)
-        let relay = try LineRelay(upstreamPort: gpsdPort)
+        let relay = try LineRelay(upstreamPort: gpsdPort, oneClientPerReport: oneClientPerReport)
         relay.start()
 
-        let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/latency")
+        let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + (oneClientPerReport ? "/alone" : "/latency"))
         defer { daemon.process.kill() }
         let pipeOutput = directory + "/gpspipe.out"
         let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
@@ -157,18 +170,29 @@ struct APIFixBench: AsyncParsableCommand {
         let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop()
         var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = []
         for (key, sent) in relay.forwardTimes {
+            if oneClientPerReport {
+                // Each report reached one client (the daemon's reaches both of its followers).
+                if let a = mine[key] { local.append((a - sent) * 1000) }
+                if let c = piped[key] { gpspipe.append((c - sent) * 1000) }
+                if let b = streamed[key], let d = bytes[key] {
+                    api.append((b - sent) * 1000)
+                    rawAPI.append((d - sent) * 1000)
+                }
+                continue
+            }
             guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key] else { continue }
             local.append((a - sent) * 1000)
             api.append((b - sent) * 1000)
             gpspipe.append((c - sent) * 1000)
             rawAPI.append((d - sent) * 1000)
         }
-        guard local.count >= max(10, epochs / 2) else {
+        let wanted = oneClientPerReport ? epochs / 6 : epochs / 2
+        guard min(local.count, api.count, gpspipe.count) >= max(10, wanted) else {
             throw FieldHALError(.timeout, subject: "bench api-gps", detail: "only \(local.count) of \(epochs) reports were seen by all three clients",
                                 advice: "the daemon's log: \(directory)/latency/daemon.log (kept only while the bench runs); try more --epochs")
         }
         let median = { (values: [Double]) in GPSBench.percentile(values, 0.5) }
-        return Latency(samples: local.count,
+        return Latency(samples: min(local.count, api.count, gpspipe.count),
                        inProcessMedianMs: median(local), inProcessP95Ms: GPSBench.percentile(local, 0.95),
                        eventStreamMedianMs: median(api), eventStreamP95Ms: GPSBench.percentile(api, 0.95),
                        eventStreamRawMedianMs: median(rawAPI), eventStreamRawP95Ms: GPSBench.percentile(rawAPI, 0.95),

@@ -18,8 +18,13 @@ final class LineRelay: @unchecked Sendable {
     private var clients: [Int32] = []
     private var stamps: [String: Double] = [:]
     private var finished = false
+    /// Each TPV report to one client in turn (the others get every other line): the paths
+    /// under test then never compete for the CPUs over the same report, and drift in the
+    /// machine falls on all of them alike.
+    private let oneClientPerReport: Bool
 
-    init(upstreamPort: Int) throws {
+    init(upstreamPort: Int, oneClientPerReport: Bool = false) throws {
+        self.oneClientPerReport = oneClientPerReport
         let gpsd = try TCP.connect(port: upstreamPort)
         let watch = #"?WATCH={"enable":true,"json":true};"# + "\n"
         _ = watch.withCString { send(gpsd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
@@ -65,6 +70,7 @@ final class LineRelay: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var pending: [UInt8] = []
         var lineNumber = 0
+        var reports = 0
         while true {
             let count = recv(upstream, &buffer, buffer.count, 0)
             if count <= 0 { break }
@@ -76,9 +82,14 @@ final class LineRelay: @unchecked Sendable {
                 // Alternate who is written first, so neither client is always second.
                 lineNumber += 1
                 let connected = lock.withLock { clients }
-                let targets = lineNumber % 2 == 0 ? connected : connected.reversed()
+                var targets = lineNumber % 2 == 0 ? connected : connected.reversed()
+                let key = TPVKey.of(String(decoding: line, as: UTF8.self))
+                if key != nil, oneClientPerReport, !connected.isEmpty {
+                    targets = [connected[reports % connected.count]]
+                    reports += 1
+                }
                 for client in targets { _ = line.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
-                if let key = TPVKey.of(String(decoding: line, as: UTF8.self)) {
+                if let key {
                     lock.withLock { stamps[key] = stamps[key] ?? now }
                 }
             }
