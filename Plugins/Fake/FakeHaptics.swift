@@ -7,7 +7,12 @@ actor FakeHapticsEngine: HapticsEngine {
     nonisolated let deviceName: String
     private let logFile: String?
     private let realtime: Bool
+    /// The most recent patterns, oldest first: at most `recentLimit` (a daemon on the fake
+    /// kit plays one per alert for months; the log file, when asked for, keeps them all).
     private(set) var played: [HapticPattern] = []
+    /// Every pattern played.
+    private(set) var playedCount = 0
+    static let recentLimit = 64
 
     init(deviceName: String, logFile: String?, realtime: Bool) {
         self.deviceName = deviceName
@@ -23,6 +28,8 @@ actor FakeHapticsEngine: HapticsEngine {
             try await sleepCancellable(for: .milliseconds(total), subject: subject)
         }
         played.append(pattern)
+        if played.count > Self.recentLimit { played.removeFirst(played.count - Self.recentLimit) }
+        playedCount += 1
         if let logFile {
             struct Entry: Encodable { let time: Date; let pattern: String; let steps: [HapticStep] }
             try JSONLinesLog.append(Entry(time: Date(), pattern: pattern.name, steps: pattern.steps), to: logFile, subject: subject)

@@ -6,7 +6,12 @@ actor FakeSpeaker: Speaker {
     nonisolated let deviceName: String
     private let logFile: String?
     private let realtime: Bool
+    /// The most recent clips' names, oldest first: at most `recentLimit` (a daemon on the
+    /// fake kit plays one per alert for months; the log file, when asked for, keeps them all).
     private(set) var played: [String] = []
+    /// Every clip played.
+    private(set) var playedCount = 0
+    static let recentLimit = 64
 
     init(deviceName: String, logFile: String?, realtime: Bool) {
         self.deviceName = deviceName
@@ -18,6 +23,8 @@ actor FakeSpeaker: Speaker {
         let subject = "speaker \(deviceName)"
         if realtime { try await sleepCancellable(for: clip.duration, subject: subject) }
         played.append(clip.name)
+        if played.count > Self.recentLimit { played.removeFirst(played.count - Self.recentLimit) }
+        playedCount += 1
         if let logFile {
             struct Entry: Encodable { let time: Date; let sound: String; let milliseconds: Int }
             try JSONLinesLog.append(Entry(time: Date(), sound: clip.name, milliseconds: clip.samples.count * 1000 / clip.sampleRate),

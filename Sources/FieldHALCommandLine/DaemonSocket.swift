@@ -26,14 +26,7 @@ public struct DaemonSocket: Sendable {
     /// does). A socket in a directory this user may not search is an error, as in the CLI.
     public func call(_ method: String, _ name: String, query: [(String, String)] = [], body: Data? = nil,
                      waiting: Duration = .zero) throws -> Data? {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            if errno == EACCES {
-                throw FieldHALError(.permissionDenied, subject: path, detail: "this user may not reach the daemon's socket",
-                                    advice: "ask for the socket's directory to be searchable, or use fieldhal as a member of fieldhal-control")
-            }
-            return nil
-        }
+        guard try Self.exists(path) else { return nil }
         guard let connection = Connection(path: path) else { return nil }
         defer { connection.close() }
         let target = FieldHALAPI.route(name, query: query)
@@ -51,6 +44,20 @@ public struct DaemonSocket: Sendable {
             throw FieldHALError(.protocolError, subject: subject, detail: "HTTP \(response.status) without an error body")
         }
         return response.body
+    }
+
+    /// Whether a socket file is at `path` (false: no daemon). One in a directory this user
+    /// may not search is there, not absent: an error, for both command-line programs.
+    public static func exists(_ path: String) throws -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            if errno == EACCES {
+                throw FieldHALError(.permissionDenied, subject: path, detail: "this user may not reach the daemon's socket",
+                                    advice: "ask for the socket's directory to be searchable, or use fieldhal as a member of fieldhal-control")
+            }
+            return false
+        }
+        return true
     }
 
     /// `call`, decoded as the API's `T`.

@@ -318,6 +318,23 @@ struct FakeMediaTests {
         #expect(lines.count == 2 && lines[0].contains("\"pattern\":\"warning\""))
     }
 
+    /// A daemon on the fake kit buzzes and sounds for every alert, for months: what the
+    /// fakes remember in memory is bounded (issue 23: it grew with every alert).
+    @Test func whatTheFeedbackFakesRememberIsBounded() async throws {
+        guard case .haptics(let haptics) = try await open(.haptics, ["realtime": .boolean(false)]),
+              case .speaker(let speaker) = try await open(.speaker, ["realtime": .boolean(false)]) else { throw SimulatedFailure() }
+        for index in 0..<1000 {
+            try await haptics.play(index.isMultiple(of: 2) ? .warning : .success)
+            try await speaker.play(.softAlert())
+        }
+        let engine = haptics as! FakeHapticsEngine, fake = speaker as! FakeSpeaker
+        let (patterns, patternCount) = await (engine.played, engine.playedCount)
+        let (clips, clipCount) = await (fake.played, fake.playedCount)
+        #expect(patterns.count == FakeHapticsEngine.recentLimit && patternCount == 1000)
+        #expect(patterns.last?.name == "success")
+        #expect(clips.count == FakeSpeaker.recentLimit && clipCount == 1000)
+    }
+
     @Test func biometricsFollowTheScript() async throws {
         guard case .biometrics(let sensor) = try await open(.biometrics, [
             "outcomes": .array(["match", "no-match", "retry", "gone", "no-finger"].map { .string($0) }),

@@ -36,15 +36,7 @@ extension Environment {
     /// device itself. The daemon's refusals and errors are thrown as they came.
     func throughDaemon<T>(_ body: (FieldHALClient) async throws -> T) async throws -> T? {
         let path = apiSocketPath
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            // A socket in a directory this user may not search is there, not absent.
-            if errno == EACCES {
-                throw FieldHALError(.permissionDenied, subject: path, detail: "this user may not reach the daemon's socket",
-                                    advice: "ask for the socket's directory to be searchable, or use fieldhal as a member of fieldhal-control")
-            }
-            return nil
-        }
+        guard try DaemonSocket.exists(path) else { return nil }
         do {
             return try await body(FieldHALClient(socketPath: path))
         } catch let error as FieldHALError where error.kind == .unavailable && error.subject == path {
