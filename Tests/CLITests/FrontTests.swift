@@ -93,15 +93,14 @@ struct FrontTests {
         ]
         for (answer, check) in cases {
             let server = try OneAnswerServer(answer: Array(answer.utf8))
-            defer { server.stop() }
             var socket = DaemonSocket(path: server.path)
             socket.slack = .seconds(2)
             let outcome = await Self.callCapturing(socket)
+            _ = try? await offPool { server.stop() }  // it waits for the server's thread: not on the pool
             #expect(check(outcome.body, outcome.error), "answer \(answer.debugDescription): \(String(describing: outcome.error))")
         }
         // Silence: a timeout after the wait and the slack, not a hang.
         let silent = try OneAnswerServer(answer: nil)
-        defer { silent.stop() }
         var socket = DaemonSocket(path: silent.path)
         socket.slack = .milliseconds(500)
         let start = ContinuousClock.now
@@ -109,10 +108,11 @@ struct FrontTests {
         let took = ContinuousClock.now - start
         #expect((thrown.error as? FieldHALError)?.kind == .timeout, "\(String(describing: thrown.error))")
         #expect(took >= .milliseconds(450) && took < .seconds(3), "\(took)")
+        _ = try? await offPool { silent.stop() }
         // A socket file nobody listens on, or none at all: no daemon, the CLI does the work.
         let stale = scratch("stale.sock")
         let listener = try OneAnswerServer(answer: nil, at: stale)
-        listener.stop()
+        _ = try? await offPool { listener.stop() }
         #expect(FileManager.default.fileExists(atPath: stale))
         #expect(await Self.callCapturing(DaemonSocket(path: stale)).answeredNil)
         #expect(await Self.callCapturing(DaemonSocket(path: scratch("absent.sock"))).answeredNil)

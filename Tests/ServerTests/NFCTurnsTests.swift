@@ -115,14 +115,18 @@ struct NFCTurnsTests {
         let turns = NFCTurns(reader: ScriptedChipReader(delay: .milliseconds(100)), emulator: emulator)
         let offer = Task { try await turns.offer(Self.message, timeout: .seconds(2)) }
         try await waitUntil("the offer emulates") { emulator.started.load(ordering: .relaxed) == 1 }
-        _ = try await turns.readTag(timeout: .seconds(1), for: "a read in the middle")
+        // A generous bound for the read (a loaded machine once took over 1 s): what is
+        // tested is the offer's outcome.
+        _ = try await turns.readTag(timeout: .seconds(5), for: "a read in the middle")
         let outcome = try await offer.value
         #expect(!outcome.wasRead)
         #expect(emulator.started.load(ordering: .relaxed) == 2)
     }
 
     @Test func requestsTakeTurnsFirstComeFirstServed() async throws {
-        let reader = ScriptedChipReader(delay: .seconds(1))
+        // The first read holds the chip long enough for the others to line up even when the
+        // full suite loads the machine (1 s was once too short in CI).
+        let reader = ScriptedChipReader(delay: .seconds(3))
         let turns = NFCTurns(reader: reader, emulator: nil)
         let order = LockedValue<[String]>([])
         try await withThrowingTaskGroup(of: Void.self) { group in
