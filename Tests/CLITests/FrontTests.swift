@@ -9,8 +9,8 @@ import Glibc
 #endif
 
 /// `fieldhal-front`, installed as `fieldhal`: it answers the daemon's commands itself and
-/// hands everything else to the whole CLI. (Every CLI suite runs `fieldhal` through it; these
-/// tests show which of the two answered, and how the front takes a daemon that misbehaves.)
+/// hands everything else to the whole CLI. These tests show which of the two answered, that
+/// the answers are the whole CLI's, and how the front takes a daemon that misbehaves.
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct FrontTests {
     static let served: [[String]] = [
@@ -56,18 +56,18 @@ struct FrontTests {
         let alone = try loneFront()
         let handedOver = try await run(alone, ["status", "--config", CLI.exampleConfig, "--state-dir", state])
         #expect(handedOver.status == 69 && handedOver.stderr.contains("not installed beside"), "\(handedOver)")
-        let front = try await run(CLI.binary.path, ["status", "--config", CLI.exampleConfig, "--state-dir", state])
+        let front = try await run(CLI.frontBinary.path, ["status", "--config", CLI.exampleConfig, "--state-dir", state])
         let whole = try await run(CLI.wholeBinary.path, ["status", "--config", CLI.exampleConfig, "--state-dir", state])
         #expect(front.status == 0 && front.stdout == whole.stdout && front.stderr == whole.stderr, "\(front)")
         // A configuration it cannot read is the whole CLI's to report.
         let broken = scratch("broken.toml")
         try "[kit\nname = ".write(toFile: broken, atomically: true, encoding: .utf8)
-        let refused = try await run(CLI.binary.path, ["status", "--config", broken, "--state-dir", state])
+        let refused = try await run(CLI.frontBinary.path, ["status", "--config", broken, "--state-dir", state])
         #expect(refused.status == 78 && refused.stderr.contains("not valid TOML"), "\(refused)")
         // Help and the version are the whole CLI's.
-        let help = try await run(CLI.binary.path, ["--help"])
+        let help = try await run(CLI.frontBinary.path, ["--help"])
         #expect(help.status == 0 && help.stdout.contains("SUBCOMMANDS:") && help.stdout.contains("bench"), "\(help.stdout)")
-        let version = try await run(CLI.binary.path, ["--version"])
+        let version = try await run(CLI.frontBinary.path, ["--version"])
         #expect(version.status == 0 && version.stdout.hasPrefix("0."), "\(version)")
     }
 
@@ -158,7 +158,7 @@ struct FrontTests {
         let directory = scratch("front")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let copy = directory + "/fieldhal"
-        try FileManager.default.copyItem(atPath: CLI.binary.path, toPath: copy)
+        try FileManager.default.copyItem(atPath: CLI.frontBinary.path, toPath: copy)
         return copy
     }
 
