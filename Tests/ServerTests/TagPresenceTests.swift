@@ -137,12 +137,16 @@ struct TagPresenceTests {
         let emulator = ScriptedChipEmulator(readAfter: .milliseconds(120))
         let plain = NFCTurns(reader: plainReader, emulator: ScriptedChipEmulator())
         let offering = NFCTurns(reader: offeringReader, emulator: emulator)
-        let plainPresence = TagPresence(plain, period: .milliseconds(200), window: .milliseconds(50))
-        let offeringPresence = TagPresence(offering, period: .milliseconds(200), window: .milliseconds(50))
+        // A look beside an offer takes the chip from it and gives it back: on a loaded machine
+        // (a CI run compiling beside the tests) that took long enough to overrun a 200 ms tick
+        // (8 looks against 6). 400 ms leaves room for 350 ms of delay, as the default 1 s
+        // period with its 250 ms window does on a kit.
+        let plainPresence = TagPresence(plain, period: .milliseconds(400), window: .milliseconds(50))
+        let offeringPresence = TagPresence(offering, period: .milliseconds(400), window: .milliseconds(50))
         let plainFollower = Follower(plainPresence.watch().changes)
         let offeringFollower = Follower(offeringPresence.watch().changes)
-        let offer = Task { try await offering.offer(.uri("trf:duress:alert-1"), timeout: .seconds(5)) }
-        try await Task.sleep(for: .milliseconds(300))
+        let offer = Task { try await offering.offer(.uri("trf:duress:alert-1"), timeout: .seconds(8)) }
+        try await Task.sleep(for: .milliseconds(500))
         for reader in [plainReader, offeringReader] { reader.inField.withLock { $0 = Self.tag } }
         try await waitUntil("both found") { plainFollower.changes.count == 1 && offeringFollower.changes.count == 1 }
         for reader in [plainReader, offeringReader] { reader.inField.withLock { $0 = nil } }
