@@ -21,8 +21,30 @@ public final class LabServer: Sendable {
         /// How far back `nearby` looks.
         public var alertMaxAge: Duration = .seconds(3600)
         public var maxObjectBytes: Int64 = 4 << 30
+        /// Listen on an address other machines reach, in plain HTTP. The lab server hands out
+        /// a demo tenant key and demo PINs and shows each session's verdict on
+        /// `/lab/v1/state`: on a shared network anyone could read who signed in under duress.
+        /// Only for a closed lab network; off by default.
+        public var insecurePublicLab = false
 
         public init(directory: String) { self.directory = directory }
+
+        /// Whether `host` is reachable only from this machine: `localhost`, 127.0.0.0/8 or ::1.
+        public static func isLoopback(_ host: String) -> Bool {
+            if host == "localhost" { return true }
+            var v4 = in_addr()
+            if inet_pton(AF_INET, host, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+            var v6 = in6_addr()
+            if inet_pton(AF_INET6, host, &v6) == 1 {
+                return withUnsafeBytes(of: &v6) { bytes in bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1 }
+            }
+            return false
+        }
+    }
+
+    /// Why a configuration cannot be served.
+    public struct ConfigurationError: Error, CustomStringConvertible {
+        public let description: String
     }
 
     let configuration: Configuration
@@ -35,6 +57,13 @@ public final class LabServer: Sendable {
     let channels = AlertChannelHub()
 
     public init(_ configuration: Configuration) throws {
+        guard configuration.insecurePublicLab || Configuration.isLoopback(configuration.host) else {
+            throw ConfigurationError(description: """
+                refusing to listen on \(configuration.host): the lab server speaks plain HTTP and shows every \
+                session's verdict (normal or duress) and its demo key to whoever asks; listen on 127.0.0.1, \
+                or pass --insecure-public-lab on a closed lab network only
+                """)
+        }
         self.configuration = configuration
         try FileManager.default.createDirectory(atPath: configuration.directory + "/objects", withIntermediateDirectories: true)
         store = try LabStore(path: configuration.directory + "/lab.sqlite")

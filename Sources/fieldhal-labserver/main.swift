@@ -12,7 +12,9 @@ struct LabServerCommand: AsyncParsableCommand {
         Endpoints: POST /v1/sessions/login, GET /v1/sessions/verify, POST /v1/alerts/duress, \
         POST /v1/alerts/nearby, POST /v1/alerts/ack, POST /v1/evidence/presign, PUT to the \
         presigned URL, POST /evidence/finalize. State (lab.sqlite, objects/) lives in --directory \
-        and survives restarts. Listens on 127.0.0.1 unless --host says otherwise.
+        and survives restarts. Listens on 127.0.0.1 unless --host says otherwise; an address \
+        other machines reach is refused without --insecure-public-lab (plain HTTP, a demo key, \
+        and every session's verdict on /lab/v1/state).
         """,
         subcommands: [Serve.self, Seed.self],
         defaultSubcommand: Serve.self)
@@ -24,7 +26,9 @@ struct LabServerCommand: AsyncParsableCommand {
     struct Serve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Serve the API until interrupted.")
         @OptionGroup var options: Options
-        @Option(help: "The address to listen on.") var host = "127.0.0.1"
+        @Option(help: "The address to listen on (loopback unless --insecure-public-lab).") var host = "127.0.0.1"
+        @Flag(help: "Allow an address other machines reach: plain HTTP, the demo key and every session's verdict to anyone on that network. A closed lab network only.")
+        var insecurePublicLab = false
         @Option(help: "The port (0: any free port, printed on start).") var port = 8787
         @Option(help: "Seconds an alert stays in nearby answers (soaks raise thousands: keep it under the kits' 60 s debounce).")
         var alertMaxAge: Int = 3600
@@ -35,7 +39,17 @@ struct LabServerCommand: AsyncParsableCommand {
             configuration.host = host
             configuration.port = port
             configuration.alertMaxAge = .seconds(alertMaxAge)
-            let server = try LabServer(configuration)
+            configuration.insecurePublicLab = insecurePublicLab
+            let server: LabServer
+            do {
+                server = try LabServer(configuration)
+            } catch let refusal as LabServer.ConfigurationError {
+                FileHandle.standardError.write(Data("fieldhal-labserver: \(refusal)\n".utf8))
+                throw ExitCode(64)  // EX_USAGE
+            }
+            if insecurePublicLab && !LabServer.Configuration.isLoopback(host) {
+                FileHandle.standardError.write(Data("fieldhal-labserver: warning: listening on \(host) in plain HTTP (--insecure-public-lab)\n".utf8))
+            }
             try await server.run { port in
                 // Unbuffered: scripts wait for this line on a pipe.
                 FileHandle.standardOutput.write(Data("fieldhal-labserver listening on http://\(host):\(port)\n".utf8))
