@@ -212,9 +212,9 @@ let package = Package(
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
-        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
+        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
+        .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),

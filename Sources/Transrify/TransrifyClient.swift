@@ -14,8 +14,12 @@ public struct TransrifyError: Error, Sendable, Equatable, CustomStringConvertibl
         case rateLimited
         /// Any other non-2xx answer, with the API's error code when it sent one (Req 23.5).
         case http(status: Int, code: String?)
-        /// A 2xx answer whose body is not what the endpoint returns.
+        /// A 2xx answer whose body is not what the endpoint returns, or a body past the size limit.
         case malformedResponse
+        /// An address the transport policy refuses: cleartext outside development, evidence
+        /// to a host that is not the API's or a configured storage host, a redirect to
+        /// another origin. Nothing was sent there.
+        case refusedURL
     }
 
     public var kind: Kind
@@ -36,7 +40,7 @@ public struct TransrifyError: Error, Sendable, Equatable, CustomStringConvertibl
         case .http(_, let code?) where code == "INVALID_TENANT_KEY": "Configuration error. Please contact support."
         case .http(_, let code?) where code == "TENANT_SUSPENDED": "Service unavailable. Please contact support."
         case .http(_, let code?) where code == "RATE_LIMIT_EXCEEDED": "Too many attempts. Please wait a minute."
-        case .http, .malformedResponse: "Something went wrong. Please try again."
+        case .http, .malformedResponse, .refusedURL: "Something went wrong. Please try again."
         }
     }
 
@@ -64,6 +68,8 @@ public struct TransrifyClient: Sendable {
     /// From the vault; `nil` or empty fails every request before it is sent.
     public var tenantKey: String?
     public var finalizePath = TransrifyAPI.finalizePath
+    /// Where requests and evidence may go; TLS only unless the configuration is development.
+    public var transport = TransportPolicy.strict
     public var requestTimeout: TimeInterval = 15
     /// 429s retried before giving up (Req 22.4).
     public var maxRateLimitRetries = 2
@@ -73,9 +79,17 @@ public struct TransrifyClient: Sendable {
     /// The largest response body accepted: a hostile server cannot make the client hoard.
     public static let maxResponseBytes = 1 << 20
 
-    public init(baseURL: URL, tenantKey: String?) {
+    public init(baseURL: URL, tenantKey: String?, transport: TransportPolicy? = nil) {
         self.baseURL = baseURL
         self.tenantKey = tenantKey
+        // Without a policy given, a loopback http:// base (the lab server, tests) keeps working
+        // and anything else must be TLS.
+        self.transport = transport ?? TransportPolicy(allowsCleartext: TransportPolicy.isLoopback(baseURL))
+    }
+
+    /// The URL evidence may be PUT to (see `TransportPolicy.uploadURL`).
+    public func uploadURL(_ text: String) throws -> URL {
+        try transport.uploadURL(text, apiBase: baseURL)
     }
 
     /// The wait before retry `attempt` (1-based): 1 s × 2^(attempt−1), ±20 % jitter, so the
@@ -154,6 +168,9 @@ public struct TransrifyClient: Sendable {
         var components = URLComponents(url: baseURL.appendingPathComponent(path), resolvingAgainstBaseURL: false)
         if !query.isEmpty { components?.queryItems = query }
         guard let url = components?.url else { throw TransrifyError(.network, detail: "cannot build a URL from \(baseURL) and \(path)") }
+        guard transport.allows(scheme: url.scheme) else {
+            throw TransrifyError(.refusedURL, detail: "\(method) \(path): \(url.scheme ?? "no")://\(url.host ?? "") is not TLS; nothing was sent — use an https:// URL")
+        }
         var request = URLRequest(url: url, timeoutInterval: requestTimeout)
         request.httpMethod = method
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
@@ -183,20 +200,28 @@ public struct TransrifyClient: Sendable {
     }
 
     private func perform(_ request: URLRequest) async throws -> (Data, Int) {
-        let data: Data, response: URLResponse
+        let what = "\(request.httpMethod ?? "") \(request.url?.path ?? "")"
         do {
-            (data, response) = try await uncancellable { try await HTTPSession.shared.data(for: request) }
+            let (data, response) = try await uncancellable { try await HTTPSession.data(for: request, limit: Self.maxResponseBytes) }
+            return (data, response.statusCode)
         } catch is CancellationError {
             throw CancellationError()
+        } catch let failure as HTTPSession.Failure {
+            throw TransrifyError(failure: failure, what)
         } catch {
-            throw TransrifyError(.network, detail: "\(request.httpMethod ?? "") \(request.url?.path ?? ""): \(error.localizedDescription)")
+            throw TransrifyError(.network, detail: "\(what): \(error.localizedDescription)")
         }
-        guard let http = response as? HTTPURLResponse else {
-            throw TransrifyError(.network, detail: "not an HTTP response")
+    }
+}
+
+extension TransrifyError {
+    /// What an exchange's failure means to the user: no answer is a network error; an answer
+    /// past its size limit is malformed; a redirect elsewhere was refused.
+    public init(failure: HTTPSession.Failure, _ what: String) {
+        switch failure {
+        case .transport: self.init(.network, detail: "\(what): \(failure)")
+        case .tooLarge: self.init(.malformedResponse, detail: "\(what): \(failure)")
+        case .crossOriginRedirect: self.init(.refusedURL, detail: "\(what): \(failure)")
         }
-        guard data.count <= Self.maxResponseBytes else {
-            throw TransrifyError(.malformedResponse, detail: "response of \(data.count) bytes exceeds \(Self.maxResponseBytes)")
-        }
-        return (data, http.statusCode)
     }
 }

@@ -28,13 +28,7 @@ extension Environment {
     /// Req 35: the alerts channel when `[transrify] alerts_websocket_url` (or the
     /// environment's ALERTS_WEBSOCKET_URL) names one; nil means polling only.
     func alertChannel(session: SessionRecord? = nil) throws -> AlertChannel? {
-        let text = ProcessInfo.processInfo.environment["ALERTS_WEBSOCKET_URL"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? configuration.settings["transrify"]?.string("alerts_websocket_url")
-        guard let text else { return nil }
-        let url: URL
-        do { url = try AlertChannel.validated(text) } catch {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url", detail: "\"\(text)\" is not a ws:// or wss:// URL")
-        }
+        guard let url = try TransrifySettings.alertChannelURL(in: configuration) else { return nil }
         guard let key = try TenantKeyStore(vault: try vault()).load() else {
             throw FieldHALError(.notConfigured, subject: "alerts", detail: "no tenant key", advice: "run fieldhal tenant set-key")
         }

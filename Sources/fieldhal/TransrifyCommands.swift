@@ -5,6 +5,7 @@ import FieldHALFlows
 import FieldHALVault
 import Foundation
 import Transrify
+import TransrifyAlertChannel
 import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
@@ -18,6 +19,8 @@ enum TransrifySettings {
         ParameterSpec("development_url", .string, help: "API base URL in development (default http://127.0.0.1:8787, the lab server)"),
         ParameterSpec("staging_url", .string, help: "API base URL in staging"),
         ParameterSpec("production_url", .string, help: "API base URL in production"),
+        ParameterSpec("upload_hosts", .strings,
+                      help: "hosts evidence may be uploaded to besides the API's own, as presign names them (\"*.example.net\" for its subdomains); outside development only over https"),
         ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
         ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
         ParameterSpec("evidence_video_seconds", .integer, help: "length of the video evidence recorded in limited mode (default 10; Motion-JPEG AVI)"),
@@ -35,14 +38,50 @@ enum TransrifySettings {
 
     static let defaultDevelopmentURL = "http://127.0.0.1:8787"
 
-    /// The base URL of the configured environment.
-    static func baseURL(in configuration: KitConfiguration) throws -> URL {
-        let section = configuration.settings["transrify"]
-        let environment = section?.string("environment") ?? "development"
+    /// The configured environment: development, staging or production.
+    static func environment(in configuration: KitConfiguration) throws -> String {
+        let environment = configuration.settings["transrify"]?.string("environment") ?? "development"
         guard ["development", "staging", "production"].contains(environment) else {
             throw FieldHALError(.invalidArgument, subject: "[transrify] environment",
                                 detail: "\"\(environment)\" is not development, staging or production")
         }
+        return environment
+    }
+
+    /// Where requests and evidence may go: cleartext only in development (the lab server);
+    /// evidence to the API's host and `upload_hosts`.
+    static func transport(in configuration: KitConfiguration) throws -> TransportPolicy {
+        let hosts = configuration.settings["transrify"]?.strings("upload_hosts") ?? []
+        for host in hosts where host.isEmpty || host.contains("/") || host.contains(":") || host.contains(" ") {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] upload_hosts",
+                                detail: "\"\(host)\" is not a host name", advice: "list bare host names, like \"evidence.example.net\" or \"*.example.net\"")
+        }
+        return TransportPolicy(allowsCleartext: try environment(in: configuration) == "development", uploadHosts: hosts)
+    }
+
+    /// Req 35: the alerts channel `[transrify] alerts_websocket_url` (or the environment's
+    /// ALERTS_WEBSOCKET_URL) names, checked; nil means polling only.
+    static func alertChannelURL(in configuration: KitConfiguration) throws -> URL? {
+        let text = ProcessInfo.processInfo.environment["ALERTS_WEBSOCKET_URL"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? configuration.settings["transrify"]?.string("alerts_websocket_url")
+        guard let text else { return nil }
+        let url: URL
+        do { url = try AlertChannel.validated(text) } catch {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url", detail: "\"\(text)\" is not a ws:// or wss:// URL")
+        }
+        // The tenant key travels in the channel's query: in clear only to a development lab.
+        guard try transport(in: configuration).allows(scheme: url.scheme) else {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url",
+                                detail: "\"\(text)\" is not wss: the tenant key would travel in clear",
+                                advice: "use wss://…, or environment = \"development\" for a lab server")
+        }
+        return url
+    }
+
+    /// The base URL of the configured environment.
+    static func baseURL(in configuration: KitConfiguration) throws -> URL {
+        let section = configuration.settings["transrify"]
+        let environment = try environment(in: configuration)
         let text = section?.string("\(environment)_url") ?? (environment == "development" ? defaultDevelopmentURL : nil)
         guard let text else {
             throw FieldHALError(.notConfigured, subject: "[transrify]", detail: "no \(environment)_url for the \(environment) environment",
@@ -50,6 +89,12 @@ enum TransrifySettings {
         }
         guard let url = URL(string: text), url.scheme == "http" || url.scheme == "https", url.host != nil else {
             throw FieldHALError(.invalidArgument, subject: "[transrify] \(environment)_url", detail: "\"\(text)\" is not an http(s) URL")
+        }
+        // The PIN and the tenant key travel in these requests: cleartext only to the lab.
+        guard environment == "development" || url.scheme == "https" else {
+            throw FieldHALError(.invalidArgument, subject: "[transrify] \(environment)_url",
+                                detail: "\"\(text)\" is not https: \(environment) would send PINs and the tenant key in clear",
+                                advice: "use https://…, or environment = \"development\" for a lab server")
         }
         return url
     }
@@ -59,7 +104,8 @@ extension Environment {
     /// The API client: the configured base URL and the tenant key from the vault.
     func transrifyClient() throws -> TransrifyClient {
         var client = TransrifyClient(baseURL: try TransrifySettings.baseURL(in: configuration),
-                                     tenantKey: try TenantKeyStore(vault: try vault()).load())
+                                     tenantKey: try TenantKeyStore(vault: try vault()).load(),
+                                     transport: try TransrifySettings.transport(in: configuration))
         if let path = configuration.settings["transrify"]?.string("finalize_path") { client.finalizePath = path }
         return client
     }
@@ -96,7 +142,10 @@ struct TenantCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("fieldhal: no tenant key stored — run fieldhal tenant set-key\n".utf8))
                 throw ExitCode(78)
             }
-            print("Tenant key …\(key.suffix(4)) stored; API \(try TransrifySettings.baseURL(in: environment.configuration))")
+            // Every network setting is checked here, so that a technician sees a mistake before a sign-in does.
+            let api = try TransrifySettings.baseURL(in: environment.configuration)
+            _ = try TransrifySettings.alertChannelURL(in: environment.configuration)
+            print("Tenant key …\(key.suffix(4)) stored; API \(api)")
         }
     }
 }

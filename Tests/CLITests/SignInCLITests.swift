@@ -202,11 +202,24 @@ struct SignInCLITests {
             let wrong = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config], input: "2468\n")
             #expect(wrong.status == 64)
             #expect(wrong.stderr.contains("\"prod\" is not development, staging or production"))
-            try "[transrify]\nenvironment = \"staging\"\nstaging_url = \"http://127.0.0.1:9\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+            try "[transrify]\nenvironment = \"staging\"\nstaging_url = \"https://staging.example:9\"\n".write(toFile: config, atomically: true, encoding: .utf8)
             let state = scratch("env-state")
             _ = try await CLI.run(["tenant", "set-key", "--key-stdin", "--config", config, "--state-dir", state], input: "k\n")
             let shown = try await CLI.run(["tenant", "show", "--config", config, "--state-dir", state])
-            #expect(shown.stdout == "Tenant key …k stored; API http://127.0.0.1:9\n", "\(shown.stdout)\(shown.stderr)")
+            #expect(shown.stdout == "Tenant key …k stored; API https://staging.example:9\n", "\(shown.stdout)\(shown.stderr)")
+            // Outside development a PIN and the tenant key never travel in clear (issue 18).
+            for (environment, url) in [("staging", "http://127.0.0.1:9"), ("production", "http://api.example")] {
+                try "[transrify]\nenvironment = \"\(environment)\"\n\(environment)_url = \"\(url)\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let cleartext = try await CLI.run(["signin", "--customer-ref", "alice01", "--pin-stdin", "--config", config, "--state-dir", state],
+                                                  input: "2468\n")
+                #expect(cleartext.status == 64, "\(cleartext)")
+                #expect(cleartext.stderr.contains("\"\(url)\" is not https: \(environment) would send PINs and the tenant key in clear"), "\(cleartext.stderr)")
+            }
+            try "[transrify]\nenvironment = \"production\"\nproduction_url = \"https://api.example\"\nalerts_websocket_url = \"ws://api.example/alerts\"\n"
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let channel = try await CLI.run(["tenant", "show", "--config", config, "--state-dir", state])
+            #expect(channel.status == 64, "\(channel)")
+            #expect(channel.stderr.contains("\"ws://api.example/alerts\" is not wss: the tenant key would travel in clear"), "\(channel.stderr)")
         }
     }
 

@@ -5,6 +5,7 @@ import FieldHALVault
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 import Transrify
 import TransrifyLabServer
 
@@ -200,6 +201,30 @@ struct EvidenceQueueTests {
         lab.server.injectFailures(TransrifyAPI.presignPath, statuses: [500])  // would break a re-upload
         #expect(try await uploader(queue, lab).flush(ignoringBackoff: true).uploaded.count == 1)
         #expect(try lab.server.evidence().count == 2)
+    }
+
+    /// A presign answer that names a host the kit does not send evidence to is refused before
+    /// anything is decrypted: the item stays queued and says what to change (issue 18).
+    @Test func evidenceIsNotSentToAHostPresignNamesButTheKitDoesNotKnow() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        try queue.add(kind: .text, contentType: "text/plain", incidentId: "inc-4", bytes: Array("note".utf8))
+        let api = try ScriptedHTTPServer { _, _, write in
+            let presigned = #"{"url":"http://evidence.attacker.example/put?sig=x","key":"k-1"}"#
+            _ = write(ScriptedHTTPServer.answer("200 OK", headers: ["Content-Type": "application/json"], body: Data(presigned.utf8)))
+        }
+        defer { api.stop() }
+        var client = TransrifyClient(baseURL: api.baseURL, tenantKey: Self.tenantKey)
+        client.clock = RecordingClock()
+        let report = try await EvidenceUploader(client: client, queue: queue).flush()
+        #expect(report.uploaded.isEmpty)
+        let item = try #require(try queue.items().first)
+        #expect(item.phase == .queued && item.attempts == 1)
+        #expect(item.lastError?.contains("evidence.attacker.example, which is neither the API's host nor in [transrify] upload_hosts") == true,
+                "\(item.lastError ?? "")")
+        #expect(api.requests.count == 1 && api.requests[0].hasPrefix("POST /v1/evidence/presign"), "\(api.requests)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: queue.directory).allSatisfy { !$0.hasSuffix(".upload") },
+                "decrypted for an upload that was refused")
     }
 
     @Test func aMismatchedObjectIsUploadedAgain() async throws {

@@ -110,27 +110,28 @@ public struct EvidenceUploader: Sendable {
     /// PUTs the plaintext, decrypted beside the queue (0600, in the 0700 queue directory)
     /// and streamed from the file by URLSession, then removed: memory stays bounded.
     private func put(_ item: EvidenceItem, to address: String) async throws {
-        guard let url = URL(string: address) else {
-            throw TransrifyError(.malformedResponse, detail: "presign returned a URL that does not parse")
-        }
+        // Refused before anything is decrypted: the item stays queued and says why.
+        let url = try client.uploadURL(address)
         let plaintext = queue.directory + "/\(item.id).upload"
         defer { unlink(plaintext) }
         try queue.decrypt(item, to: plaintext)
         var request = URLRequest(url: url, timeoutInterval: putTimeout)
         request.httpMethod = "PUT"
         request.setValue(item.contentType, forHTTPHeaderField: "Content-Type")
-        let response: URLResponse, body: Data
+        let response: HTTPURLResponse, body: Data
         do {
             // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
             (body, response) = try await uncancellable { [request] in
-                try await HTTPSession.shared.upload(for: request, fromFile: URL(fileURLWithPath: plaintext))
+                try await HTTPSession.upload(for: request, fromFile: URL(fileURLWithPath: plaintext), limit: TransrifyClient.maxResponseBytes)
             }
         } catch is CancellationError {
             throw CancellationError()
+        } catch let failure as HTTPSession.Failure {
+            throw TransrifyError(failure: failure, "PUT \(url.path)")
         } catch {
             throw TransrifyError(.network, detail: "PUT \(url.path): \(error.localizedDescription)")
         }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let status = response.statusCode
         guard (200..<300).contains(status) else {
             let code = (try? JSONDecoder().decode(APIErrorBody.self, from: body))?.code
             throw TransrifyError(.http(status: status, code: code), detail: "PUT \(url.path): HTTP \(status)\(code.map { " \($0)" } ?? "")")
