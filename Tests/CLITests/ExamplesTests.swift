@@ -9,7 +9,10 @@ import Testing
 struct ExamplesTests {
     @Test func theSwiftPackageUsesTheKitInProcess() async throws {
         let package = CLI.repositoryRoot.appendingPathComponent("examples/swift-kit").path
-        let built = try await CLI.runTool("/usr/bin/env", ["swift", "build", "--package-path", package])
+        // At the lowest priority: this build keeps both CPUs of a CI machine busy for a minute
+        // and a half while the other suites run, and their latency bounds (a read within 1 s
+        // of asking, a cancelled wait back within 1 s) measure FieldHAL, not the compiler.
+        let built = try await CLI.runTool("/usr/bin/env", ["nice", "-n", "19", "swift", "build", "--package-path", package])
         #expect(built.status == 0, "\(built.stdout.suffix(2000))\(built.stderr.suffix(2000))")
         let run = try await CLI.runTool(package + "/.build/debug/kit-example", [CLI.exampleConfig])
         #expect(run.status == 0, "\(run.stderr)")
