@@ -60,6 +60,10 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // The kit's HTTPS client to the Transrify API and evidence storage (on the NIO and
+        // NIOSSL above): bodies streamed with backpressure, so an answer's size limit holds as
+        // it arrives and evidence is uploaded as it is decrypted; redirects left to us.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // SHA-256 of evidence at hardware speed (BoringSSL's SHA-NI/AVX2 code); libsodium's is portable C.
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // The daemon: graceful shutdown on signals, and logging (both already built for Hummingbird).
@@ -125,8 +129,12 @@ let package = Package(
         ),
 
         // The Transrify API: its wire types and a client over URLSession (no server libraries).
-        .target(name: "Transrify", swiftSettings: strictSwift),
-        // The alerts WebSocket channel's client (Req 35), apart so that Transrify stays URLSession only.
+        .target(name: "Transrify", dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
+                                                  .product(name: "NIOCore", package: "swift-nio"),
+                                                  .product(name: "NIOPosix", package: "swift-nio"),
+                                                  .product(name: "NIOHTTP1", package: "swift-nio")],
+                swiftSettings: strictSwift),
+        // The alerts WebSocket channel's client (Req 35), apart so that Transrify stays small.
         .target(
             name: "TransrifyAlertChannel",
             dependencies: ["Transrify", .product(name: "WSClient", package: "swift-websocket"),

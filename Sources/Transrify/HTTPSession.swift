@@ -1,24 +1,24 @@
+import AsyncHTTPClient
 import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
 import Synchronization
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
-/// The one URLSession every Transrify request and evidence upload goes through, and the two
-/// exchanges made on it: a request with a body in memory, an upload streamed from a file.
+/// The one HTTP client every Transrify request and evidence upload goes through
+/// (AsyncHTTPClient on SwiftNIO's shared event loops).
 ///
-/// Not `URLSession.shared`: its URL cache is asked about every request, and on Linux that
-/// question runs on libdispatch's background-QoS pool, which starts a thread named
-/// `com.apple.root.background-qos` for a few seconds after each burst of requests. After a
-/// duress sign-in (an alert, presigns, uploads) the daemon showed that thread in `ps -eL`
-/// and after a normal one it did not (found by `lab/stealth-check`). An API client has
-/// nothing to cache anyway, nor cookies or credentials to keep.
-///
-/// Every exchange is driven by the session's delegate, so that:
+/// What it guarantees, whatever the server does:
 /// - a redirect is followed only within the request's origin (scheme, host, port): a 307
 ///   re-sends the body, and the body is a PIN, the tenant key or evidence;
-/// - an answer's body is counted as it arrives and the exchange is given up past its limit:
-///   a hostile server cannot make the kit hold more than the limit in memory.
+/// - an answer's body is counted as it arrives and the exchange is given up at its limit, the
+///   connection closed: a hostile server cannot make the kit hold more than the limit;
+/// - a request body can be streamed (evidence, decrypted as it is sent: never in clear on disk).
+///
+/// Not URLSession: on Linux (swift-corelibs-foundation) its delegate gets the body through a
+/// queue with no backpressure, and a cancel lands only once that queue drains — an endless
+/// answer grew the process to 3 GB before the limit could stop it (measured); and cancelling
+/// one of its uploads could crash the process.
 public enum HTTPSession {
     /// Why an exchange ended without an answer to use.
     public enum Failure: Error, Sendable, CustomStringConvertible {
@@ -26,7 +26,7 @@ public enum HTTPSession {
         case tooLarge(limit: Int)
         /// The server redirected to another origin; nothing was sent there.
         case crossOriginRedirect(to: String)
-        /// No HTTP answer: DNS, refused, reset, timed out.
+        /// No HTTP answer: DNS, refused, reset, timed out, too many redirects.
         case transport(String)
 
         public var description: String {
@@ -38,105 +38,151 @@ public enum HTTPSession {
         }
     }
 
-    public static let shared: URLSession = {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.urlCache = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        configuration.urlCredentialStorage = nil
-        let queue = OperationQueue()
-        queue.name = "fieldhal-http"
-        queue.maxConcurrentOperationCount = 1
-        return URLSession(configuration: configuration, delegate: exchanges, delegateQueue: queue)
+    /// A request's body.
+    public enum Body: Sendable {
+        case empty
+        case bytes(Data)
+        /// `length` bytes from a fresh `BodyStream` for each sending (a redirect sends again).
+        case stream(length: Int64, open: @Sendable () throws -> BodyStream)
+    }
+
+    /// An answer: its status and its whole body (within the limit).
+    public struct Answer: Sendable {
+        public let status: Int
+        public let body: Data
+    }
+
+    /// Redirects followed within one origin before giving up.
+    public static let maxRedirects = 5
+
+    /// Connect within 15 s; a silence of `idleTimeout` while an answer is awaited or read
+    /// ends the exchange (an upload over a slow link may take long, but never stalls that long).
+    public static let idleTimeout: TimeAmount = .seconds(120)
+
+    private static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow,
+                                                     timeout: .init(connect: .seconds(15), read: idleTimeout),
+                                                     decompression: .disabled)
+        configuration.httpVersion = .http1Only
+        // A refused or failed connection is the answer: the kit says "Network error" at once
+        // and its callers retry on their own schedules (AsyncHTTPClient would otherwise try
+        // again until the deadline: 15 s for a kit that is simply offline).
+        configuration.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
     }()
 
-    private static let exchanges = Exchanges()
-
-    /// Sends `request` and returns the answer, its body at most `limit` bytes.
-    public static func data(for request: URLRequest, limit: Int) async throws -> (Data, HTTPURLResponse) {
-        try await exchange(limit: limit) { shared.dataTask(with: request) }
+    /// Starts the threads requests run on (NIO's shared event loops and blocking-work pool),
+    /// so that a process's thread names (`ps -eL`) do not depend on whether it has made a
+    /// request: after a duress sign-in the kit sends an alert and uploads, after a normal one
+    /// it may send nothing (`lab/stealth-check`).
+    public static func prepare() async {
+        _ = client
+        try? await NIOThreadPool.singleton.runIfActive {}
     }
 
-    /// Sends `request` with the file's bytes as its body (streamed, never all in memory) and
-    /// returns the answer, its body at most `limit` bytes.
-    public static func upload(for request: URLRequest, fromFile file: URL, limit: Int) async throws -> (Data, HTTPURLResponse) {
-        try await exchange(limit: limit) { shared.uploadTask(with: request, fromFile: file) }
+    /// Sends the request, following redirects within its origin, and returns the answer, its
+    /// body at most `limit` bytes. `deadline`: the whole exchange's (nil: only the idle timeout).
+    public static func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: Body = .empty,
+                            limit: Int, deadline: Duration? = nil) async throws -> Answer {
+        let until = deadline.map { NIODeadline.now() + .nanoseconds(Int64($0.components.seconds) * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) }
+            ?? .distantFuture
+        var url = url, method = method, body = body
+        for _ in 0...maxRedirects {
+            var request = HTTPClientRequest(url: url.absoluteString)
+            request.method = HTTPMethod(rawValue: method)
+            for (name, value) in headers { request.headers.add(name: name, value: value) }
+            let stream: BodyStream?
+            switch body {
+            case .empty: stream = nil
+            case .bytes(let data): request.body = .bytes(ByteBuffer(bytes: data)); stream = nil
+            case .stream(let length, let open):
+                let opened = try open()
+                request.body = .stream(opened, length: .known(length))
+                stream = opened
+            }
+            let response: HTTPClientResponse
+            do {
+                response = try await client.execute(request, deadline: until)
+            } catch {
+                if let failure = stream?.failure { throw failure }  // the body's own error (a damaged file), not the network's
+                throw Failure.transport(describe(error))
+            }
+            let status = Int(response.status.code)
+            if [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location") {
+                guard let next = URL(string: location, relativeTo: url)?.absoluteURL else {
+                    throw Failure.transport("redirected to \"\(location)\", which is not a URL")
+                }
+                guard TransportPolicy.sameOrigin(url, next) else { throw Failure.crossOriginRedirect(to: next.absoluteString) }
+                // As browsers do: 303, and 301/302 after a POST, fetch the new place with GET.
+                if status == 303 || (status <= 302 && method == "POST") {
+                    method = "GET"
+                    body = .empty
+                }
+                url = next
+                continue
+            }
+            if let declared = response.headers.first(name: "Content-Length").flatMap(Int.init), declared > limit {
+                throw Failure.tooLarge(limit: limit)
+            }
+            var collected = Data()
+            do {
+                for try await chunk in response.body {
+                    guard collected.count + chunk.readableBytes <= limit else { throw Failure.tooLarge(limit: limit) }
+                    collected.append(contentsOf: chunk.readableBytesView)
+                }
+            } catch let failure as Failure {
+                throw failure
+            } catch {
+                throw Failure.transport(describe(error))
+            }
+            return Answer(status: status, body: collected)
+        }
+        throw Failure.transport("more than \(maxRedirects) redirects")
     }
 
-    private static func exchange(limit: Int, _ makeTask: () -> URLSessionTask) async throws -> (Data, HTTPURLResponse) {
-        let task = makeTask()
-        return try await withCheckedThrowingContinuation { continuation in
-            exchanges.begin(task, limit: limit, continuation: continuation)
-            task.resume()
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError { return "\(error)" }
+        if let error = error as? IOError { return error.description }
+        return String(describing: error)
+    }
+}
+
+/// A request body read chunk by chunk as the connection takes it (evidence, decrypted as it is
+/// sent): each read is blocking work and runs on NIO's blocking-work pool, never on the
+/// cooperative pool, and the next chunk is read only when the last one has been handed to the
+/// connection.
+public struct BodyStream: AsyncSequence, Sendable {
+    public typealias Element = ByteBuffer
+
+    /// The next chunk, or nil at the end; blocking.
+    private let read: @Sendable () throws -> [UInt8]?
+    private let failed = FailureBox()
+
+    public init(read: @escaping @Sendable () throws -> [UInt8]?) {
+        self.read = read
+    }
+
+    /// What the reading threw, if it did: the exchange reports it rather than the network's view of it.
+    var failure: (any Error)? { failed.error.withLock { $0 } }
+
+    private final class FailureBox: Sendable {
+        let error = Mutex<(any Error)?>(nil)
+    }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let stream: BodyStream
+
+        public mutating func next() async throws -> ByteBuffer? {
+            let read = stream.read
+            do {
+                guard let bytes = try await NIOThreadPool.singleton.runIfActive({ try read() }) else { return nil }
+                return ByteBuffer(bytes: bytes)
+            } catch {
+                stream.failed.error.withLock { $0 = error }
+                throw error
+            }
         }
     }
 
-    /// The state of each exchange under way, by task identifier.
-    private final class Exchanges: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-        private struct Exchange {
-            var limit: Int
-            var body = Data()
-            var failure: Failure?
-            var continuation: CheckedContinuation<(Data, HTTPURLResponse), any Error>
-        }
-
-        private let underWay = Mutex<[Int: Exchange]>([:])
-
-        func begin(_ task: URLSessionTask, limit: Int, continuation: CheckedContinuation<(Data, HTTPURLResponse), any Error>) {
-            underWay.withLock { $0[task.taskIdentifier] = Exchange(limit: limit, continuation: continuation) }
-        }
-
-        /// Gives the exchange up with `failure`; the task's completion then reports it.
-        private func giveUp(_ task: URLSessionTask, _ failure: Failure) {
-            underWay.withLock { $0[task.taskIdentifier]?.failure = failure; $0[task.taskIdentifier]?.body = Data() }
-            task.cancel()
-        }
-
-        func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
-            let from = response.url ?? task.currentRequest?.url ?? task.originalRequest?.url
-            if TransportPolicy.sameOrigin(from, request.url) {
-                completionHandler(request)
-            } else {
-                underWay.withLock { $0[task.taskIdentifier]?.failure = .crossOriginRedirect(to: request.url?.absoluteString ?? "?") }
-                completionHandler(nil)  // the 3xx itself becomes the answer, and is reported as refused
-            }
-        }
-
-        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
-            let limit = underWay.withLock { $0[dataTask.taskIdentifier]?.limit } ?? 0
-            if response.expectedContentLength > Int64(limit) {
-                underWay.withLock { $0[dataTask.taskIdentifier]?.failure = .tooLarge(limit: limit) }
-                completionHandler(.cancel)
-                return
-            }
-            completionHandler(.allow)
-        }
-
-        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-            let over = underWay.withLock { underWay -> Failure? in
-                guard var exchange = underWay[dataTask.taskIdentifier], exchange.failure == nil else { return nil }
-                guard exchange.body.count + data.count <= exchange.limit else { return .tooLarge(limit: exchange.limit) }
-                exchange.body.append(data)
-                underWay[dataTask.taskIdentifier] = exchange
-                return nil
-            }
-            if let over { giveUp(dataTask, over) }
-        }
-
-        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-            guard let exchange = underWay.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
-            if let failure = exchange.failure {
-                exchange.continuation.resume(throwing: failure)
-            } else if let error {
-                exchange.continuation.resume(throwing: Failure.transport(error.localizedDescription))
-            } else if let response = task.response as? HTTPURLResponse {
-                exchange.continuation.resume(returning: (exchange.body, response))
-            } else {
-                exchange.continuation.resume(throwing: Failure.transport("not an HTTP response"))
-            }
-        }
-    }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(stream: self) }
 }

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// Why a Transrify request failed, with the message the seed prescribes for the user.
 public struct TransrifyError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -171,16 +168,12 @@ public struct TransrifyClient: Sendable {
         guard transport.allows(scheme: url.scheme) else {
             throw TransrifyError(.refusedURL, detail: "\(method) \(path): \(url.scheme ?? "no")://\(url.host ?? "") is not TLS; nothing was sent — use an https:// URL")
         }
-        var request = URLRequest(url: url, timeoutInterval: requestTimeout)
-        request.httpMethod = method
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.setValue("application/json", forHTTPHeaderField: "Accept")
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        if let body { request.httpBody = try JSONEncoder().encode(body) }
+        let headers = [("Content-Type", "application/json"), ("Accept", "application/json")] + headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        let payload = try body.map { try JSONEncoder().encode($0) }
 
         var attempt = 0
         while true {
-            let (data, status) = try await perform(request)
+            let (data, status) = try await perform(method, url, headers: headers, body: payload)
             if status == 429, attempt < maxRateLimitRetries {
                 attempt += 1
                 try await clock.sleep(for: backoff(beforeRetry: attempt))
@@ -199,11 +192,15 @@ public struct TransrifyClient: Sendable {
         }
     }
 
-    private func perform(_ request: URLRequest) async throws -> (Data, Int) {
-        let what = "\(request.httpMethod ?? "") \(request.url?.path ?? "")"
+    private func perform(_ method: String, _ url: URL, headers: [(String, String)], body: Data?) async throws -> (Data, Int) {
+        let what = "\(method) \(url.path)"
+        let deadline = Duration.milliseconds(Int((requestTimeout * 1000).rounded()))
         do {
-            let (data, response) = try await uncancellable { try await HTTPSession.data(for: request, limit: Self.maxResponseBytes) }
-            return (data, response.statusCode)
+            let answer = try await uncancellable {
+                try await HTTPSession.send(method, url, headers: headers, body: body.map { .bytes($0) } ?? .empty,
+                                           limit: Self.maxResponseBytes, deadline: deadline)
+            }
+            return (answer.body, answer.status)
         } catch is CancellationError {
             throw CancellationError()
         } catch let failure as HTTPSession.Failure {

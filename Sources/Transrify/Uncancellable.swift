@@ -5,9 +5,12 @@ import Synchronization
 /// the caller is cancelled, in which case this throws `CancellationError` at once and leaves
 /// the operation to finish (or to die with the process).
 ///
-/// Why: on Linux, cancelling a URLSession upload task can crash the process
-/// (swift-corelibs-foundation, EasyHandle.swift: a `try!` on libcurl error 43, seen when a
-/// daemon's SIGTERM cancelled a PUT). Requests therefore never see task cancellation.
+/// Why: a caller that gives up (a daemon's SIGTERM, a sign-out) returns at once, while the
+/// request it started still completes, so the queue's next step finds the server where the
+/// request left it rather than halfway (an upload cut mid-body is sent whole again). It came
+/// in when requests went through URLSession, whose cancelled uploads could crash the process
+/// on Linux (swift-corelibs-foundation, EasyHandle.swift: a `try!` on libcurl error 43);
+/// AsyncHTTPClient cancels cleanly, but the behaviour the queue was tested with stays.
 public func uncancellable<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
     let state = Mutex<(CheckedContinuation<T, any Error>?, Result<T, any Error>?)>((nil, nil))
     Task.detached {

@@ -287,6 +287,7 @@ struct AfterSignInCommand: FieldHALSubcommand {
     func execute(_ environment: Environment) async throws {
         // Its threads must not show whether it makes requests (see DispatchWorkers).
         DispatchWorkers.hold()
+        await HTTPSession.prepare()
         let work = try environment.afterAuthenticationWork()
         if unlock { try await work.afterUnlock() } else { await work.afterSignIn() }
     }

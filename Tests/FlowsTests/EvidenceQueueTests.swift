@@ -227,6 +227,40 @@ struct EvidenceQueueTests {
                 "decrypted for an upload that was refused")
     }
 
+    /// The PUT's body is decrypted as the connection takes it: while the storage host is
+    /// receiving it, nothing but sealed files is in the queue's directory (issue 19), and what
+    /// arrives is the evidence, byte for byte.
+    @Test func anUploadIsDecryptedAsItIsSentNeverOntoDisk() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        let content = randomBytes(3 << 20)
+        let item = try queue.add(kind: .video, contentType: "video/x-msvideo", incidentId: "inc-5", bytes: content)
+        let seenDuringPut = Mutex<[String]?>(nil)
+        let directory = queue.directory
+        let server = try ScriptedHTTPServer { head, _, write in
+            if head.hasPrefix("POST /v1/evidence/presign") {
+                let port = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("host:") }.map { $0.split(separator: ":").last! } ?? ""
+                let body = #"{"url":"http://127.0.0.1:\#(port.trimmingCharacters(in: .whitespaces))/storage/k-5?sig=x","key":"k-5"}"#
+                _ = write(ScriptedHTTPServer.answer("200 OK", body: Data(body.utf8)))
+            } else if head.hasPrefix("PUT /storage/k-5") {
+                seenDuringPut.withLock { $0 = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? ["(unreadable)"] }
+                _ = write(ScriptedHTTPServer.answer("200 OK"))
+            } else {
+                _ = write(ScriptedHTTPServer.answer("200 OK", body: Data(#"{"evidenceId":"e-5"}"#.utf8)))
+            }
+        }
+        defer { server.stop() }
+        var client = TransrifyClient(baseURL: server.baseURL, tenantKey: Self.tenantKey)
+        client.clock = RecordingClock()
+        let report = try await EvidenceUploader(client: client, queue: queue).flush()
+        #expect(report.uploaded == [item.id: "e-5"], "\(report)")
+        let put = try #require(server.requests.firstIndex { $0.hasPrefix("PUT ") })
+        #expect(server.bodies[put] == Data(content), "the storage host got \(server.bodies[put].count) bytes")
+        #expect(server.requests[put].contains("Content-Length: \(content.count)") || server.requests[put].lowercased().contains("content-length: \(content.count)"))
+        let files = try #require(seenDuringPut.withLock { $0 })
+        #expect(Set(files).subtracting(["queue.lock", "\(item.id).data", "\(item.id).item"]).isEmpty, "during the PUT the queue held \(files)")
+    }
+
     @Test func aMismatchedObjectIsUploadedAgain() async throws {
         let state = scratchDirectory("state")
         let queue = try openQueue(state)

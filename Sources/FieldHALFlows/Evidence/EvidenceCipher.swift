@@ -60,27 +60,52 @@ enum EvidenceCipher {
     /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.
     /// Throws `malformedData` if anything was altered, reordered or cut short.
     static func open(key: [UInt8], path: String, write: ([UInt8]) throws -> Void) throws {
-        guard let input = FileHandle(forReadingAtPath: path) else {
-            throw FieldHALError(.io, subject: path, detail: "cannot open sealed evidence")
-        }
-        defer { try? input.close() }
-        let header = [UInt8](try input.read(upToCount: headerSize) ?? Data())
-        var state = crypto_secretstream_xchacha20poly1305_state()
-        guard header.count == headerSize, crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key) == 0 else {
-            throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence header is damaged")
-        }
-        var plain = [UInt8](repeating: 0, count: chunkSize)
-        while true {
-            let cipher = [UInt8](try input.read(upToCount: chunkSize + overhead) ?? Data())
-            guard cipher.count >= overhead else {
-                throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence is cut short (no final chunk)")
+        let opener = try Opener(key: key, path: path)
+        while let chunk = try opener.next() { try write(chunk) }
+    }
+
+    /// A sealed file opened one chunk at a time, as its reader asks (an upload streams it):
+    /// the plaintext only ever in memory. One reader at a time.
+    final class Opener: @unchecked Sendable {
+        private let path: String
+        private let input: FileHandle
+        private var state = crypto_secretstream_xchacha20poly1305_state()
+        private var plain = [UInt8](repeating: 0, count: chunkSize)
+        private var done = false
+
+        init(key: [UInt8], path: String) throws {
+            guard let input = FileHandle(forReadingAtPath: path) else {
+                throw FieldHALError(.io, subject: path, detail: "cannot open sealed evidence")
             }
-            var length: UInt64 = 0, tag: UInt8 = 0
-            guard crypto_secretstream_xchacha20poly1305_pull(&state, &plain, &length, &tag, cipher, UInt64(cipher.count), nil, 0) == 0 else {
-                throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence fails authentication")
+            self.path = path
+            self.input = input
+            let header = [UInt8](try input.read(upToCount: headerSize) ?? Data())
+            guard header.count == headerSize, crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key) == 0 else {
+                try? input.close()
+                throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence header is damaged")
             }
-            if length > 0 { try write(Array(plain[0..<Int(length)])) }
-            if tag == UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL) { return }
+        }
+
+        deinit {
+            sodium_memzero(&plain, plain.count)
+            try? input.close()
+        }
+
+        /// The next plaintext chunk (never empty), or nil after the final one.
+        func next() throws -> [UInt8]? {
+            while !done {
+                let cipher = [UInt8](try input.read(upToCount: chunkSize + overhead) ?? Data())
+                guard cipher.count >= overhead else {
+                    throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence is cut short (no final chunk)")
+                }
+                var length: UInt64 = 0, tag: UInt8 = 0
+                guard crypto_secretstream_xchacha20poly1305_pull(&state, &plain, &length, &tag, cipher, UInt64(cipher.count), nil, 0) == 0 else {
+                    throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence fails authentication")
+                }
+                done = tag == UInt8(crypto_secretstream_xchacha20poly1305_TAG_FINAL)
+                if length > 0 { return Array(plain[0..<Int(length)]) }
+            }
+            return nil
         }
     }
 

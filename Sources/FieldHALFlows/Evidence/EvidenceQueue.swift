@@ -3,6 +3,7 @@ import Crypto
 import FieldHAL
 import FieldHALVault
 import Foundation
+import Synchronization
 import Transrify
 
 /// One piece of evidence waiting to reach the server. A capture that could not be made
@@ -230,6 +231,28 @@ public final class EvidenceQueue: Sendable {
             throw FieldHALError(.malformedData, subject: dataPath(item.id), detail: "sealed evidence does not match its recorded size and SHA-256")
         }
         try writer.commit()
+    }
+
+    /// The item's plaintext for an upload, decrypted as it is read and never written anywhere;
+    /// its size and SHA-256 are checked as the last chunk is read, and a mismatch fails the
+    /// read (and so the upload) with `malformedData`.
+    func plaintextStream(_ item: EvidenceItem) throws -> BodyStream {
+        let opener = try EvidenceCipher.Opener(key: key, path: dataPath(item.id))
+        let progress = Mutex<(hash: SHA256, size: Int64)>((SHA256(), 0))
+        let path = dataPath(item.id)
+        return BodyStream {
+            try progress.withLock { progress in
+                if let chunk = try opener.next() {
+                    progress.hash.update(data: chunk)
+                    progress.size += Int64(chunk.count)
+                    return chunk
+                }
+                guard progress.size == item.size, EvidenceCipher.hex(Array(progress.hash.finalize())) == item.sha256 else {
+                    throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence does not match its recorded size and SHA-256")
+                }
+                return nil
+            }
+        }
     }
 
     func dataPath(_ id: String) -> String { "\(directory)/\(id).data" }

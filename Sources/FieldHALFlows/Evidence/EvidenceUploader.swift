@@ -1,8 +1,5 @@
 import FieldHAL
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import Transrify
 
 /// Moves queued evidence to the server (Req 19–20): presign → PUT the plaintext to the
@@ -20,7 +17,6 @@ public struct EvidenceUploader: Sendable {
     public var queue: EvidenceQueue
     public var clock: any RetryClock = ContinuousRetryClock()
     public var now: @Sendable () -> Date = { Date() }
-    public var putTimeout: TimeInterval = 120
     /// Whether silent items (the work after a duress sign-in) go too. The background
     /// uploaders send everything; `evidence flush`, which a person at the device runs and
     /// watches, sends only what it lists, so that its output and its time do not depend on
@@ -107,34 +103,33 @@ public struct EvidenceUploader: Sendable {
         return status == 403 || code == "OBJECT_MISMATCH" || code == "OBJECT_NOT_FOUND" || code == "OBJECT_NOT_UPLOADED"
     }
 
-    /// PUTs the plaintext, decrypted beside the queue (0600, in the 0700 queue directory)
-    /// and streamed from the file by URLSession, then removed: memory stays bounded.
+    /// PUTs the plaintext, decrypted chunk by chunk as the connection takes it: never in
+    /// clear on disk, and memory stays bounded whatever the item's size.
     private func put(_ item: EvidenceItem, to address: String) async throws {
         // Refused before anything is decrypted: the item stays queued and says why.
         let url = try client.uploadURL(address)
-        let plaintext = queue.directory + "/\(item.id).upload"
-        defer { unlink(plaintext) }
-        try queue.decrypt(item, to: plaintext)
-        var request = URLRequest(url: url, timeoutInterval: putTimeout)
-        request.httpMethod = "PUT"
-        request.setValue(item.contentType, forHTTPHeaderField: "Content-Type")
-        let response: HTTPURLResponse, body: Data
+        let queue = self.queue
+        _ = try queue.plaintextStream(item)  // a damaged or missing file fails here, before any request
+        let answer: HTTPSession.Answer
         do {
             // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
-            (body, response) = try await uncancellable { [request] in
-                try await HTTPSession.upload(for: request, fromFile: URL(fileURLWithPath: plaintext), limit: TransrifyClient.maxResponseBytes)
+            answer = try await uncancellable {
+                try await HTTPSession.send("PUT", url, headers: [("Content-Type", item.contentType)],
+                                           body: .stream(length: item.size) { try queue.plaintextStream(item) },
+                                           limit: TransrifyClient.maxResponseBytes)
             }
         } catch is CancellationError {
             throw CancellationError()
         } catch let failure as HTTPSession.Failure {
             throw TransrifyError(failure: failure, "PUT \(url.path)")
+        } catch let error as FieldHALError {
+            throw error  // the sealed file, not the network
         } catch {
             throw TransrifyError(.network, detail: "PUT \(url.path): \(error.localizedDescription)")
         }
-        let status = response.statusCode
-        guard (200..<300).contains(status) else {
-            let code = (try? JSONDecoder().decode(APIErrorBody.self, from: body))?.code
-            throw TransrifyError(.http(status: status, code: code), detail: "PUT \(url.path): HTTP \(status)\(code.map { " \($0)" } ?? "")")
+        guard (200..<300).contains(answer.status) else {
+            let code = (try? JSONDecoder().decode(APIErrorBody.self, from: answer.body))?.code
+            throw TransrifyError(.http(status: answer.status, code: code), detail: "PUT \(url.path): HTTP \(answer.status)\(code.map { " \($0)" } ?? "")")
         }
     }
 

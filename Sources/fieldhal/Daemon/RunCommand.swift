@@ -105,6 +105,7 @@ final class Daemon: Sendable {
     func openDevices() async -> APIHost {
         // The same thread names before and after HTTP requests (see DispatchWorkers).
         DispatchWorkers.hold()
+        await HTTPSession.prepare()
         let environment = current
         let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
             await environment.loadKit(only: only)
