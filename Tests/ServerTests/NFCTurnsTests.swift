@@ -113,7 +113,9 @@ struct NFCTurnsTests {
     @Test func anOfferNobodyReadsEndsNotReadWhenItsTimeIsUp() async throws {
         let emulator = ScriptedChipEmulator()
         let turns = NFCTurns(reader: ScriptedChipReader(delay: .milliseconds(100)), emulator: emulator)
-        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(2)) }
+        // 5 s: the offer must still have time left when the read gives the chip back, or it
+        // rightly ends without resuming (a loaded CI machine once took 2 s to get there).
+        let offer = Task { try await turns.offer(Self.message, timeout: .seconds(5)) }
         try await waitUntil("the offer emulates") { emulator.started.load(ordering: .relaxed) == 1 }
         // A generous bound for the read (a loaded machine once took over 1 s): what is
         // tested is the offer's outcome.
