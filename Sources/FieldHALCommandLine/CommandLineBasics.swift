@@ -11,7 +11,7 @@ import Foundation
 
 /// Options every command takes.
 public struct GlobalOptions: ParsableArguments, Sendable {
-    @Option(name: .long, help: ArgumentHelp("Configuration file.", valueName: "file"))
+    @Option(name: .long, help: ArgumentHelp("Configuration file (default /etc/fieldhal/fieldhal.toml; \"fake\": the built-in fake kit).", valueName: "file"))
     public var config: String?
 
     @Option(name: .long, help: ArgumentHelp("State directory (default /var/lib/fieldhal).", valueName: "dir"))
@@ -23,7 +23,7 @@ public struct GlobalOptions: ParsableArguments, Sendable {
     public init() {}
 }
 
-/// The embedded fake kit, used when no configuration file is given or installed.
+/// The embedded fake kit, used when asked for by name (`--config fake`) and by `fieldhal demo`.
 public enum BuiltinConfiguration {
     public static let label = "built-in fake kit"
     public static let text = """
@@ -68,12 +68,35 @@ public enum BuiltinConfiguration {
 
 /// Which configuration a command runs with, and where the daemon's socket is for it.
 public enum CommandLineConfiguration {
-    /// `--config`, else `$FIELDHAL_CONFIG`, else the installed file if there is one; nil
-    /// for the built-in fake kit.
-    public static func file(flag: String?, environment: [String: String]) -> String? {
-        if let path = flag ?? environment["FIELDHAL_CONFIG"].flatMap({ $0.isEmpty ? nil : $0 }) { return path }
-        return FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) ? KitConfiguration.defaultPath : nil
+    /// What `--config` or `FIELDHAL_CONFIG` names to ask for the built-in fake kit.
+    public static let fakeKitName = "fake"
+
+    /// Where a command's configuration comes from.
+    public enum Choice: Equatable, Sendable {
+        case file(String)
+        /// The built-in fake kit, asked for by name (`--config fake`, `FIELDHAL_CONFIG=fake`).
+        case fakeKit
+        /// Nothing given and nothing installed.
+        case none
     }
+
+    /// `--config`, else `$FIELDHAL_CONFIG`, else the installed file if there is one. The fake
+    /// kit only when asked for by name (a file called `fake` is `./fake`): its fingerprint
+    /// sensor always matches, so a real kit whose file went missing must not fall back to it.
+    public static func choice(flag: String?, environment: [String: String]) -> Choice {
+        if let named = flag ?? environment["FIELDHAL_CONFIG"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            return named == fakeKitName ? .fakeKit : .file(named)
+        }
+        return FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) ? .file(KitConfiguration.defaultPath) : .none
+    }
+
+    /// Why a command cannot run without a configuration (said of the installed file's path),
+    /// and what to do.
+    public static let missing = """
+        does not exist, and neither --config nor FIELDHAL_CONFIG names another — write one \
+        (examples/ has one per backend), or pass --config fake for the built-in fake kit \
+        (simulated devices only: its fingerprint sensor always matches)
+        """
 
     /// `[api] socket`, else `api.sock` in the state directory.
     public static func apiSocket(settings: [String: PluginParameters], stateDirectory: StateDirectory) -> String {

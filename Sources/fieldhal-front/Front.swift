@@ -44,7 +44,12 @@ struct Front: ParsableCommand {
     /// surely as the whole CLI would (a configuration it cannot read): then the CLI decides.
     static func daemon(_ options: GlobalOptions) -> ServedContext? {
         let environment = ProcessInfo.processInfo.environment
-        let file = CommandLineConfiguration.file(flag: options.config, environment: environment)
+        let file: String?
+        switch CommandLineConfiguration.choice(flag: options.config, environment: environment) {
+        case .file(let path): file = path
+        case .fakeKit: file = nil
+        case .none: return nil  // the whole CLI says what to do
+        }
         let settings: [String: PluginParameters]
         if let file {
             // Only the tables the front needs; the whole CLI checks the rest when it runs.

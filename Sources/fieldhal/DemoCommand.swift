@@ -20,8 +20,11 @@ struct DemoCommand: FieldHALSubcommand {
         then: a normal sign-in; a duress sign-in that shows exactly the same; the silent duress \
         alert; evidence captured through the kit, sealed in the queue and uploaded; the server \
         confirming every size and SHA-256. Exit 0 when every check held. Nothing outside a \
-        scratch directory is touched (the kit's state directory is not used).
+        scratch directory is touched (the kit's state directory is not used). Without a \
+        configuration it runs on the built-in fake kit.
         """)
+    /// The demo is about the fake kit: it asks for it itself.
+    static var fakeKitUnlessConfigured: Bool { true }
     @OptionGroup var global: GlobalOptions
     @Option(help: "Seconds of audio evidence.") var audioSeconds = 2
     @Option(help: "Seconds of video evidence.") var videoSeconds = 2

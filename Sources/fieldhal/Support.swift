@@ -15,12 +15,17 @@ struct Environment {
     let stateDirectory: StateDirectory
     let registry: PluginRegistry
 
-    init(_ options: GlobalOptions) throws {
+    /// `fakeKitUnlessConfigured`: with no configuration given or installed, the built-in fake
+    /// kit rather than an error (`fieldhal demo`, which is about the fake kit).
+    init(_ options: GlobalOptions, fakeKitUnlessConfigured: Bool = false) throws {
         let environment = ProcessInfo.processInfo.environment
         registry = BuiltinPlugins.registry
-        if let path = CommandLineConfiguration.file(flag: options.config, environment: environment) {
+        switch CommandLineConfiguration.choice(flag: options.config, environment: environment) {
+        case .file(let path):
             configuration = try KitConfiguration.load(path: path, registry: registry, settings: Self.settings)
-        } else {
+        case .none where !fakeKitUnlessConfigured:
+            throw ConfigError(file: KitConfiguration.defaultPath, message: CommandLineConfiguration.missing)
+        case .fakeKit, .none:
             configuration = try KitConfiguration.parse(BuiltinConfiguration.text, file: BuiltinConfiguration.label,
                                                        directory: FileManager.default.currentDirectoryPath, registry: registry,
                                                        settings: Self.settings)
@@ -119,16 +124,21 @@ func reportingFailures(_ body: () async throws -> Void) async throws {
 protocol FieldHALSubcommand: AsyncParsableCommand {
     var global: GlobalOptions { get }
     func execute(_ environment: Environment) async throws
+    /// Whether the command runs on the built-in fake kit when no configuration is given or
+    /// installed; every command but the demo fails instead, saying what to do.
+    static var fakeKitUnlessConfigured: Bool { get }
 }
 
 extension FieldHALSubcommand {
+    static var fakeKitUnlessConfigured: Bool { false }
+
     func run() async throws { try await runReportingFailures() }
 
     /// The body of `run()`. The commands shared with fieldhal-front are public types, whose
     /// `run()` must be public too: they call this from their own.
     func runReportingFailures() async throws {
         do {
-            try await execute(try Environment(global))
+            try await execute(try Environment(global, fakeKitUnlessConfigured: Self.fakeKitUnlessConfigured))
         } catch let error as CleanExit {
             throw error
         } catch let status as ExitCode {

@@ -391,7 +391,8 @@ struct SharedDevices: Sendable {
 extension GlobalOptions {
     /// The options a background run needs to see the same configuration and state.
     var forwarded: [String] {
-        (config.map { ["--config", Self.absolute($0)] } ?? []) + (stateDir.map { ["--state-dir", Self.absolute($0)] } ?? [])
+        (config.map { ["--config", $0 == CommandLineConfiguration.fakeKitName ? $0 : Self.absolute($0)] } ?? [])
+            + (stateDir.map { ["--state-dir", Self.absolute($0)] } ?? [])
     }
 
     private static func absolute(_ path: String) -> String {

@@ -79,6 +79,32 @@ struct CLITests {
         }
     }
 
+    /// A kit whose configuration went missing must not fall back to the fake kit, whose
+    /// fingerprint sensor always matches (issue 18): without a configuration, commands fail
+    /// and say what to do; the fake kit runs only when asked for by name; the demo asks.
+    /// (Assumes no /etc/fieldhal/fieldhal.toml on the test machine, as on CI.)
+    @Test func withoutAConfigurationNothingFallsBackToTheFakeKit() async throws {
+        guard !FileManager.default.fileExists(atPath: "/etc/fieldhal/fieldhal.toml") else { return }
+        let state = scratch("nofake-state")
+        for arguments in [["status"], ["lock", "unlock", "--pin-stdin"], ["bio", "verify"]] {
+            let refused = try await CLI.run(arguments + ["--state-dir", state], environment: ["FIELDHAL_CONFIG": ""], input: "1234\n")
+            #expect(refused.status == 78, "\(arguments): \(refused)")
+            #expect(refused.stderr == "fieldhal: /etc/fieldhal/fieldhal.toml: does not exist, and neither --config nor FIELDHAL_CONFIG names another — write one (examples/ has one per backend), or pass --config fake for the built-in fake kit (simulated devices only: its fingerprint sensor always matches)\n",
+                    "\(arguments): \(refused.stderr)")
+        }
+        let daemon = try await CLI.run(["run", "--state-dir", state], environment: ["FIELDHAL_CONFIG": ""])
+        #expect(daemon.status == 78 && daemon.stderr.contains("pass --config fake"), "\(daemon)")
+        let byOption = try await CLI.run(["status", "--config", "fake", "--state-dir", state], environment: ["FIELDHAL_CONFIG": ""])
+        #expect(byOption.status == 0 && byOption.stdout.contains("built-in fake kit"), "\(byOption)")
+        let byEnvironment = try await CLI.run(["bio", "verify", "--state-dir", state], environment: ["FIELDHAL_CONFIG": "fake"])
+        #expect(byEnvironment.status == 0 && byEnvironment.stdout == "match\n", "\(byEnvironment)")
+        // The front decides the same way before handing over.
+        let front = try await offPool {
+            try CLI.runBlocking(["status", "--state-dir", state], environment: ["FIELDHAL_CONFIG": ""], executable: CLI.frontBinary)
+        }
+        #expect(front.status == 78 && front.stderr.contains("pass --config fake"), "\(front)")
+    }
+
     @Test(arguments: CLIWay.allCases)
     func failuresAreOneLineOnStderrWithAMeaningfulStatus(_ way: CLIWay) async throws {
         try await eachWay(way) {

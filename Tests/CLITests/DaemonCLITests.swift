@@ -16,12 +16,10 @@ final class DaemonProcess: @unchecked Sendable {
     init(_ arguments: [String], command: [String] = ["run"], environment extra: [String: String] = [:]) throws {
         process.executableURL = CLI.binary
         process.arguments = command + arguments
-        if !extra.isEmpty {
-            var environment = ProcessInfo.processInfo.environment
-            environment["FIELDHAL_CONFIG"] = nil
-            environment.merge(extra) { $1 }
-            process.environment = environment
-        }
+        var environment = ProcessInfo.processInfo.environment
+        environment["FIELDHAL_CONFIG"] = "fake"  // the built-in fake kit unless --config names a file
+        environment.merge(extra) { $1 }
+        process.environment = environment
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output

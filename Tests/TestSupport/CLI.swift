@@ -64,7 +64,8 @@ public struct CLI {
         process.executableURL = executable
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
-        environment["FIELDHAL_CONFIG"] = nil
+        // The built-in fake kit unless a test says otherwise: it must be asked for by name.
+        environment["FIELDHAL_CONFIG"] = "fake"
         environment["FIELDHAL_STATE_DIR"] = freshStateDirectory()
         environment.merge(extra) { $1 }
         process.environment = environment
