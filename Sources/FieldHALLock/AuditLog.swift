@@ -86,6 +86,15 @@ public struct AuditLog: Sendable {
         return count == recordedCount ? .intact(entries: count) : .intactWithUnrecordedTail(entries: count, extra: count - recordedCount)
     }
 
+    /// The last line's sequence number and hash (nil for an empty log); `verify` says
+    /// whether the lines before it can be trusted.
+    public func head() -> (count: Int, hash: String)? {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        guard let last = text.split(separator: "\n").last,
+              let entry = try? JSONDecoder().decode(Entry.self, from: Data(last.utf8)) else { return nil }
+        return (entry.seq, entry.hash)
+    }
+
     static func hash(seq: Int, time: String, event: String, detail: String, prev: String) -> String {
         let material = Array("\(seq)\u{1F}\(time)\u{1F}\(event)\u{1F}\(detail)\u{1F}\(prev)".utf8)
         var digest = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))

@@ -89,8 +89,8 @@ public final class LockService: @unchecked Sendable {
     @discardableResult
     public func setup(pin: String, confirmation: String, duressPIN: String? = nil,
                       biometrics: BiometricAvailability? = nil, relockAfter: RelockAfter = .fiveMinutes) throws -> String {
-        try mutex.withLock {
-            var state = try store.load() ?? LockState()
+        try serialised {
+            var state = try loadState() ?? LockState()
             guard !state.isConfigured else {
                 throw FieldHALError(.invalidArgument, subject: "lock", detail: "the lock is already set up",
                                     advice: "change it with fieldhal lock settings, or start over with fieldhal lock reset")
@@ -116,7 +116,7 @@ public final class LockService: @unchecked Sendable {
     /// Changes settings; the current PIN (a fresh unlock) is required (seed 003 Req 4).
     public func changeSettings(currentPIN: String, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
                                newPIN: (pin: String, confirmation: String)? = nil, newDuressPIN: String? = nil) throws {
-        try mutex.withLock {
+        try serialised {
             var state = try requireConfigured()
             try requireFreshUnlock(currentPIN, &state)
             if let relockAfter { state.relockAfter = relockAfter }
@@ -142,7 +142,7 @@ public final class LockService: @unchecked Sendable {
 
     /// Turns the lock off; the current PIN is required.
     public func disable(currentPIN: String) throws {
-        try mutex.withLock {
+        try serialised {
             var state = try requireConfigured()
             try requireFreshUnlock(currentPIN, &state)
             let head = (state.auditCount, state.auditHead)
@@ -157,16 +157,16 @@ public final class LockService: @unchecked Sendable {
     // MARK: - Unlocking
 
     public func status() throws -> LockStatus {
-        try mutex.withLock {
-            let state = try store.load() ?? LockState()
+        try serialised {
+            let state = try loadState() ?? LockState()
             return status(of: state, at: now())
         }
     }
 
     /// Whether the fingerprint may be offered now (enabled and not paused).
     public func biometricsAllowed() throws -> Bool {
-        try mutex.withLock {
-            let state = try store.load() ?? LockState()
+        try serialised {
+            let state = try loadState() ?? LockState()
             return state.biometricsEnabled && remaining(state.biometricsLockedUntil, at: now()) == 0
         }
     }
@@ -175,21 +175,26 @@ public final class LockService: @unchecked Sendable {
     /// work, same audit line, a state file of the same size — and is noted only inside the
     /// sealed state, for the flows.
     public func unlock(pin: String) throws -> UnlockOutcome {
-        try mutex.withLock {
-            var state = try store.load() ?? LockState()
+        try serialised {
+            var state = try loadState() ?? LockState()
             guard state.isConfigured else { return .rejected(Self.notSetUp) }
             let at = now()
             let wait = remaining(state.pinLockedUntil, at: at)
             if wait > 0 { return .lockedOut(Self.lockedOutMessage(wait), seconds: wait) }
+            // The attempt is saved as failed before the PIN is checked: a process killed during
+            // the half second of argon2id has used its attempt. Saved for every attempt, right
+            // or wrong, normal or duress PIN: the file changes the same way each time.
+            var failed = state
+            Self.countFailure(&failed, at: at)
+            try store.save(failed)
             if try verifyEither(pin, &state, at: at) {
                 markUnlocked(&state, at: at)
                 try record(&state, "unlock", detail: "method=pin result=ok")
                 return .unlocked
             }
-            state.failedPINAttempts += 1
             var outcome = UnlockOutcome.rejected(Self.wrongCredential)
+            Self.countFailure(&state, at: at)
             if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
-                state.pinLockedUntil = at.addingTimeInterval(TimeInterval(seconds))
                 outcome = .lockedOut(Self.lockedOutMessage(seconds), seconds: seconds)
                 try record(&state, "lockout", detail: "method=pin failures=\(state.failedPINAttempts) seconds=\(seconds)")
             } else {
@@ -202,8 +207,8 @@ public final class LockService: @unchecked Sendable {
     /// Reports a fingerprint scan the caller ran. Three failures pause the sensor for 15
     /// minutes (seed 004) while the PIN keeps working; a retry request is not a failure.
     public func unlock(biometric result: BiometricResult) throws -> UnlockOutcome {
-        try mutex.withLock {
-            var state = try store.load() ?? LockState()
+        try serialised {
+            var state = try loadState() ?? LockState()
             guard state.isConfigured else { return .rejected(Self.notSetUp) }
             let at = now()
             guard state.biometricsEnabled else { return .rejected("Fingerprint unlock is off. Use your PIN.") }
@@ -233,7 +238,7 @@ public final class LockService: @unchecked Sendable {
 
     /// Marks use of the kit, which keeps it unlocked for the relock interval.
     public func noteActivity() throws {
-        try mutex.withLock {
+        try serialised {
             var state = try requireConfigured()
             guard !isLocked(state, at: now()) else { return }
             state.lastActivity = now()
@@ -245,8 +250,8 @@ public final class LockService: @unchecked Sendable {
     /// state is written whether or not there were any (when there is a state), so that the
     /// file changes the same way after every unlock, whichever PIN it was.
     public func takeDuressEvents() throws -> [Date] {
-        try mutex.withLock {
-            guard var state = try store.load() else { return [] }
+        try serialised {
+            guard var state = try loadState() else { return [] }
             let events = state.pendingDuressEvents
             state.pendingDuressEvents = []
             try store.save(state)
@@ -257,7 +262,7 @@ public final class LockService: @unchecked Sendable {
     /// Records the emergency reset in the audit log just before the caller wipes the state
     /// directory (seed 003 Req 8); the log goes with it.
     public func recordEmergencyReset() throws {
-        try mutex.withLock {
+        try serialised {
             var state = try store.load() ?? LockState()
             try record(&state, "emergency-reset", detail: "")
         }
@@ -265,11 +270,19 @@ public final class LockService: @unchecked Sendable {
 
     public func verifyAudit() throws -> AuditLog.Verdict {
         guard let audit else { return .intact(entries: 0) }
-        let state = try mutex.withLock { try store.load() ?? LockState() }
+        let state = try serialised { try store.load() ?? LockState() }
         return audit.verify(recordedCount: state.auditCount, recordedHead: state.auditHead)
     }
 
     // MARK: - Rules
+
+    /// One more failed PIN attempt, and the pause it earns.
+    static func countFailure(_ state: inout LockState, at date: Date) {
+        state.failedPINAttempts += 1
+        if let seconds = lockoutSeconds(afterFailures: state.failedPINAttempts) {
+            state.pinLockedUntil = date.addingTimeInterval(TimeInterval(seconds))
+        }
+    }
 
     public static func lockoutSeconds(afterFailures failures: Int) -> Int? {
         if failures >= 10 { return 3600 }
@@ -335,8 +348,45 @@ public final class LockService: @unchecked Sendable {
         return max(0, Int(deadline.timeIntervalSince(date).rounded(.up)))
     }
 
+    /// What an administrator does when the lock's state cannot be trusted.
+    static let untrustedAdvice = "the kit may have been tampered with: keep a copy of the state directory for investigation; an administrator can start over with fieldhal lock reset --yes"
+
+    /// The stored state, checked against the audit log before anything trusts it. Fails
+    /// closed: a state file that is missing while the log shows a lock, or older than the
+    /// log (an earlier copy put back, which would reset the failure counts), or a broken
+    /// log, refuses every lock operation until an emergency reset. One unrecorded line at
+    /// the end of a state marked `auditPending` is a crash between writing the line and
+    /// saving the state, not tampering.
+    private func loadState() throws -> LockState? {
+        let state = try store.load()
+        guard let audit else { return state }
+        switch audit.verify(recordedCount: state?.auditCount ?? 0, recordedHead: state?.auditHead ?? "") {
+        case .intact:
+            return state
+        case .intactWithUnrecordedTail(_, let extra) where extra == 1 && state?.auditPending == true:
+            // The line the crash kept from being recorded becomes the head (saved with the next change).
+            guard var adopted = state, let head = audit.head() else { return state }
+            adopted.auditCount = head.count
+            adopted.auditHead = head.hash
+            adopted.auditPending = nil
+            return adopted
+        case .intactWithUnrecordedTail(let entries, _):
+            let detail = state == nil
+                ? "the lock's state is missing, but its audit log holds \(entries) event(s): the lock was set up"
+                : "the lock's state is older than its audit log (it records \(state?.auditCount ?? 0) events, the log holds \(entries)): an earlier copy was put back"
+            throw FieldHALError(.malformedData, subject: "lock", detail: detail, advice: Self.untrustedAdvice)
+        case .broken(let line, let reason):
+            throw FieldHALError(.malformedData, subject: "lock", detail: "the audit log is broken at line \(line): \(reason)", advice: Self.untrustedAdvice)
+        }
+    }
+
+    /// One lock operation at a time, in this process (the mutex) and across processes (the store).
+    private func serialised<T>(_ body: () throws -> T) throws -> T {
+        try mutex.withLock { try store.exclusively(body) }
+    }
+
     private func requireConfigured() throws -> LockState {
-        guard let state = try store.load(), state.isConfigured else {
+        guard let state = try loadState(), state.isConfigured else {
             // The kit's state, not the caller's words: EX_UNAVAILABLE at the CLI, 503 through the API.
             throw FieldHALError(.notConfigured, subject: "lock", detail: "the lock is not set up", advice: "run fieldhal lock setup")
         }
@@ -371,9 +421,12 @@ public final class LockService: @unchecked Sendable {
     /// Appends to the audit log and saves the state with the new head.
     private func record(_ state: inout LockState, _ event: String, detail: String) throws {
         if let audit {
+            state.auditPending = true
+            try store.save(state)
             let head = try audit.append(event: event, detail: detail, at: now(), after: (state.auditCount, state.auditHead))
             state.auditCount = head.count
             state.auditHead = head.hash
+            state.auditPending = nil
         }
         try store.save(state)
     }

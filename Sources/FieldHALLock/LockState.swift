@@ -42,6 +42,10 @@ public struct LockState: Sendable, Codable, Equatable {
     /// The audit log's head, so that cutting lines off its end is detected.
     public var auditCount = 0
     public var auditHead = ""
+    /// Saved as true just before a line is appended to the audit log, cleared with the head
+    /// after it: one unrecorded line is then a crash in between, while a state without the
+    /// mark behind the log is an earlier copy put back (which would reset the counts).
+    public var auditPending: Bool?
 
     public init() {}
 

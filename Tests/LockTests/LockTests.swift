@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import FieldHAL
 @testable import FieldHALLock
@@ -326,5 +327,132 @@ struct AuditLogTests {
         let (log, head) = try filled(3)
         _ = try log.append(event: "unlock", detail: "method=pin result=ok", at: Date(), after: head)
         #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .intactWithUnrecordedTail(entries: 4, extra: 1))
+    }
+}
+
+/// The lock's state cannot be raced, rolled back or deleted away (issue 18).
+@Suite("Lock integrity")
+struct LockIntegrityTests {
+    let clock = TestClock()
+
+    /// A service on a real state directory: the sealed state in the vault and the audit log beside it.
+    func service(_ state: StateDirectory) throws -> LockService {
+        let clock = self.clock
+        return LockService(store: VaultLockStore(vault: try Vault(stateDirectory: state)), audit: AuditLog(path: state.file("audit.log")),
+                           cost: .minimum, now: { clock.now })
+    }
+
+    func sealedStatePath(_ state: StateDirectory) throws -> String {
+        let entries = try Vault(stateDirectory: state).entriesDirectory
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: entries).first { $0.hasPrefix(VaultLockStore.entry) && !$0.hasSuffix(".lock") })
+        return entries + "/" + name
+    }
+
+    @Test func anEarlierCopyOfTheStatePutBackIsRefused() throws {
+        let state = temporaryState()
+        let lock = try service(state)
+        try lock.setup(pin: "4821", confirmation: "4821")
+        let path = try sealedStatePath(state)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        for pin in ["1111", "1112"] { _ = try lock.unlock(pin: pin) }
+        try before.write(to: URL(fileURLWithPath: path))  // the counts as they were before two failures
+        let error = #expect(throws: FieldHALError.self) { _ = try service(state).unlock(pin: "1113") }
+        #expect(error?.kind == .malformedData)
+        #expect(error?.description.contains("older than its audit log") == true, "\(error?.description ?? "")")
+        #expect(throws: FieldHALError.self) { _ = try service(state).status() }
+    }
+
+    @Test func aCopyPutBackOneAttemptLaterIsRefusedToo() throws {
+        let state = temporaryState()
+        let lock = try service(state)
+        try lock.setup(pin: "4821", confirmation: "4821")
+        let path = try sealedStatePath(state)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        _ = try lock.unlock(pin: "1111")
+        try before.write(to: URL(fileURLWithPath: path))
+        #expect(throws: FieldHALError.self) { _ = try service(state).unlock(pin: "1112") }
+    }
+
+    @Test func aMissingStateWithALogThatShowsALockFailsClosed() throws {
+        let state = temporaryState()
+        let lock = try service(state)
+        try lock.setup(pin: "4821", confirmation: "4821")
+        try FileManager.default.removeItem(atPath: try sealedStatePath(state))
+        let fresh = try service(state)
+        let error = #expect(throws: FieldHALError.self) { _ = try fresh.unlock(pin: "0000") }
+        #expect(error?.description.contains("the lock's state is missing, but its audit log holds 1 event(s)") == true, "\(error?.description ?? "")")
+        #expect(error?.advice?.contains("fieldhal lock reset --yes") == true)
+        // Nor can a new PIN be set over it.
+        #expect(throws: FieldHALError.self) { try fresh.setup(pin: "1357", confirmation: "1357") }
+    }
+
+    @Test func aCrashBetweenTheLogLineAndTheStateIsNotTampering() throws {
+        let state = temporaryState()
+        let lock = try service(state)
+        try lock.setup(pin: "4821", confirmation: "4821")
+        // As `record` leaves it when killed after appending: the state marked, the line written.
+        let store = VaultLockStore(vault: try Vault(stateDirectory: state))
+        var saved = try #require(try store.load())
+        saved.auditPending = true
+        try store.save(saved)
+        _ = try AuditLog(path: state.file("audit.log")).append(event: "unlock", detail: "method=pin result=failed", at: clock.now,
+                                                               after: (saved.auditCount, saved.auditHead))
+        let restarted = try service(state)
+        #expect(try restarted.unlock(pin: "4821") == .unlocked)
+        #expect(try restarted.verifyAudit() == .intact(entries: 3), "the crash's line kept, the unlock's after it")
+    }
+
+    /// The attempt is saved as failed before the PIN is checked, so a process killed during
+    /// argon2id has used its attempt; a right PIN then clears it.
+    @Test func anAttemptIsCountedBeforeThePINIsChecked() throws {
+        let store = RecordingLockStore()
+        let clock = self.clock
+        let lock = LockService(store: store, audit: nil, cost: .minimum, now: { clock.now })
+        try lock.setup(pin: "4821", confirmation: "4821")
+        func savedSince(_ mark: Int) -> [LockState] { store.saved.withLock { Array($0.dropFirst(mark)) } }
+        var mark = store.saved.withLock { $0.count }
+        #expect(try lock.unlock(pin: "4821") == .unlocked)
+        #expect(savedSince(mark).map(\.failedPINAttempts) == [1, 0], "\(savedSince(mark).map(\.failedPINAttempts))")
+        mark = store.saved.withLock { $0.count }
+        _ = try lock.unlock(pin: "0000")
+        _ = try lock.unlock(pin: "0001")
+        let third = try lock.unlock(pin: "0002")
+        let saves = savedSince(mark)
+        #expect(saves.map(\.failedPINAttempts) == [1, 1, 2, 2, 3, 3], "\(saves.map(\.failedPINAttempts))")
+        #expect(third == .lockedOut("Too many attempts. Please wait 30 seconds and try again.", seconds: 30))
+        // The first save of the third attempt already held the pause.
+        #expect(saves.count == 6 && saves[4].pinLockedUntil != nil)
+    }
+
+    /// Services in separate threads stand for separate processes (each its own mutex): the
+    /// store's file lock serialises them, so no failure is lost.
+    @Test func parallelAttemptsLoseNoFailure() async throws {
+        let state = temporaryState()
+        try service(state).setup(pin: "4821", confirmation: "4821")
+        clock.advance(1)
+        let pins = ["1111", "1112"]
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for pin in pins {
+                let lock = try service(state)
+                group.addTask { _ = try await offThread { try lock.unlock(pin: pin) } }
+            }
+            try await group.waitForAll()
+        }
+        let third = try service(state).unlock(pin: "1113")
+        #expect(third == .lockedOut("Too many attempts. Please wait 30 seconds and try again.", seconds: 30), "\(third)")
+    }
+}
+
+/// A store in memory that keeps every state saved, in order.
+final class RecordingLockStore: LockStore, @unchecked Sendable {
+    let saved = Mutex<[LockState]>([])
+    func load() throws -> LockState? { saved.withLock { $0.last } }
+    func save(_ state: LockState) throws { saved.withLock { $0.append(state) } }
+}
+
+/// Runs blocking work on a thread of its own.
+func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
     }
 }

@@ -6,6 +6,7 @@ import FieldHALFlows
 import FieldHALLock
 import FieldHALServer
 import Foundation
+import NIOPosix
 import Transrify
 #if canImport(Glibc)
 import Glibc
@@ -147,13 +148,20 @@ struct DaemonFlows: APIFlows {
 
     // MARK: The lock
 
+    /// Runs the lock's argon2id work (64 MiB and about half a second per PIN checked) on NIO's
+    /// blocking-work pool: on the cooperative pool, which has one thread per core, an unlock
+    /// would stall every other request and the event stream for that long.
+    static func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(work)
+    }
+
     func unlock(_ request: APIUnlock) async throws -> APIUnlockOutcome {
         let environment = environment
         let lock = try environment.lockService()
         let outcome: UnlockOutcome
         switch (request.pin, request.fingerprint ?? false) {
         case (let pin?, false):
-            outcome = try lock.unlock(pin: pin)
+            outcome = try await Self.blocking { try lock.unlock(pin: pin) }
         case (nil, true):
             if try lock.biometricsAllowed() {
                 let wait = Duration.milliseconds(request.scanTimeoutMs ?? 10_000)
@@ -184,7 +192,7 @@ struct DaemonFlows: APIFlows {
                 throw FieldHALError(.invalidArgument, subject: "disable", detail: "turning the lock off changes nothing else",
                                     advice: "send disable with currentPin only")
             }
-            try lock.disable(currentPIN: request.currentPin)
+            try await Self.blocking { try lock.disable(currentPIN: request.currentPin) }
             daemon.afterAuthentication(.unlock)
             daemon.noteLock()
             return APIMessage(message: "The lock is off.")
@@ -201,9 +209,12 @@ struct DaemonFlows: APIFlows {
         case false?: availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
         case nil: break
         }
-        try lock.changeSettings(currentPIN: request.currentPin, relockAfter: relockAfter, biometrics: availability,
-                                newPIN: request.newPin.map { (pin: $0, confirmation: request.newPinConfirmation ?? "") },
-                                newDuressPIN: request.newDuressPin)
+        let biometrics = availability
+        try await Self.blocking {
+            try lock.changeSettings(currentPIN: request.currentPin, relockAfter: relockAfter, biometrics: biometrics,
+                                    newPIN: request.newPin.map { (pin: $0, confirmation: request.newPinConfirmation ?? "") },
+                                    newDuressPIN: request.newDuressPin)
+        }
         daemon.afterAuthentication(.unlock)
         daemon.noteLock()
         return APIMessage(message: "Settings saved.")
@@ -218,8 +229,11 @@ struct DaemonFlows: APIFlows {
         } ?? .fiveMinutes
         // The sensor the daemon holds says which fingers are enrolled, as `lock setup --biometrics` asks its own.
         let availability: BiometricAvailability? = request.biometrics == true ? try await daemon.withSensor { try await $0.availability() } : nil
-        let message = try environment.lockService().setup(pin: request.pin, confirmation: request.pinConfirmation, duressPIN: request.duressPin,
-                                                          biometrics: availability, relockAfter: relockAfter)
+        let lock = try environment.lockService()
+        let message = try await Self.blocking {
+            try lock.setup(pin: request.pin, confirmation: request.pinConfirmation, duressPIN: request.duressPin,
+                           biometrics: availability, relockAfter: relockAfter)
+        }
         daemon.noteLock()
         return APIMessage(message: message)
     }
