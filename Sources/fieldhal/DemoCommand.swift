@@ -30,8 +30,7 @@ struct DemoCommand: FieldHALSubcommand {
     @Option(help: "Seconds of video evidence.") var videoSeconds = 2
 
     func execute(_ environment: Environment) async throws {
-        let scratch = NSTemporaryDirectory() + "fieldhal-demo-\(getpid())"
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let scratch = try ScratchDirectory.make("fieldhal-demo")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let lab = try LabProcess.start(directory: scratch + "/lab")
         defer { lab.stop() }

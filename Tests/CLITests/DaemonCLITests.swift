@@ -220,7 +220,7 @@ struct DaemonCLITests {
     /// on answering.
     @Test func theAPISocketSurvivesBadClients() async throws {
         let state = scratch("socket-state")
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let daemon = try DaemonProcess(["--state-dir", state])
         #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(10)) != nil, "\(daemon.output)")
         let socket = state + "/api.sock"
@@ -385,7 +385,7 @@ struct DaemonCLITests {
     /// through the daemon, whose receiver is warm, it gets one at once.
     @Test func gpsGoesThroughTheDaemon() async throws {
         let state = scratch("gps-daemon-state")
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let config = state + ".toml"
         try """
         [gps]

@@ -64,7 +64,7 @@ actor KitDaemons {
         if let old = running.removeValue(forKey: state) {
             stopped.append((state, (await old.daemon.stop().status, old.daemon.output)))
         }
-        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let daemon = try DaemonProcess((config.map { ["--config", $0] } ?? []) + ["--state-dir", state], environment: environment)
         running[state] = (key, daemon)
         if await daemon.waitForServing() {

@@ -21,9 +21,37 @@ public struct StateDirectory: Sendable {
             ?? configured ?? defaultPath)
     }
 
-    /// Creates the directory (and parents) if needed, mode 0700.
+    /// Creates the directory (and parents) if needed, mode 0700; an existing one must be this
+    /// user's and closed to everyone else. Why: the vault, the lock's state and the evidence
+    /// queue live here, and a directory another user owns or can enter could have its files
+    /// swapped (an older lock state put back) or read.
     public func prepare() throws {
         try Self.makeDirectories(path, mode: 0o700)
+        try Self.checkPrivate(path)
+    }
+
+    /// Refuses a directory not owned by the effective user, or open to its group or others,
+    /// saying the command that fixes it.
+    static func checkPrivate(_ path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw AtomicFileWriter.ioError(path, "inspect directory") }
+        let me = geteuid()
+        guard info.st_uid == me else {
+            let owner = userName(info.st_uid)
+            throw FieldHALError(.permissionDenied, subject: path,
+                                detail: "the state directory belongs to \(owner), not to \(userName(me)) who runs this",
+                                advice: "run as its owner (sudo -u \(owner) fieldhal …), or give it to this user: sudo chown -R \(userName(me)) \(path)")
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw FieldHALError(.permissionDenied, subject: path,
+                                detail: "the state directory is open to others (mode \(String(info.st_mode & 0o777, radix: 8)))",
+                                advice: "chmod 700 \(path)")
+        }
+    }
+
+    private static func userName(_ uid: uid_t) -> String {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return String(cString: name)
     }
 
     /// The absolute path of `name` inside the state directory.

@@ -77,11 +77,7 @@ struct APIBench: AsyncParsableCommand {
         guard FileManager.default.fileExists(atPath: client) else {
             throw FieldHALError(.unavailable, subject: "bench api", detail: "no \(client)", advice: "run from the repository's root")
         }
-        var template = Array((NSTemporaryDirectory() + "fieldhal-bench-api-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else {
-            throw FieldHALError(.io, subject: "bench api", detail: "mkdtemp: \(String(cString: strerror(errno)))")
-        }
-        let directory = String(cString: made)
+        let directory = try ScratchDirectory.make("fieldhal-bench-api")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let socket = directory + "/api.sock"
         let daemonConfig = directory + "/kit.toml"

@@ -85,11 +85,7 @@ struct APIFixBench: AsyncParsableCommand {
         for tool in ["/usr/bin/gpsfake", "/usr/bin/gpspipe"] where !FileManager.default.isExecutableFile(atPath: tool) {
             throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
         }
-        var template = Array((NSTemporaryDirectory() + "fieldhal-bench-api-gps-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else {
-            throw FieldHALError(.io, subject: "bench api-gps", detail: "mkdtemp: \(String(cString: strerror(errno)))")
-        }
-        let directory = String(cString: made)
+        let directory = try ScratchDirectory.make("fieldhal-bench-api-gps")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let log = directory + "/bench.nmea"
         try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
@@ -267,7 +263,7 @@ struct APIFixBench: AsyncParsableCommand {
 
     /// `fieldhal run` with only a gpsd receiver and the API, in its own state directory.
     static func startDaemon(gpsdPort: Int, directory: String) async throws -> Daemon {
-        try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let socket = directory + "/api.sock"
         let config = directory + "/kit.toml"
         try """

@@ -43,7 +43,7 @@ struct AlertsBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let directory = NSTemporaryDirectory() + "fieldhal-bench-alerts-\(getpid())"
+        let directory = try ScratchDirectory.make("fieldhal-bench-alerts")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let lab = try LabProcess.start(directory: directory)
         defer { lab.stop() }

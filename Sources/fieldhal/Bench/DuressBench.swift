@@ -22,7 +22,7 @@ struct DuressBench: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let root = NSTemporaryDirectory() + "fieldhal-bench-duress-\(getpid())"
+        let root = try ScratchDirectory.make("fieldhal-bench-duress")
         defer { try? FileManager.default.removeItem(atPath: root) }
         let lock = LockService(store: VaultLockStore(vault: try Vault(stateDirectory: StateDirectory(path: root))),
                                    audit: AuditLog(path: root + "/audit.log"))

@@ -33,7 +33,7 @@ struct EvidenceBench: AsyncParsableCommand {
     }
 
     private func sealOnce(_ path: String) throws {
-        let state = StateDirectory(path: NSTemporaryDirectory() + "fieldhal-bench-seal-\(getpid())")
+        let state = StateDirectory(path: try ScratchDirectory.make("fieldhal-bench-seal"))
         defer { try? FileManager.default.removeItem(atPath: state.path) }
         let queue = try EvidenceQueue(stateDirectory: state, vault: try Vault(stateDirectory: state))
         let item = try queue.add(kind: .video, contentType: "application/octet-stream", incidentId: "bench", file: path)
@@ -53,8 +53,7 @@ struct EvidenceBench: AsyncParsableCommand {
         guard mebibytes > 0, runs > 0 else {
             throw FieldHALError(.invalidArgument, subject: "bench evidence", detail: "--mebibytes and --runs must be positive")
         }
-        let directory = NSTemporaryDirectory() + "fieldhal-bench-evidence-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try ScratchDirectory.make("fieldhal-bench-evidence")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/evidence.bin"
         try writeRandomFile(file, bytes: mebibytes << 20)

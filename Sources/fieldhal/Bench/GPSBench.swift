@@ -50,8 +50,7 @@ struct GPSBench: AsyncParsableCommand {
         for tool in ["/usr/bin/gpsfake", "/usr/bin/gpspipe"] where !FileManager.default.isExecutableFile(atPath: tool) {
             throw FieldHALError(.unavailable, subject: "bench gps", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
         }
-        let directory = NSTemporaryDirectory() + "fieldhal-bench-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try ScratchDirectory.make("fieldhal-bench-gps")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let log = directory + "/bench.nmea"
         try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)

@@ -53,8 +53,7 @@ struct NFCBench: AsyncParsableCommand {
         guard samples > 0, toolRuns > 0 else {
             throw FieldHALError(.invalidArgument, subject: "bench nfc", detail: "--samples and --tool-runs must be positive")
         }
-        let directory = NSTemporaryDirectory() + "fieldhal-bench-nfc-\(getpid())"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try ScratchDirectory.make("fieldhal-bench-nfc")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let events = directory + "/events.jsonl"
         let chip = try BenchProcess.start("/usr/bin/python3", [emulator, "--text", "trf:duress:bench-alert-0001"], output: events)
