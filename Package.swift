@@ -164,6 +164,11 @@ let package = Package(
         .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel", "CSodium",
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strictSwift),
 
+        // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
+        // -sanitize=fuzzer,address -DFUZZING); built normally it replays a corpus.
+        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "CSodium"],
+                          path: "fuzz/Sources/fieldhal-fuzz", swiftSettings: strictSwift),
+
         // The hardware API (issue 20): its wire values, and its server on a Unix socket.
         .target(name: "FieldHALAPI", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
         .target(

@@ -68,6 +68,9 @@ struct ConfigurationTests {
         ("[camera]\nplugin = \"good\"\npoints = [ { lat = \"north\" } ]\n", "camera.points[1].lat", 3, "expected a number"),
         ("[kit]\nstate_dir = 5\n", "kit.state_dir", 2, "expected a string"),
         ("camera = 3\n", "camera", 1, "expected a table"),
+        // Found by fuzz/run: reading a date-time leaked TOMLKit's C struct; it is refused unread.
+        ("[camera]\nplugin = \"good\"\nrate = 1979-05-27T07:32:00Z\n", "camera.rate", 3, "expected a number, found date-time value"),
+        ("[camera]\nplugin = \"good\"\nrate = 07:32:00\n", "camera.rate", 3, "found date-time"),
     ] as [(String, String, Int, String)])
     func rejectedWithFileKeyAndLine(text: String, key: String, line: Int, message: String) {
         do {

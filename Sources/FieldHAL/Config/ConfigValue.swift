@@ -6,7 +6,7 @@ public indirect enum ConfigValue: Sendable, Equatable, CustomStringConvertible {
     case boolean(Bool)
     case array([ConfigValue])
     case table([String: ConfigValue])
-    /// A TOML date or time, kept as written; no FieldHAL parameter takes one.
+    /// A TOML date or time; no FieldHAL parameter takes one, and its text is not kept (see `convert`).
     case dateTime(String)
 
     public var typeName: String {
@@ -29,7 +29,7 @@ public indirect enum ConfigValue: Sendable, Equatable, CustomStringConvertible {
         case .boolean(let value): String(value)
         case .array(let values): "[" + values.map(\.description).joined(separator: ", ") + "]"
         case .table(let table): "{" + table.keys.sorted().map { "\($0) = \(table[$0]!)" }.joined(separator: ", ") + "}"
-        case .dateTime(let value): value
+        case .dateTime(let value): value.isEmpty ? "value" : value
         }
     }
 }

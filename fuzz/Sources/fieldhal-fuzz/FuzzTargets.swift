@@ -1,0 +1,166 @@
+import CSodium
+import FieldHAL
+import FieldHALAPI
+import FieldHALVault
+import Foundation
+
+/// Every parser of outside input, as a function of arbitrary bytes (issue 18). Each must
+/// return or throw its typed error — never crash, hang or grow without bound — and where an
+/// input decodes, what it decodes to must survive the way back (the oracle beyond "no crash").
+/// `fuzz/run` builds them with libFuzzer and AddressSanitizer; built normally,
+/// `fieldhal-fuzz TARGET FILE…` replays a corpus (CI replays the committed one).
+enum FuzzTargets {
+    static let all: [String: @Sendable ([UInt8]) -> Void] = [
+        "ndef": ndef, "type2": type2, "type4-reader": type4Reader, "type4-tag": type4Tag,
+        "config": config, "api-request": apiRequest, "location": location,
+    ]
+
+    /// An NDEF message as a tag in the field hands it over.
+    static func ndef(_ bytes: [UInt8]) {
+        guard let message = try? NDEFMessage(decoding: bytes) else { return }
+        for record in message.records { _ = try? record.content() }
+        if let encoded = try? message.encoded() {
+            guard let again = try? NDEFMessage(decoding: encoded), again == message else {
+                fatalError("ndef: a decoded message does not survive encoding: \(bytes)")
+            }
+        }
+    }
+
+    /// A Type 2 tag's data area: its TLVs, and the NDEF message in them.
+    static func type2(_ bytes: [UInt8]) {
+        _ = try? Type2TLV.parse(bytes)
+        if let message = (try? Type2TLV.ndefMessage(inDataArea: bytes)) ?? nil, let area = try? Type2TLV.encodeDataArea(message) {
+            guard let again = (try? Type2TLV.ndefMessage(inDataArea: area)) ?? nil, again == message else {
+                fatalError("type2: a message read from a data area does not survive writing: \(bytes)")
+            }
+        }
+    }
+
+    /// A Type 4 card's answers to the reader's APDUs: each answer is a length byte and that
+    /// many bytes of the input, in turn; past the input, the card stays silent (an error).
+    static func type4Reader(_ bytes: [UInt8]) {
+        var rest = bytes[...]
+        _ = try? Type4NDEFReader.readMessage { _ in
+            guard let count = rest.first else { throw NDEFError.truncated("the card went silent") }
+            let answer = Array(rest.dropFirst().prefix(Int(count)))
+            rest = rest.dropFirst(1 + answer.count)
+            return answer
+        }
+    }
+
+    /// The APDUs an outside reader sends the kit's emulated Type 4 tag (length-prefixed).
+    static func type4Tag(_ bytes: [UInt8]) {
+        guard var tag = try? Type4TagApplication(message: .uri("trf:duress:fuzz")) else { fatalError("type4-tag: the emulated tag cannot be made") }
+        var rest = bytes[...]
+        while let count = rest.first {
+            let apdu = Array(rest.dropFirst().prefix(Int(count)))
+            rest = rest.dropFirst(1 + apdu.count)
+            let answer = tag.respond(to: apdu)
+            guard answer.count >= 2, answer.count <= Type4TagApplication.maxResponseLength + 2 else {
+                fatalError("type4-tag: an answer of \(answer.count) bytes to \(apdu)")
+            }
+        }
+    }
+
+    /// A configuration file, with the core's schema (no plugins: an unknown plugin is one
+    /// more error to report well).
+    static func config(_ bytes: [UInt8]) {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return }
+        _ = try? KitConfiguration.parse(text, file: "fuzz.toml", directory: "/", registry: PluginRegistry([]))
+    }
+
+    /// The bodies the daemon's API decodes from its callers.
+    static func apiRequest(_ bytes: [UInt8]) {
+        let data = Data(bytes), decoder = JSONDecoder()
+        _ = try? decoder.decode(APIUnlock.self, from: data)
+        _ = try? decoder.decode(APILockSetup.self, from: data)
+        _ = try? decoder.decode(APILockSettings.self, from: data)
+        _ = try? decoder.decode(APISignIn.self, from: data)
+        _ = try? decoder.decode(APIEvidenceCapture.self, from: data)
+        _ = try? decoder.decode(APIHapticsPlay.self, from: data)
+        _ = try? decoder.decode(APISoundPlay.self, from: data)
+        _ = try? decoder.decode(APIAudioRecord.self, from: data)
+        _ = try? decoder.decode(APIVideoRecord.self, from: data)
+        _ = try? decoder.decode(APIBiometricVerify.self, from: data)
+    }
+
+    /// A sealed location whose sealed content is the input: sealed here to the device's own
+    /// key, so what is fuzzed is what the kit parses after the box opens.
+    static func location(_ bytes: [UInt8]) {
+        var box = [UInt8](repeating: 0, count: bytes.count + Int(crypto_box_sealbytes()))
+        guard crypto_box_seal(&box, bytes, UInt64(bytes.count), keys.publicKey) == 0 else { fatalError("location: cannot seal") }
+        _ = try? LocationSeal.open(Base64.encode(box), with: keys)
+        _ = try? LocationSeal.open(String(decoding: bytes, as: UTF8.self), with: keys)  // and the input as the payload itself
+    }
+
+    static let keys: DeviceKeyPair = {
+        let directory = NSTemporaryDirectory() + "fieldhal-fuzz-\(getpid())"
+        guard let vault = try? Vault(stateDirectory: StateDirectory(path: directory)), let keys = try? DeviceKeyPair.loadOrCreate(in: vault) else {
+            fatalError("location: no device keys in \(directory)")
+        }
+        return keys
+    }()
+}
+
+#if FUZZING
+/// libFuzzer's driver (in the runtime -sanitize=fuzzer links), started from our own entry
+/// point: SwiftPM names an executable's entry `<module>_main` and points `main` at it.
+@_silgen_name("LLVMFuzzerRunDriver")
+func LLVMFuzzerRunDriver(_ argc: UnsafeMutablePointer<CInt>,
+                         _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+                         _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt) -> CInt
+
+@_cdecl("fieldhal_fuzz_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc, arguments = argv
+    return LLVMFuzzerRunDriver(&count, &arguments) { data, size in
+        FuzzTargets.selected(Array(UnsafeBufferPointer(start: data, count: size)))
+        return 0
+    }
+}
+
+/// The entry libFuzzer's runtime refers to (the driver above is given the same function).
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    FuzzTargets.selected(Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+}
+
+extension FuzzTargets {
+    /// The target `FIELDHAL_FUZZ_TARGET` names.
+    static let selected: @Sendable ([UInt8]) -> Void = {
+        let name = ProcessInfo.processInfo.environment["FIELDHAL_FUZZ_TARGET"] ?? ""
+        guard let target = all[name] else { fatalError("FIELDHAL_FUZZ_TARGET=\(name): one of \(all.keys.sorted())") }
+        return target
+    }()
+}
+#else
+/// `fieldhal-fuzz TARGET FILE|DIRECTORY…`: runs the target on each input (a corpus replay).
+@main
+struct Replay {
+    static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        guard let name = arguments.first, let target = FuzzTargets.all[name] else {
+            FileHandle.standardError.write(Data("usage: fieldhal-fuzz TARGET FILE|DIRECTORY… (targets: \(FuzzTargets.all.keys.sorted().joined(separator: ", ")))\n".utf8))
+            exit(64)
+        }
+        var inputs = 0
+        for path in arguments.dropFirst() {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+                FileHandle.standardError.write(Data("fieldhal-fuzz: \(path): no such file\n".utf8))
+                exit(66)
+            }
+            let files = isDirectory.boolValue
+                ? ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted().map { path + "/" + $0 }
+                : [path]
+            for file in files {
+                guard let data = FileManager.default.contents(atPath: file) else { continue }
+                target([UInt8](data))
+                inputs += 1
+            }
+        }
+        print("fieldhal-fuzz \(name): \(inputs) inputs, no failure")
+    }
+}
+#endif
