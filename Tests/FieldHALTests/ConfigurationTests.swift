@@ -85,6 +85,28 @@ struct ConfigurationTests {
         }
     }
 
+    /// Found by fuzz/run: toml++ aborted the process (assertions in its time and key parsers)
+    /// on a date followed by `T` and a non-digit, and on a table header whose key starts with
+    /// a character no key starts with. The file is refused before the parser sees it; the
+    /// same text inside a string or a comment is left alone.
+    @Test func aDateTimeThatWouldAbortTheParserIsAnError() throws {
+        for (text, message) in [("[camera]\nplugin = \"good\"\n[[x]]\na = 1979-05-27T'7:32:00Z\n", "a date-time whose time does not start with a digit"),
+                                ("a = 2026-11-25tx7:00:00\n", "a date-time whose time does not start with a digit"),
+                                ("[camera]\nplugin = \"good\"\n[/ps]\n", "a table header whose key starts with /"),
+                                ("[camera]\nplugin = \"good\"\n[[ kit . ]]\n", "a table header whose key starts with ]"),
+                                ("\u{FEFF}[`gg]\n", "a table header whose key starts with `")] {
+            do {
+                _ = try TestPlugins.parse(text)
+                Issue.record("accepted:\n\(text)")
+            } catch {
+                #expect(error.message.contains("not valid TOML: \(message)"), "\(error)")
+                #expect(error.line == text.split(separator: "\n").count)
+            }
+        }
+        let harmless = try TestPlugins.parse("[camera]\nplugin = \"good\"  # 1979-05-27T'7\n[ \"kit\" ]\nname = \"1979-05-27T'7:32\"\n")
+        #expect(harmless.settings["kit"]?.string("name") == "1979-05-27T'7:32")
+    }
+
     @Test func syntaxErrorsCarryTheParsersLine() {
         do {
             _ = try TestPlugins.parse("[camera]\nplugin = \"good\"\ndevice = /dev/video0\n")
