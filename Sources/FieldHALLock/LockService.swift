@@ -1,4 +1,6 @@
+import CSodium
 import FieldHAL
+import FieldHALVault
 import Foundation
 
 /// What an unlock attempt came to. Messages are friendly and never say which credential
@@ -55,8 +57,8 @@ public final class LockService: @unchecked Sendable {
     /// A hash nothing typed can match, stored in place of a duress PIN that is not set.
     private func decoy() throws -> String {
         var secret = [UInt8](repeating: 0, count: 32)
-        for index in secret.indices { secret[index] = UInt8.random(in: 0...255) }
-        return try PINHash.hash("decoy-" + secret.map { String(format: "%02x", $0) }.joined(), cost: cost)
+        randombytes_buf(&secret, secret.count)
+        return try PINHash.hash(try SecretBytes(wiping: &secret), cost: cost)
     }
 
     /// The hash the second comparison of every check runs against: the duress PIN's, or the
@@ -71,7 +73,7 @@ public final class LockService: @unchecked Sendable {
 
     /// Both comparisons, always, so the time taken says nothing about which PIN it was or
     /// whether a duress PIN exists. A duress match is kept, sealed, for the flows.
-    private func verifyEither(_ pin: String, _ state: inout LockState, at date: Date) throws -> Bool {
+    private func verifyEither(_ pin: SecretBytes, _ state: inout LockState, at date: Date) throws -> Bool {
         guard let pinHash = state.pinHash else { return false }
         let normal = PINHash.verify(pin, against: pinHash)
         let duress = PINHash.verify(pin, against: try secondHash(&state))
@@ -87,7 +89,7 @@ public final class LockService: @unchecked Sendable {
     /// Sets the lock up. `biometrics`: the sensor's availability when the user wants it;
     /// without enrolled prints the lock is PIN only (seed 003 Req 2.5). Returns a message.
     @discardableResult
-    public func setup(pin: String, confirmation: String, duressPIN: String? = nil,
+    public func setup(pin: SecretBytes, confirmation: SecretBytes, duressPIN: SecretBytes? = nil,
                       biometrics: BiometricAvailability? = nil, relockAfter: RelockAfter = .fiveMinutes) throws -> String {
         try serialised {
             var state = try loadState() ?? LockState()
@@ -98,7 +100,7 @@ public final class LockService: @unchecked Sendable {
             try Self.check(pin, confirmation)
             if let duressPIN {
                 if let problem = PINPolicy.problem(with: duressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
-                guard duressPIN != pin else { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
+                guard !duressPIN.isEqual(to: pin) else { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
             }
             state.pinHash = try PINHash.hash(pin, cost: cost)
             state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) } ?? decoy()
@@ -114,8 +116,8 @@ public final class LockService: @unchecked Sendable {
     }
 
     /// Changes settings; the current PIN (a fresh unlock) is required (seed 003 Req 4).
-    public func changeSettings(currentPIN: String, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
-                               newPIN: (pin: String, confirmation: String)? = nil, newDuressPIN: String? = nil) throws {
+    public func changeSettings(currentPIN: SecretBytes, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
+                               newPIN: (pin: SecretBytes, confirmation: SecretBytes)? = nil, newDuressPIN: SecretBytes? = nil) throws {
         try serialised {
             var state = try requireConfigured()
             try requireFreshUnlock(currentPIN, &state)
@@ -141,7 +143,7 @@ public final class LockService: @unchecked Sendable {
     }
 
     /// Turns the lock off; the current PIN is required.
-    public func disable(currentPIN: String) throws {
+    public func disable(currentPIN: SecretBytes) throws {
         try serialised {
             var state = try requireConfigured()
             try requireFreshUnlock(currentPIN, &state)
@@ -174,7 +176,7 @@ public final class LockService: @unchecked Sendable {
     /// Checks a PIN. The duress PIN unlocks exactly as the PIN does — same outcome, same
     /// work, same audit line, a state file of the same size — and is noted only inside the
     /// sealed state, for the flows.
-    public func unlock(pin: String) throws -> UnlockOutcome {
+    public func unlock(pin: SecretBytes) throws -> UnlockOutcome {
         try serialised {
             var state = try loadState() ?? LockState()
             guard state.isConfigured else { return .rejected(Self.notSetUp) }
@@ -289,9 +291,9 @@ public final class LockService: @unchecked Sendable {
         return pinLockoutSchedule.first { $0.failures == failures }?.seconds ?? (failures > 7 ? 900 : nil)
     }
 
-    static func check(_ pin: String, _ confirmation: String) throws {
+    static func check(_ pin: SecretBytes, _ confirmation: SecretBytes) throws {
         if let problem = PINPolicy.problem(with: pin) { throw FieldHALError(.invalidArgument, subject: "lock", detail: problem) }
-        guard pin == confirmation else { throw FieldHALError(.invalidArgument, subject: "lock", detail: PINPolicy.mismatch) }
+        guard pin.isEqual(to: confirmation) else { throw FieldHALError(.invalidArgument, subject: "lock", detail: PINPolicy.mismatch) }
     }
 
     static func lockedOutMessage(_ seconds: Int) -> String {
@@ -395,7 +397,7 @@ public final class LockService: @unchecked Sendable {
 
     /// The current PIN, checked under the same lockout rules as an unlock. The duress PIN is
     /// the PIN here too (same outcome, same work, same audit line), and is noted for the flows.
-    private func requireFreshUnlock(_ pin: String, _ state: inout LockState) throws {
+    private func requireFreshUnlock(_ pin: SecretBytes, _ state: inout LockState) throws {
         let at = now()
         let wait = remaining(state.pinLockedUntil, at: at)
         if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }

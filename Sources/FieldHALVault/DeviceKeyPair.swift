@@ -9,7 +9,7 @@ public final class DeviceKeyPair: Sendable {
     public static let vaultEntry = "device-box-secret-key"
 
     public let publicKey: [UInt8]
-    let secretKey: SecretKey
+    let secretKey: SecretBytes
 
     /// The public key as printed and exchanged: standard base64 of the 32 bytes.
     public var publicKeyBase64: String { Base64.encode(publicKey) }
@@ -40,7 +40,8 @@ public final class DeviceKeyPair: Sendable {
             throw FieldHALError(.malformedData, subject: "device key", detail: "the stored secret key is not a Curve25519 key")
         }
         publicKey = derived
-        secretKey = try SecretKey(secret, path: path)
+        var copy = secret
+        secretKey = try SecretBytes(wiping: &copy)
     }
 }
 

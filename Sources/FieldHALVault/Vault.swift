@@ -34,9 +34,8 @@ public struct VaultError: Error, Sendable, Equatable, CustomStringConvertible {
 public final class Vault: Sendable {
     public let keyPath: String
     public let entriesDirectory: String
-    // The key lives in sodium_malloc'd memory (guard pages, zeroed on free) and is only
-    // read after init: @unchecked Sendable is sound.
-    private let key: SecretKey
+    // The key lives in sodium_malloc'd memory (guard pages, locked, zeroed on free).
+    private let key: SecretBytes
 
     private static let magic: [UInt8] = Array("FHV1".utf8)
 
@@ -58,7 +57,8 @@ public final class Vault: Sendable {
     public func store(_ value: [UInt8], as name: String) throws {
         try Self.validate(name)
         let nameBytes = Array(name.utf8)
-        let plaintext = [UInt8(nameBytes.count)] + nameBytes + value
+        var plaintext = [UInt8(nameBytes.count)] + nameBytes + value
+        defer { sodium_memzero(&plaintext, plaintext.count) }
         var nonce = [UInt8](repeating: 0, count: Int(crypto_secretbox_NONCEBYTES))
         randombytes_buf(&nonce, nonce.count)
         var sealed = [UInt8](repeating: 0, count: plaintext.count + Int(crypto_secretbox_MACBYTES))
@@ -71,6 +71,17 @@ public final class Vault: Sendable {
 
     /// The value stored under `name`, or `nil` if there is none.
     public func load(_ name: String) throws -> [UInt8]? {
+        try open(name) { Array($0) }
+    }
+
+    /// A secret stored under `name` (a key), opened straight into guarded memory: the only
+    /// plaintext copy outside it is the decryption buffer, wiped before this returns.
+    public func loadSecret(_ name: String) throws -> SecretBytes? {
+        try open(name) { value in try value.withUnsafeBytes { try SecretBytes(copying: $0) } }
+    }
+
+    /// Opens entry `name` and hands its value to `use`; the decrypted buffer is wiped after.
+    private func open<T>(_ name: String, _ use: (ArraySlice<UInt8>) throws -> T) throws -> T? {
         try Self.validate(name)
         let path = path(of: name)
         guard let file = try AtomicFile.read(path) else { return nil }
@@ -83,6 +94,7 @@ public final class Vault: Sendable {
         let nonce = Array(file[Self.magic.count..<header])
         let sealed = Array(file[header...])
         var plaintext = [UInt8](repeating: 0, count: sealed.count - Int(crypto_secretbox_MACBYTES))
+        defer { sodium_memzero(&plaintext, plaintext.count) }
         let result = key.withBytes { keyBytes in
             crypto_secretbox_open_easy(&plaintext, sealed, UInt64(sealed.count), nonce, keyBytes)
         }
@@ -90,7 +102,7 @@ public final class Vault: Sendable {
               Array(plaintext[1..<(1 + nameLength)]) == Array(name.utf8) else {
             throw tampered
         }
-        return Array(plaintext[(1 + nameLength)...])
+        return try use(plaintext[(1 + nameLength)...])
     }
 
     /// Removes the entry; removing an absent entry is not an error.
@@ -113,7 +125,7 @@ public final class Vault: Sendable {
         }
     }
 
-    private static func loadOrCreateKey(at path: String, entriesDirectory: String) throws -> SecretKey {
+    private static func loadOrCreateKey(at path: String, entriesDirectory: String) throws -> SecretBytes {
         let keyLength = Int(crypto_secretbox_KEYBYTES)
         var info = stat()
         if stat(path, &info) == 0 {
@@ -121,10 +133,10 @@ public final class Vault: Sendable {
                 throw VaultError(kind: .keyInsecure, path: path,
                                  detail: "key file has mode \(String(info.st_mode & 0o777, radix: 8)); it must be readable by its owner only — run chmod 600 \(path)")
             }
-            guard let bytes = try AtomicFile.read(path), bytes.count == keyLength else {
+            guard var bytes = try AtomicFile.read(path), bytes.count == keyLength else {
                 throw VaultError(kind: .keyCorrupt, path: path, detail: "key file is not a \(keyLength)-byte key; restore it from backup")
             }
-            return try SecretKey(bytes, path: path)
+            return try SecretBytes(wiping: &bytes)
         }
         let existing = (try? DirectoryListing.entries(of: entriesDirectory)) ?? []
         guard !existing.contains(where: { $0.hasSuffix(".sealed") }) else {
@@ -141,30 +153,7 @@ public final class Vault: Sendable {
         let writer = try AtomicFileWriter(path: path, mode: 0o600)
         try writer.write(bytes)
         guard try writer.commitIfAbsent() else { return try loadOrCreateKey(at: path, entriesDirectory: entriesDirectory) }
-        return try SecretKey(bytes, path: path)
-    }
-}
-
-/// A key in libsodium's guarded memory, wiped when released (the vault key, the device key).
-final class SecretKey: @unchecked Sendable {
-    private let pointer: UnsafeMutableRawPointer
-    private let count: Int
-
-    init(_ bytes: [UInt8], path: String) throws {
-        count = bytes.count
-        guard let memory = sodium_malloc(bytes.count) else {
-            throw VaultError(kind: .cryptoUnavailable, path: path, detail: "sodium_malloc failed: out of memory")
-        }
-        pointer = memory
-        bytes.withUnsafeBytes { pointer.copyMemory(from: $0.baseAddress!, byteCount: count) }
-    }
-
-    deinit {
-        sodium_free(pointer)  // zeroes before freeing
-    }
-
-    func withBytes<T>(_ body: (UnsafePointer<UInt8>) -> T) -> T {
-        body(pointer.assumingMemoryBound(to: UInt8.self))
+        return try SecretBytes(wiping: &bytes)
     }
 }
 

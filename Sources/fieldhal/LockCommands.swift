@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALAPI
 import FieldHALCommandLine
+import FieldHALFlows
 import FieldHALClient
 import FieldHALLock
 import FieldHALVault
@@ -17,13 +18,16 @@ extension Environment {
     }
 }
 
-/// Reads PINs from the terminal without echo, or one per line from standard input.
+/// Reads PINs from the terminal without echo, or one per line from standard input, with
+/// read(2) straight into guarded memory (`SecretBytes`): no stdio buffer or `String` holds a
+/// copy. Every other line a command reads from standard input beside a PIN must be read
+/// the same way (stdio would buffer the PIN's line along with its own).
 struct PINReader {
     let fromStandardInput: Bool
 
-    func read(_ prompt: String) throws -> String {
+    func read(_ prompt: String) throws -> SecretBytes {
         if fromStandardInput {
-            guard let line = readLine(strippingNewline: true) else {
+            guard let line = try SecretBytes.readLine(from: STDIN_FILENO, maximum: 1024) else {
                 throw FieldHALError(.invalidArgument, subject: "lock", detail: "standard input ended before every PIN was given")
             }
             return line
@@ -41,7 +45,12 @@ struct PINReader {
             tcsetattr(STDIN_FILENO, TCSANOW, &saved)
             FileHandle.standardError.write(Data("\n".utf8))
         }
-        return readLine(strippingNewline: true) ?? ""
+        return try SecretBytes.readLine(from: STDIN_FILENO, maximum: 1024) ?? SecretBytes(copying: "")
+    }
+
+    /// A line that is not secret (a customer reference), read the same way as the PINs.
+    static func plainLine() throws -> String? {
+        try SecretBytes.readLine(from: STDIN_FILENO, maximum: 1024)?.unsafeString()
     }
 }
 
@@ -70,9 +79,12 @@ struct LockCommand: AsyncParsableCommand {
             let confirmation = try reader.read("Confirm PIN: ")
             let duressPIN = duress ? try reader.read("Duress PIN: ") : nil
             // A running daemon sets it up (with its sensor), and its lock events follow at once.
-            let request = APILockSetup(pin: pin, pinConfirmation: confirmation, duressPin: duressPIN, biometrics: biometrics ? true : nil,
-                                       relockAfter: relockAfter.rawValue)
-            if let answer = try await environment.throughDaemon({ try await $0.setUpLock(request) }) {
+            // The PINs become strings only for that request's JSON.
+            if let answer = try await environment.throughDaemon({ daemon in
+                try await daemon.setUpLock(APILockSetup(pin: pin.unsafeString(), pinConfirmation: confirmation.unsafeString(),
+                                                        duressPin: duressPIN?.unsafeString(), biometrics: biometrics ? true : nil,
+                                                        relockAfter: relockAfter.rawValue))
+            }) {
                 print(answer.message)
                 return
             }
@@ -149,7 +161,7 @@ struct LockCommand: AsyncParsableCommand {
             if let last, last.outcome != APIUnlockOutcome.unlocked {
                 FileHandle.standardError.write(Data("\(last.message)\n".utf8))
             }
-            return try await daemon.unlock(pin: try PINReader(fromStandardInput: pinStdin).read("PIN: "))
+            return try await daemon.unlock(pin: try PINReader(fromStandardInput: pinStdin).read("PIN: ").unsafeString())
         }
 
         /// Up to three scans; the lock decides when the sensor is paused.
@@ -193,10 +205,13 @@ struct LockCommand: AsyncParsableCommand {
             let newPIN = disable || !changePin ? nil : (try reader.read("New PIN: "), try reader.read("Confirm PIN: "))
             let newDuress = !disable && changeDuressPin ? try reader.read("New duress PIN: ") : nil
             // A running daemon changes them and does the work after an unlock itself.
-            let request = disable ? APILockSettings(currentPin: current, disable: true)
-                : APILockSettings(currentPin: current, relockAfter: relockAfter?.rawValue, biometrics: biometrics.map { $0 == "on" },
-                                  newPin: newPIN?.0, newPinConfirmation: newPIN?.1, newDuressPin: newDuress)
-            if let answer = try await environment.throughDaemon({ try await $0.changeLockSettings(request) }) {
+            let biometricsWanted = biometrics.map { $0 == "on" }
+            if let answer = try await environment.throughDaemon({ daemon in
+                try await daemon.changeLockSettings(disable ? APILockSettings(currentPin: current.unsafeString(), disable: true)
+                    : APILockSettings(currentPin: current.unsafeString(), relockAfter: relockAfter?.rawValue, biometrics: biometricsWanted,
+                                      newPin: newPIN?.0.unsafeString(), newPinConfirmation: newPIN?.1.unsafeString(),
+                                      newDuressPin: newDuress?.unsafeString()))
+            }) {
                 print(answer.message)
                 return
             }
@@ -223,14 +238,19 @@ struct LockCommand: AsyncParsableCommand {
     struct Reset: FieldHALSubcommand {
         static let configuration = CommandConfiguration(
             commandName: "reset",
-            abstract: "Emergency reset: erase all of this kit's FieldHAL data (keys, PINs, queues) and start fresh.")
+            abstract: "Emergency reset: erase this kit's FieldHAL data (lock, PINs, keys, sessions) and start fresh.",
+            discussion: """
+            Evidence not yet uploaded is kept: it stays sealed (unreadable on the kit) with the \
+            queue's key and the tenant key, and goes on uploading; everything else in the state \
+            directory is erased.
+            """)
         @OptionGroup var global: GlobalOptions
         @Flag(help: "Confirm: without it, nothing is erased.") var yes = false
 
         func execute(_ environment: Environment) async throws {
             let directory = environment.stateDirectory.path
             guard yes else {
-                print("This erases everything in \(directory): the lock, keys, sessions and queued evidence. Run again with --yes to confirm.")
+                print("This erases everything in \(directory) (the lock, PINs, keys, sessions) but evidence not yet uploaded. Run again with --yes to confirm.")
                 throw ExitCode(64)
             }
             // Erasing under a running daemon would take its socket and the state it holds open
@@ -240,12 +260,9 @@ struct LockCommand: AsyncParsableCommand {
                                     advice: "stop it first (sudo systemctl stop fieldhal), then run fieldhal lock reset --yes again")
             }
             try? environment.lockService().recordEmergencyReset()
-            if FileManager.default.fileExists(atPath: directory) {
-                for entry in try FileManager.default.contentsOfDirectory(atPath: directory) {
-                    try FileManager.default.removeItem(atPath: directory + "/" + entry)
-                }
-            }
-            print("All FieldHAL data on this kit was erased. Run fieldhal lock setup to start again.")
+            // The same words whatever was kept: silent (duress) evidence is kept like any other.
+            _ = try EmergencyReset.erase(environment.stateDirectory)
+            print("This kit's FieldHAL data was erased; evidence not yet uploaded stays sealed and keeps uploading. Run fieldhal lock setup to start again.")
         }
     }
 }

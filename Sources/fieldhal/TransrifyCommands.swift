@@ -127,7 +127,7 @@ struct TenantCommand: AsyncParsableCommand {
         @Flag(help: "Read the key from standard input.") var keyStdin = false
 
         func execute(_ environment: Environment) async throws {
-            let key = try PINReader(fromStandardInput: keyStdin).read("Tenant key: ")
+            let key = try PINReader(fromStandardInput: keyStdin).read("Tenant key: ").unsafeString()
             try TenantKeyStore(vault: try environment.vault()).save(key)
             print("Tenant key stored.")
         }
@@ -186,9 +186,10 @@ struct SignInCommand: FieldHALSubcommand {
     func execute(_ environment: Environment) async throws {
         let reader = PINReader(fromStandardInput: pinStdin)
         let reference = try customerRef ?? readReference(pinStdin)
+        // Guarded until it must become the sign-in request's JSON string (Transrify's API).
         let pin = try reader.read("PIN: ")
         // A running daemon signs in with its warm location and does the work after it.
-        if let answer = try await environment.throughDaemon({ try await $0.signIn(customerRef: reference, pin: pin) }) {
+        if let answer = try await environment.throughDaemon({ try await $0.signIn(customerRef: reference, pin: pin.unsafeString()) }) {
             guard let report = SessionReport(answer) else {
                 throw FieldHALError(.protocolError, subject: "daemon", detail: "a sign-in answered without a session",
                                     advice: "is the daemon the same FieldHAL version as this command?")
@@ -199,7 +200,7 @@ struct SignInCommand: FieldHALSubcommand {
         let kit = await environment.loadKit(only: [.location])
         let flow = SignInFlow(client: try environment.transrifyClient(), location: try? kit.location(),
                               sessions: try environment.sessionStore(), device: Environment.deviceInfo)
-        let outcome = await Result { try await flow.signIn(customerRef: reference, pin: pin) }
+        let outcome = await Result { try await flow.signIn(customerRef: reference, pin: pin.unsafeString()) }
         await kit.close()
         let record = try outcome.get()
         // The same background work after every sign-in; it alone knows the mode.
@@ -210,7 +211,8 @@ struct SignInCommand: FieldHALSubcommand {
 
     private func readReference(_ fromStandardInput: Bool) throws -> String {
         if !fromStandardInput { FileHandle.standardError.write(Data("Customer reference: ".utf8)) }
-        guard let line = readLine(strippingNewline: true) else {
+        // Read as the PIN after it is (stdio would buffer the PIN's line with this one).
+        guard let line = try PINReader.plainLine() else {
             throw FieldHALError(.invalidArgument, subject: "signin", detail: "no customer reference given")
         }
         return line.trimmingCharacters(in: .whitespaces)

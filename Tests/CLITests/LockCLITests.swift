@@ -88,6 +88,51 @@ struct LockCLITests {
         #expect(fresh.stdout == "The lock is off.\n")
     }
 
+    /// Issue 18: a reset (a lost PIN, or someone holding the kit) must not destroy evidence
+    /// the server has not got. The queued items stay sealed with what uploads them (the queue
+    /// key, the tenant key); the lock, its log, the kit's key pair and the session go; and a
+    /// flush afterwards delivers every item, SHA-256 checked by the server.
+    @Test func emergencyResetKeepsEvidenceNotYetUploaded() async throws {
+        let lab = try await SignInLab.start()
+        defer { Task { await lab.running.stop() } }
+        let state = try await lab.stateDirectory()
+        let options = ["--config", lab.config, "--state-dir", state]
+        #expect(try await CLI.run(["lock", "setup", "--pin-stdin", "--relock", "immediate"] + options, input: "4821\n4821\n").status == 0)
+        #expect(try await CLI.run(["keys", "show"] + options).status == 0)
+        for arguments in [["text", "--text", "seen at the gate"], ["audio", "--seconds", "1"]] {
+            let captured = try await CLI.run(["evidence", "capture"] + arguments + ["--incident", "inc-reset"] + options)
+            #expect(captured.status == 0, "\(captured.stderr)")
+        }
+        let listed = try await CLI.run(["evidence", "queue", "--json"] + options)
+        let queued = try JSONDecoder().decode([EvidenceCLITests.QueuedItem].self, from: Data(listed.stdout.utf8))
+        #expect(queued.count == 2)
+        let vaultBefore = try FileManager.default.contentsOfDirectory(atPath: state + "/vault").sorted()
+        #expect(vaultBefore.count > 2, "the lock and the kit's key pair are in the vault too: \(vaultBefore)")
+
+        let reset = try await CLI.run(["lock", "reset", "--yes"] + options)
+        #expect(reset.status == 0, "\(reset.stderr)")
+        #expect(reset.stdout == "This kit's FieldHAL data was erased; evidence not yet uploaded stays sealed and keeps uploading. Run fieldhal lock setup to start again.\n")
+        let left = try FileManager.default.contentsOfDirectory(atPath: state).sorted()
+        #expect(left == ["evidence", "vault", "vault.key"], "\(left)")
+        let vaultAfter = try FileManager.default.contentsOfDirectory(atPath: state + "/vault").sorted()
+        #expect(vaultAfter == ["evidence-queue-key.sealed", "transrify-tenant-key.sealed"], "\(vaultAfter)")
+        let status = try await CLI.run(["lock", "status"] + options)
+        #expect(status.stdout == "The lock is off.\n", "\(status.stdout)\(status.stderr)")
+        // Nothing in the queue is readable as plaintext on the kit.
+        for file in try FileManager.default.contentsOfDirectory(atPath: state + "/evidence") {
+            let bytes = FileManager.default.contents(atPath: state + "/evidence/" + file) ?? Data()
+            #expect(!String(decoding: bytes, as: UTF8.self).contains("seen at the gate"), "\(file)")
+        }
+
+        let flushed = try await CLI.run(["evidence", "flush"] + options)
+        #expect(flushed.status == 0, "\(flushed.stdout)\(flushed.stderr)")
+        let evidence = try lab.running.server.evidence()
+        #expect(Set(evidence.map(\.sha256)) == Set(queued.map(\.sha256)), "every kept item reached the server intact")
+        // The queue empty, a second reset leaves nothing at all.
+        #expect(try await CLI.run(["lock", "reset", "--yes"] + options).status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state).isEmpty)
+    }
+
     #if Fprintd
     @Test(arguments: CLIWay.allCases)
     func unlockWithTheRealFprintdThenPINAfterThreeFailedScans(_ way: CLIWay) async throws {

@@ -31,7 +31,7 @@ struct LockRuleTests {
     func configured(duress: String? = "2580", biometrics: Bool = false, relock: RelockAfter = .fiveMinutes,
                     store: any LockStore = MemoryLockStore(), audit: AuditLog? = nil) throws -> LockService {
         let service = try lock(store, audit: audit)
-        try service.setup(pin: "4821", confirmation: "4821", duressPIN: duress,
+        try service.setup(pin: "4821", confirmation: "4821", duressPIN: duress.map { SecretBytes(copying: $0) },
                           biometrics: biometrics ? BiometricAvailability(hasSensor: true, enrolledFingers: [.rightIndex]) : nil,
                           relockAfter: relock)
         return service
@@ -42,9 +42,9 @@ struct LockRuleTests {
                       ("0000", "Passcode cannot be all the same digit"), ("123", "PIN must be 4 to 6 digits"),
                       ("1234567", "PIN must be 4 to 6 digits"), ("12a4", "PIN must be 4 to 6 digits"), ("１２３４", "PIN must be 4 to 6 digits")])
     func setupRejectsWeakPINsInTheSeedsWords(pin: String, message: String) throws {
-        #expect(PINPolicy.problem(with: pin) == message)
+        #expect(PINPolicy.problem(with: SecretBytes(copying: pin)) == message)
         #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: message)) {
-            try lock().setup(pin: pin, confirmation: pin)
+            try lock().setup(pin: SecretBytes(copying: pin), confirmation: SecretBytes(copying: pin))
         }
     }
 
@@ -97,7 +97,7 @@ struct LockRuleTests {
         let store = VaultLockStore(vault: try Vault(stateDirectory: state))
         let service = try configured(store: store)
         clock.advance(3600)
-        for pin in ["1111", "1112", "1113"] { _ = try service.unlock(pin: pin) }
+        for pin in ["1111", "1112", "1113"] { _ = try service.unlock(pin: SecretBytes(copying: pin)) }
         // A new process: a new vault handle and service on the same directory.
         let restarted = try lock(VaultLockStore(vault: try Vault(stateDirectory: state)))
         clock.advance(10)
@@ -182,7 +182,7 @@ struct LockRuleTests {
             let audit = AuditLog(path: state.file("audit.log"))
             let service = try configured(store: VaultLockStore(vault: try Vault(stateDirectory: state)), audit: audit)
             clock.advance(3600)
-            outcomes.append(try service.unlock(pin: pin))
+            outcomes.append(try service.unlock(pin: SecretBytes(copying: pin)))
             sizes.append(try FileManager.default.attributesOfItem(atPath: state.file("vault/lock-state.sealed"))[.size] as! Int)
             let lines = try String(contentsOfFile: audit.path, encoding: .utf8).split(separator: "\n")
             auditLines.append(String(lines.last!).replacingOccurrences(of: #""hash":"[0-9a-f]+""#, with: "", options: .regularExpression)
@@ -209,10 +209,10 @@ struct LockRuleTests {
             let state = temporaryState()
             let audit = AuditLog(path: state.file("audit.log"))
             let service = try configured(store: VaultLockStore(vault: try Vault(stateDirectory: state)), audit: audit)
-            try service.changeSettings(currentPIN: pin, relockAfter: .never)
+            try service.changeSettings(currentPIN: SecretBytes(copying: pin), relockAfter: .never)
             #expect(try service.status().relockAfter == .never)
             events.append(try service.takeDuressEvents().count)
-            try service.disable(currentPIN: pin)
+            try service.disable(currentPIN: SecretBytes(copying: pin))
             #expect(try service.status().configured == false)
             let lines = try String(contentsOfFile: audit.path, encoding: .utf8).split(separator: "\n").map {
                 String($0).replacingOccurrences(of: #""(hash|prev|time)":"[^"]+""#, with: "", options: .regularExpression)
@@ -266,7 +266,7 @@ struct LockRuleTests {
             case 0:
                 var pin = String(Int.random(in: 0...999_999, using: &generator))
                 if pin == "4821" || pin == "2580" { pin = "0001" }
-                #expect(try service.unlock(pin: pin) != .unlocked)
+                #expect(try service.unlock(pin: SecretBytes(copying: pin)) != .unlocked)
             case 1: #expect(try service.unlock(biometric: .noMatch) != .unlocked)
             case 2: #expect(try service.unlock(biometric: .retry(.retryScan)) != .unlocked)
             default: clock.advance(Double.random(in: 0...400, using: &generator))
@@ -354,7 +354,7 @@ struct LockIntegrityTests {
         try lock.setup(pin: "4821", confirmation: "4821")
         let path = try sealedStatePath(state)
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
-        for pin in ["1111", "1112"] { _ = try lock.unlock(pin: pin) }
+        for pin in ["1111", "1112"] { _ = try lock.unlock(pin: SecretBytes(copying: pin)) }
         try before.write(to: URL(fileURLWithPath: path))  // the counts as they were before two failures
         let error = #expect(throws: FieldHALError.self) { _ = try service(state).unlock(pin: "1113") }
         #expect(error?.kind == .malformedData)
@@ -434,7 +434,7 @@ struct LockIntegrityTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for pin in pins {
                 let lock = try service(state)
-                group.addTask { _ = try await offThread { try lock.unlock(pin: pin) } }
+                group.addTask { _ = try await offThread { try lock.unlock(pin: SecretBytes(copying: pin)) } }
             }
             try await group.waitForAll()
         }

@@ -1,6 +1,7 @@
 import CSodium
 import Crypto
 import FieldHAL
+import FieldHALVault
 import Foundation
 
 /// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per
@@ -14,19 +15,34 @@ enum EvidenceCipher {
     static let headerSize = Int(crypto_secretstream_xchacha20poly1305_HEADERBYTES)
     static let overhead = Int(crypto_secretstream_xchacha20poly1305_ABYTES)
 
-    static func newKey() -> [UInt8] {
+    /// A fresh key: the bytes to store in the vault (the caller wipes them) and the same
+    /// key in guarded memory.
+    static func newKey() throws -> (stored: [UInt8], key: SecretBytes) {
         var key = [UInt8](repeating: 0, count: keySize)
         crypto_secretstream_xchacha20poly1305_keygen(&key)
-        return key
+        let stored = key
+        return (stored, try SecretBytes(wiping: &key))
+    }
+
+    /// The key's bytes for libsodium, or nil when it is not a key of this size (a read-only
+    /// queue with no key yet): nothing may be read past a shorter buffer.
+    private static func withKey<T>(_ key: SecretBytes, _ body: (UnsafePointer<UInt8>) throws -> T) rethrows -> T? {
+        guard key.count == keySize else { return nil }
+        return try key.withUnsafeBytes { try body($0.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
+    }
+
+    static func noKey(_ path: String) -> FieldHALError {
+        FieldHALError(.malformedData, subject: path, detail: "the evidence queue has no key to open it", advice: "restore the state directory's vault from backup")
     }
 
     struct Sealed: Sendable { var size: Int64; var sha256: String }
 
     /// Seals everything `read` returns (an empty array ends the input) into `output`.
-    static func seal(key: [UInt8], read: () throws -> [UInt8], into output: AtomicFileWriter) throws -> Sealed {
+    static func seal(key: SecretBytes, read: () throws -> [UInt8], into output: AtomicFileWriter) throws -> Sealed {
         var state = crypto_secretstream_xchacha20poly1305_state()
         var header = [UInt8](repeating: 0, count: headerSize)
-        crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
+        defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
+        guard withKey(key, { crypto_secretstream_xchacha20poly1305_init_push(&state, &header, $0) }) != nil else { throw noKey(output.path) }
         try output.write(header)
         var hash = SHA256()
         var size: Int64 = 0
@@ -59,7 +75,7 @@ enum EvidenceCipher {
 
     /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.
     /// Throws `malformedData` if anything was altered, reordered or cut short.
-    static func open(key: [UInt8], path: String, write: ([UInt8]) throws -> Void) throws {
+    static func open(key: SecretBytes, path: String, write: ([UInt8]) throws -> Void) throws {
         let opener = try Opener(key: key, path: path)
         while let chunk = try opener.next() { try write(chunk) }
     }
@@ -73,14 +89,14 @@ enum EvidenceCipher {
         private var plain = [UInt8](repeating: 0, count: chunkSize)
         private var done = false
 
-        init(key: [UInt8], path: String) throws {
+        init(key: SecretBytes, path: String) throws {
             guard let input = FileHandle(forReadingAtPath: path) else {
                 throw FieldHALError(.io, subject: path, detail: "cannot open sealed evidence")
             }
             self.path = path
             self.input = input
             let header = [UInt8](try input.read(upToCount: headerSize) ?? Data())
-            guard header.count == headerSize, crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key) == 0 else {
+            guard header.count == headerSize, withKey(key, { crypto_secretstream_xchacha20poly1305_init_pull(&state, header, $0) }) == 0 else {
                 try? input.close()
                 throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence header is damaged")
             }
@@ -88,6 +104,7 @@ enum EvidenceCipher {
 
         deinit {
             sodium_memzero(&plain, plain.count)
+            sodium_memzero(&state, MemoryLayout.size(ofValue: state))
             try? input.close()
         }
 
@@ -110,10 +127,11 @@ enum EvidenceCipher {
     }
 
     /// One short message (an item's metadata) sealed the same way, in memory.
-    static func sealMessage(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+    static func sealMessage(key: SecretBytes, _ message: [UInt8]) throws -> [UInt8] {
         var state = crypto_secretstream_xchacha20poly1305_state()
         var header = [UInt8](repeating: 0, count: headerSize)
-        crypto_secretstream_xchacha20poly1305_init_push(&state, &header, key)
+        defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
+        guard withKey(key, { crypto_secretstream_xchacha20poly1305_init_push(&state, &header, $0) }) != nil else { throw noKey("evidence item") }
         var cipher = [UInt8](repeating: 0, count: message.count + overhead)
         var written: UInt64 = 0
         crypto_secretstream_xchacha20poly1305_push(&state, &cipher, &written, message, UInt64(message.count), nil, 0,
@@ -121,10 +139,12 @@ enum EvidenceCipher {
         return header + cipher
     }
 
-    static func openMessage(key: [UInt8], _ sealed: [UInt8]) -> [UInt8]? {
+    static func openMessage(key: SecretBytes, _ sealed: [UInt8]) -> [UInt8]? {
         guard sealed.count >= headerSize + overhead else { return nil }
         var state = crypto_secretstream_xchacha20poly1305_state()
-        guard crypto_secretstream_xchacha20poly1305_init_pull(&state, Array(sealed[0..<headerSize]), key) == 0 else { return nil }
+        defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
+        let header = Array(sealed[0..<headerSize])
+        guard withKey(key, { crypto_secretstream_xchacha20poly1305_init_pull(&state, header, $0) }) == 0 else { return nil }
         let cipher = Array(sealed[headerSize...])
         var plain = [UInt8](repeating: 0, count: cipher.count - overhead)
         var length: UInt64 = 0, tag: UInt8 = 0

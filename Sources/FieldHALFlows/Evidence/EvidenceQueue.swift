@@ -59,7 +59,8 @@ public final class EvidenceQueue: Sendable {
     /// scratch file is written to all the time; a payload waits for its item for microseconds).
     public static let leftoverAge: TimeInterval = 300
     public let directory: String
-    private let key: [UInt8]
+    /// In guarded memory (issue 18): the key that opens every item on the kit.
+    private let key: SecretBytes
 
     /// Opens the queue. `exclusive` (adding, uploading) makes the queue key if there is none
     /// and removes stale leftovers; a read-only opening (listing) changes nothing.
@@ -68,10 +69,10 @@ public final class EvidenceQueue: Sendable {
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
             throw FieldHALError(.io, subject: directory, detail: "cannot create the evidence queue: \(String(cString: strerror(errno)))")
         }
-        if let stored = try vault.load(Self.keyEntry), stored.count == EvidenceCipher.keySize {
+        if let stored = try vault.loadSecret(Self.keyEntry), stored.count == EvidenceCipher.keySize {
             key = stored
         } else if !exclusive {
-            key = []  // no key yet means no item yet: nothing to read
+            key = SecretBytes(copying: "")  // no key yet means no item yet: nothing to read
         } else {
             key = try Self.makeKey(in: directory, vault: vault)
         }
@@ -80,7 +81,7 @@ public final class EvidenceQueue: Sendable {
 
     /// Two processes opening a new queue at once must not each make a key (the loser's
     /// items would never open): the key is made under `queue.lock`, checked again inside.
-    private static func makeKey(in directory: String, vault: Vault) throws -> [UInt8] {
+    private static func makeKey(in directory: String, vault: Vault) throws -> SecretBytes {
         let descriptor = open(directory + "/queue.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             throw FieldHALError(.io, subject: directory + "/queue.lock", detail: String(cString: strerror(errno)))
@@ -95,10 +96,11 @@ public final class EvidenceQueue: Sendable {
             }
             usleep(10_000)
         }
-        if let stored = try vault.load(keyEntry), stored.count == EvidenceCipher.keySize { return stored }
-        let fresh = EvidenceCipher.newKey()
-        try vault.store(fresh, as: keyEntry)
-        return fresh
+        if let stored = try vault.loadSecret(keyEntry), stored.count == EvidenceCipher.keySize { return stored }
+        var fresh = try EvidenceCipher.newKey()
+        defer { sodium_memzero(&fresh.stored, fresh.stored.count) }
+        try vault.store(fresh.stored, as: keyEntry)
+        return fresh.key
     }
 
     /// An item's upload, claimed: nobody else uploads it while this is alive.
@@ -206,7 +208,7 @@ public final class EvidenceQueue: Sendable {
     public func save(_ item: EvidenceItem) throws {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .secondsSince1970
-        try AtomicFile.write(EvidenceCipher.sealMessage(key: key, Array(try encoder.encode(item))), to: itemPath(item.id))
+        try AtomicFile.write(try EvidenceCipher.sealMessage(key: key, Array(try encoder.encode(item))), to: itemPath(item.id))
     }
 
     /// Removes a confirmed item: its metadata first (so it is gone at once), then its data.

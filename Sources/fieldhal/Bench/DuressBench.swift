@@ -29,7 +29,7 @@ struct DuressBench: AsyncParsableCommand {
         try lock.setup(pin: "4821", confirmation: "4821", duressPIN: "2580", relockAfter: .immediate)
         var normal: [Double] = [], duress: [Double] = []
         for round in 0..<(rounds * 2) {
-            let pin = round % 2 == 0 ? "4821" : "2580"
+            let pin: SecretBytes = round % 2 == 0 ? "4821" : "2580"
             let start = ContinuousClock.now
             guard try lock.unlock(pin: pin) == .unlocked else { throw FieldHALError(.protocolError, subject: "bench duress", detail: "unlock failed") }
             let elapsed = (ContinuousClock.now - start).seconds * 1000

@@ -5,6 +5,7 @@ import FieldHALCommandLine
 import FieldHALFlows
 import FieldHALLock
 import FieldHALServer
+import FieldHALVault
 import Foundation
 import NIOPosix
 import Transrify
@@ -161,7 +162,7 @@ struct DaemonFlows: APIFlows {
         let outcome: UnlockOutcome
         switch (request.pin, request.fingerprint ?? false) {
         case (let pin?, false):
-            outcome = try await Self.blocking { try lock.unlock(pin: pin) }
+            outcome = try await Self.blocking { try lock.unlock(pin: SecretBytes(copying: pin)) }
         case (nil, true):
             if try lock.biometricsAllowed() {
                 let wait = Duration.milliseconds(request.scanTimeoutMs ?? 10_000)
@@ -192,7 +193,7 @@ struct DaemonFlows: APIFlows {
                 throw FieldHALError(.invalidArgument, subject: "disable", detail: "turning the lock off changes nothing else",
                                     advice: "send disable with currentPin only")
             }
-            try await Self.blocking { try lock.disable(currentPIN: request.currentPin) }
+            try await Self.blocking { try lock.disable(currentPIN: SecretBytes(copying: request.currentPin)) }
             daemon.afterAuthentication(.unlock)
             daemon.noteLock()
             return APIMessage(message: "The lock is off.")
@@ -211,9 +212,9 @@ struct DaemonFlows: APIFlows {
         }
         let biometrics = availability
         try await Self.blocking {
-            try lock.changeSettings(currentPIN: request.currentPin, relockAfter: relockAfter, biometrics: biometrics,
-                                    newPIN: request.newPin.map { (pin: $0, confirmation: request.newPinConfirmation ?? "") },
-                                    newDuressPIN: request.newDuressPin)
+            try lock.changeSettings(currentPIN: SecretBytes(copying: request.currentPin), relockAfter: relockAfter, biometrics: biometrics,
+                                    newPIN: request.newPin.map { (pin: SecretBytes(copying: $0), confirmation: SecretBytes(copying: request.newPinConfirmation ?? "")) },
+                                    newDuressPIN: request.newDuressPin.map { SecretBytes(copying: $0) })
         }
         daemon.afterAuthentication(.unlock)
         daemon.noteLock()
@@ -231,7 +232,9 @@ struct DaemonFlows: APIFlows {
         let availability: BiometricAvailability? = request.biometrics == true ? try await daemon.withSensor { try await $0.availability() } : nil
         let lock = try environment.lockService()
         let message = try await Self.blocking {
-            try lock.setup(pin: request.pin, confirmation: request.pinConfirmation, duressPIN: request.duressPin,
+            // The PINs arrived as JSON strings: guarded copies from here on (docs/lock.md, the limit).
+            try lock.setup(pin: SecretBytes(copying: request.pin), confirmation: SecretBytes(copying: request.pinConfirmation),
+                           duressPIN: request.duressPin.map { SecretBytes(copying: $0) },
                            biometrics: availability, relockAfter: relockAfter)
         }
         daemon.noteLock()
