@@ -129,7 +129,10 @@ let package = Package(
         ),
 
         // The Transrify API: its wire types and a client over URLSession (no server libraries).
-        .target(name: "Transrify", dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
+        // The Transrify API's wire values alone (no HTTP stack), so that the fuzz target can
+        // decode exactly what the client decodes without building SwiftNIO with sanitizers.
+        .target(name: "TransrifyWire", swiftSettings: strictSwift),
+        .target(name: "Transrify", dependencies: ["TransrifyWire", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                                                   .product(name: "NIOCore", package: "swift-nio"),
                                                   .product(name: "NIOPosix", package: "swift-nio"),
                                                   .product(name: "NIOHTTP1", package: "swift-nio")],
@@ -166,7 +169,7 @@ let package = Package(
 
         // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
         // -sanitize=fuzzer,address -DFUZZING); built normally it replays a corpus.
-        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "CSodium"],
+        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "FieldHALLock", "TransrifyWire", "CSodium"],
                           path: "fuzz/Sources/fieldhal-fuzz", swiftSettings: strictSwift),
 
         // The hardware API (issue 20): its wire values, and its server on a Unix socket.

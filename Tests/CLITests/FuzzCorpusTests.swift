@@ -6,7 +6,8 @@ import TestSupport
 /// same targets in every test run: an input that once crashed a parser, kept there, fails here
 /// if the crash comes back. `fuzz/run` (in .ci/run) does the coverage-guided search.
 @Suite struct FuzzCorpusTests {
-    static let targets = ["ndef", "type2", "type4-reader", "type4-tag", "config", "api-request", "location"]
+    static let targets = ["ndef", "type2", "type4-reader", "type4-tag", "config", "api-request", "location",
+                          "transrify-answer", "alert-channel", "vault", "audit-log"]
 
     @Test(arguments: targets)
     func theCorpusReplaysClean(_ target: String) async throws {
@@ -20,6 +21,6 @@ import TestSupport
 
     @Test func anUnknownTargetIsAUsageError() async throws {
         let result = try await CLI.runTool(CLI.products.appendingPathComponent("fieldhal-fuzz").path, ["nothing"])
-        #expect(result.status == 64 && result.stderr.contains("targets: api-request, config, location, ndef, type2, type4-reader, type4-tag"), "\(result)")
+        #expect(result.status == 64 && result.stderr.contains("targets: alert-channel, api-request, audit-log, config, location, ndef, transrify-answer, type2, type4-reader, type4-tag, vault"), "\(result)")
     }
 }

@@ -296,6 +296,18 @@ struct AuditLogTests {
         try (lines.joined(separator: "\n") + "\n").write(toFile: log.path, atomically: true, encoding: .utf8)
     }
 
+    /// Found by fuzz/run (audit-log): an empty file leaked Foundation's 4 KiB read buffer at
+    /// every check; the log is now read with read(2). Bytes that are not UTF-8 are a broken
+    /// first line (before: read as an empty log, "lines missing").
+    @Test func anEmptyOrBinaryLogGetsAVerdict() throws {
+        let log = AuditLog(path: NSTemporaryDirectory() + "fieldhal-audit-\(UUID().uuidString).log")
+        try Data().write(to: URL(fileURLWithPath: log.path))
+        #expect(log.verify(recordedCount: 0, recordedHead: "") == .intact(entries: 0))
+        #expect(log.head() == nil)
+        try Data([0xFF, 0xFE, 0x7B, 0x0A]).write(to: URL(fileURLWithPath: log.path))
+        #expect(log.verify(recordedCount: 1, recordedHead: "x") == .broken(line: 1, reason: "not an audit entry (edited or cut)"))
+    }
+
     @Test func intactLogVerifies() throws {
         let (log, head) = try filled(6)
         #expect(log.verify(recordedCount: head.count, recordedHead: head.hash) == .intact(entries: 6))

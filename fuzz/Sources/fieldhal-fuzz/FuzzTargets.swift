@@ -1,8 +1,10 @@
 import CSodium
 import FieldHAL
 import FieldHALAPI
+import FieldHALLock
 import FieldHALVault
 import Foundation
+import TransrifyWire
 
 /// Every parser of outside input, as a function of arbitrary bytes (issue 18). Each must
 /// return or throw its typed error — never crash, hang or grow without bound — and where an
@@ -13,6 +15,7 @@ enum FuzzTargets {
     static let all: [String: @Sendable ([UInt8]) -> Void] = [
         "ndef": ndef, "type2": type2, "type4-reader": type4Reader, "type4-tag": type4Tag,
         "config": config, "api-request": apiRequest, "location": location,
+        "transrify-answer": transrifyAnswer, "alert-channel": alertChannel, "vault": vaultEntry, "audit-log": auditLog,
     ]
 
     /// An NDEF message as a tag in the field hands it over.
@@ -93,11 +96,76 @@ enum FuzzTargets {
         _ = try? LocationSeal.open(String(decoding: bytes, as: UTF8.self), with: keys)  // and the input as the payload itself
     }
 
-    static let keys: DeviceKeyPair = {
-        let directory = NSTemporaryDirectory() + "fieldhal-fuzz-\(getpid())"
-        guard let vault = try? Vault(stateDirectory: StateDirectory(path: directory)), let keys = try? DeviceKeyPair.loadOrCreate(in: vault) else {
-            fatalError("location: no device keys in \(directory)")
+    /// Every body the kit decodes from the Transrify API (and the lab server's state), with
+    /// the client's decoder: a hostile server's answer is an error, never a crash. What
+    /// decodes must survive the way back (it is what the kit keeps and shows).
+    static func transrifyAnswer(_ bytes: [UInt8]) {
+        let data = Data(bytes)
+        func check<T: Codable & Equatable>(_ type: T.Type) {
+            guard let value = try? JSONDecoder().decode(type, from: data) else { return }
+            guard let encoded = try? JSONEncoder().encode(value), (try? JSONDecoder().decode(type, from: encoded)) == value else {
+                fatalError("transrify-answer: a decoded \(type) does not survive encoding: \(bytes)")
+            }
         }
+        check(LoginResponse.self)
+        check(VerifyResponse.self)
+        check(DuressAlertResponse.self)
+        check(NearbyAlertsResponse.self)
+        check(AckResponse.self)
+        check(PresignResponse.self)
+        check(FinalizeResponse.self)
+        check(TransrifyWire.APIErrorBody.self)
+        _ = try? JSONDecoder().decode(LabState.self, from: data)
+    }
+
+    /// A text frame of the alerts WebSocket channel, as the channel's client decodes it.
+    static func alertChannel(_ bytes: [UInt8]) {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return }
+        guard let message = try? JSONDecoder().decode(AlertChannelMessage.self, from: Data(text.utf8)) else { return }
+        guard let encoded = try? JSONEncoder().encode(message), (try? JSONDecoder().decode(AlertChannelMessage.self, from: encoded)) == message else {
+            fatalError("alert-channel: a decoded message does not survive encoding: \(bytes)")
+        }
+    }
+
+    /// Vault entries: the input as an entry's file on disk must be refused as tampered (no
+    /// input forges the MAC), and the input as an entry's sealed value (what the kit parses
+    /// once the box opens) must load as the lock's padded state or fail with a typed error.
+    static func vaultEntry(_ bytes: [UInt8]) {
+        let raw = vault.entriesDirectory + "/fuzz-raw.sealed"
+        guard FileManager.default.createFile(atPath: raw, contents: Data(bytes), attributes: [.posixPermissions: 0o600]) else {
+            fatalError("vault: cannot write \(raw)")
+        }
+        if let opened = try? vault.load("fuzz-raw") { fatalError("vault: an entry nobody sealed opened to \(opened)") }
+        guard (try? vault.store(bytes, as: VaultLockStore.entry)) != nil else { fatalError("vault: cannot store") }
+        _ = try? VaultLockStore(vault: vault).load()
+    }
+
+    /// The lock's audit log as found on disk: verifying it must give a verdict, whatever is
+    /// in the file.
+    static func auditLog(_ bytes: [UInt8]) {
+        let path = scratch + "/audit.log"
+        guard FileManager.default.createFile(atPath: path, contents: Data(bytes)) else { fatalError("audit-log: cannot write \(path)") }
+        let log = AuditLog(path: path)
+        _ = log.verify(recordedCount: 3, recordedHead: String(repeating: "0", count: 64))
+        _ = log.head()
+    }
+
+    /// In /dev/shm where there is one: the vault writes atomically with fsync, which on a
+    /// disk holds a run to about a thousand inputs a second.
+    static let scratch: String = {
+        let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm/" : NSTemporaryDirectory()
+        let directory = base + "fieldhal-fuzz-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return directory
+    }()
+
+    static let vault: Vault = {
+        guard let vault = try? Vault(stateDirectory: StateDirectory(path: scratch)) else { fatalError("vault: cannot open one in \(scratch)") }
+        return vault
+    }()
+
+    static let keys: DeviceKeyPair = {
+        guard let keys = try? DeviceKeyPair.loadOrCreate(in: vault) else { fatalError("location: no device keys in \(scratch)") }
         return keys
     }()
 }
