@@ -94,7 +94,11 @@ struct ConfigurationTests {
                                 ("a = 2026-11-25tx7:00:00\n", "a date-time whose time does not start with a digit"),
                                 ("[camera]\nplugin = \"good\"\n[/ps]\n", "a table header whose key starts with /"),
                                 ("[camera]\nplugin = \"good\"\n[[ kit . ]]\n", "a table header whose key starts with ]"),
-                                ("\u{FEFF}[`gg]\n", "a table header whose key starts with `")] {
+                                ("\u{FEFF}[`gg]\n", "a table header whose key starts with `"),
+                                // fuzz/run, 10^6 runs: parse_array hands a } to parse_value, which asserts.
+                                ("[gps]\nplugin = \"fake\"\ntrack = [} ]\n", "a } where the array expects a value"),
+                                ("a = [ { b = 1 }, # note\n  } ]\n", "a } where the array expects a value"),
+                                ("a = { b = [\n} ] }\n", "a } where the array expects a value")] {
             do {
                 _ = try TestPlugins.parse(text)
                 Issue.record("accepted:\n\(text)")
@@ -105,6 +109,15 @@ struct ConfigurationTests {
         }
         let harmless = try TestPlugins.parse("[camera]\nplugin = \"good\"  # 1979-05-27T'7\n[ \"kit\" ]\nname = \"1979-05-27T'7:32\"\n")
         #expect(harmless.settings["kit"]?.string("name") == "1979-05-27T'7:32")
+        // An array value whose lines start with [ or { is not a table header, and a } that
+        // closes an inline table inside an array is where it belongs.
+        // (Parsed whole: only the schema, which knows no `grid`, refuses it.)
+        do {
+            _ = try TestPlugins.parse("[camera]\nplugin = \"good\"\n[kit]\nname = \"k\"\ngrid = [\n  [1, 2],\n  [ {a = 1}, {b = \"}\"} ],\n]\n")
+            Issue.record("an unknown key was accepted")
+        } catch {
+            #expect(error.message.hasPrefix("unknown key"), "\(error)")
+        }
     }
 
     @Test func syntaxErrorsCarryTheParsersLine() {

@@ -11,6 +11,11 @@ enum TOMLPreflight {
     /// - A local date followed by `T` or `t` and then anything but a digit
     ///   (`1979-05-27T'7:32:00Z`): toml++ 3.x decides "date-time" from a look ahead and then
     ///   asserts that the time starts with a digit (`parse_time`, `is_decimal_digit(*cp)`).
+    /// - A `}` where an array expects a value (`a = [}]`, `[1, }]`): `parse_array` hands it
+    ///   to `parse_value`, which asserts it is given no value terminator.
+    ///
+    /// To tell a table header from an array value that starts a line, it follows the arrays
+    /// and inline tables it is inside; a header is a `[` at a line's start outside both.
     static func problem(in text: String) -> (line: Int, message: String)? {
         let bytes = Array(text.utf8)
         let start = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0  // a byte order mark is not text
@@ -29,15 +34,41 @@ enum TOMLPreflight {
             let token = Array(token.utf8)
             return at + token.count <= bytes.count && Array(bytes[at..<(at + token.count)]) == token
         }
+        var open: [UInt8] = []  // the arrays ([) and inline tables ({) the scan is inside
+        var expectingValue = false  // just after an array's [ or one of its commas
         while index < bytes.count {
             let byte = bytes[index]
             switch byte {
             case 0x0A:  // newline
                 line += 1
                 index += 1
+            case 0x20, 0x09, 0x0D:  // white space: a value is still expected
+                index += 1
             case 0x23:  // # comment: to the end of the line
                 while index < bytes.count && bytes[index] != 0x0A { index += 1 }
+            case 0x5B where !(open.isEmpty && atLineStart(index)):  // [ opening an array value
+                open.append(0x5B)
+                expectingValue = true
+                index += 1
+            case 0x5D:  // ]
+                if open.last == 0x5B { open.removeLast() }
+                expectingValue = false
+                index += 1
+            case 0x7B:  // {
+                open.append(0x7B)
+                expectingValue = false
+                index += 1
+            case 0x7D:  // }
+                if expectingValue && open.last == 0x5B {
+                    return (line, "a } where the array expects a value")
+                }
+                if open.last == 0x7B { open.removeLast() }
+                index += 1
+            case 0x2C:  // , in an array: a value comes next
+                expectingValue = open.last == 0x5B
+                index += 1
             case 0x22, 0x27:  // " or ': a string, basic or literal, one line or three quotes
+                expectingValue = false
                 let triple = starts(byte == 0x22 ? "\"\"\"" : "'''", at: index)
                 index += triple ? 3 : 1
                 while index < bytes.count {
@@ -73,8 +104,9 @@ enum TOMLPreflight {
                     guard at < bytes.count, bytes[at] == 0x2E else { break }  // a dot: another part follows
                     at += 1
                 }
-                index += 1
+                index += starts("[[", at: index) ? 2 : 1
             default:
+                expectingValue = false
                 // YYYY-MM-DD then T or t: the time must begin with a digit.
                 if isDigit(index), index + 10 < bytes.count, (index == 0 || !isDigit(index - 1)),
                    isDigit(index + 1), isDigit(index + 2), isDigit(index + 3), bytes[index + 4] == 0x2D,
