@@ -119,7 +119,10 @@ import Transrify
         let took = ContinuousClock.now - started
         #expect(error?.kind == .malformedResponse, "\(String(describing: error))")
         #expect(error?.detail.contains("larger than \(TransrifyClient.maxResponseBytes) bytes") == true, "\(error?.detail ?? "")")
-        #expect(took < .seconds(5), "\(took)")
+        // Well inside the 15 s request deadline (a limit checked only at the end would wait it
+        // out, the server writing all along); the bytes the server got out are the real
+        // measure below. (5 s was overrun once, 5.1 s, by a CI machine busy with the suite.)
+        #expect(took < .seconds(10), "\(took)")
         try await Task.sleep(for: .milliseconds(500))  // the server notices the connection closed
         #expect(server.written < TransrifyClient.maxResponseBytes + (16 << 20), "the server wrote \(server.written) bytes")
     }
