@@ -60,9 +60,7 @@ public struct KitConfiguration: Sendable {
     /// Parses and checks configuration text. `file` labels messages.
     public static func parse(_ text: String, file: String, directory: String, registry: PluginRegistry,
                              settings settingSpecs: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
-        if let problem = TOMLPreflight.problem(in: text) {
-            throw ConfigError(file: file, line: problem.line, message: "not valid TOML: \(problem.message)")
-        }
+        try TOMLPreflight.check(text, file: file)
         let root: [String: ConfigValue]
         do {
             root = try ConfigValue.document(text)
@@ -93,9 +91,7 @@ public struct KitConfiguration: Sendable {
     /// a program that only needs a setting or two and must not pay for the plugin registry
     /// (`fieldhal-front` finding the daemon's socket). Anything else checks with `parse`.
     public static func settingTables(_ text: String, file: String) throws(ConfigError) -> [String: PluginParameters] {
-        if let problem = TOMLPreflight.problem(in: text) {
-            throw ConfigError(file: file, line: problem.line, message: "not valid TOML: \(problem.message)")
-        }
+        try TOMLPreflight.check(text, file: file)
         let root: [String: ConfigValue]
         do {
             root = try ConfigValue.document(text)

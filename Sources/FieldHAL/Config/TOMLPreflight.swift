@@ -3,6 +3,13 @@
 /// `fuzz/run` (the `config` target). A configuration file is outside input — a corrupt one
 /// must be a clear error, never a crash of the CLI or of the daemon reloading it.
 enum TOMLPreflight {
+    /// Refuses text the parser must not be given, as "not valid TOML" with its line.
+    static func check(_ text: String, file: String) throws(ConfigError) {
+        if let problem = problem(in: text) {
+            throw ConfigError(file: file, line: problem.line, message: "not valid TOML: \(problem.message)")
+        }
+    }
+
     /// The first such spot, as (line, what), or nil. Strings and comments are skipped, since
     /// their contents are never parsed as values.
     ///
