@@ -116,24 +116,32 @@ struct EvidenceQueueTests {
         for queue in queues { #expect(try queue.items().map(\.id) == [item.id]) }
     }
 
-    @Test func leftoversOfAKilledAddAreRemovedOnOpenOnceStale() throws {
+    @Test func leftoversOfAKilledAddOrRemovalAreRemovedOnOpen() throws {
         let state = scratchDirectory("state")
         var queue: EvidenceQueue? = try openQueue(state)
         let kept = try queue!.add(kind: .text, contentType: "text/plain", incidentId: "i", bytes: Array("kept".utf8))
         let directory = queue!.directory
         queue = nil
-        // A payload whose item never landed, a temporary file, a decrypted upload; and the
-        // same kinds fresh, which a live process may still be writing.
-        let stale = ["0000000000000-orphan.data", ".0000000000000-x.data.tmp-1-2", "\(kept.id).upload"]
-        let fresh = ["0000000000001-writing.data", ".capture-recording.wav"]
+        // A temporary file and a decrypted upload, stale; the same kind fresh, which a live
+        // process may still be writing.
+        let stale = [".0000000000000-x.data.tmp-1-2", "\(kept.id).upload"]
+        let fresh = [".capture-recording.wav"]
         for name in stale + fresh {
             _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("x".utf8))
         }
         let old = Date().addingTimeInterval(-EvidenceQueue.leftoverAge - 10)
         for name in stale { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: directory + "/" + name) }
+        // Payloads without an item: one a live add still holds (claimed), one nobody holds
+        // however young (a kill between an add's payload and its item, or between a
+        // removal's item and its payload), which goes at once.
+        let orphan = "0000000000000-orphan.data", adding = "0000000000001-adding.data"
+        for name in [orphan, adding] { _ = FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("x".utf8)) }
+        let writer = open(directory + "/" + adding, O_RDONLY | O_CLOEXEC)
+        defer { close(writer) }
+        #expect(flock(writer, LOCK_EX | LOCK_NB) == 0)
         queue = try openQueue(state)
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
-        #expect(names == Set(["\(kept.id).data", "\(kept.id).item", "queue.lock"] + fresh))
+        #expect(names == Set(["\(kept.id).data", "\(kept.id).item", "queue.lock", adding] + fresh))
         #expect(try queue!.items().map(\.id) == [kept.id])
     }
 

@@ -67,6 +67,17 @@ public final class AtomicFileWriter {
         guard result == bytes.count else { throw Self.ioError(path, "write at \(offset)") }
     }
 
+    /// An exclusive `flock` on the file being written, held by the returned descriptor
+    /// (the caller closes it) past `commit`: the lock is on the file, so it is already held
+    /// when the file appears under its name. For files whose writer must be told apart from
+    /// a writer that died (the evidence queue's payloads).
+    public func lockedDescriptor() throws -> Int32 {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { throw Self.ioError(path, "lock \(temporaryPath)") }
+        let copy = dup(descriptor)
+        guard copy >= 0 else { throw Self.ioError(path, "dup") }
+        return copy
+    }
+
     /// Makes the new content durable and visible at `path`.
     public func commit() throws {
         try inject(.wroteAll)

@@ -44,9 +44,9 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
 
 /// The durable evidence queue in `<state>/evidence` (0700): per item a sealed payload
 /// (`<id>.data`) and sealed metadata (`<id>.item`), both written atomically, payload first.
-/// An item exists once its `.item` file does; a `.data` without one (a kill mid-add) and
-/// temporary files are removed when the queue opens, once they have lain untouched for
-/// `leftoverAge`. Items leave only when the server has confirmed them with an evidence id.
+/// An item exists once its `.item` file does; a `.data` without one (a kill mid-add or
+/// mid-removal) and temporary files are removed when the queue opens (`removeLeftovers`).
+/// Items leave only when the server has confirmed them with an evidence id.
 ///
 /// Any number of processes may use the queue at once (the daemon's uploads, a capture after
 /// a sign-in, `evidence capture` and `flush`): adding needs no lock (each item has names of
@@ -55,8 +55,8 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
 /// twice. Only the queue key's creation is serialised (a brief lock on `queue.lock`).
 public final class EvidenceQueue: Sendable {
     public static let keyEntry = "evidence-queue-key"
-    /// A leftover younger than this may still be written by a live process (a recording's
-    /// scratch file is written to all the time; a payload waits for its item for microseconds).
+    /// A temporary file younger than this may still be written by a live process (a
+    /// recording's scratch file is written to all the time).
     public static let leftoverAge: TimeInterval = 300
     public let directory: String
     /// In guarded memory (issue 18): the key that opens every item on the kit.
@@ -159,6 +159,11 @@ public final class EvidenceQueue: Sendable {
                      read: () throws -> [UInt8]) throws -> EvidenceItem {
         let id = Self.newID()
         let writer = try AtomicFileWriter(path: dataPath(id))
+        // Claimed from before the payload has its name until its item is saved: a payload
+        // without an item that nobody claims is then known to be a leftover (see
+        // `removeLeftovers`), and an upload never starts on a half-added item.
+        let held = Claim(try writer.lockedDescriptor())
+        defer { withExtendedLifetime(held) {} }
         let sealed = try EvidenceCipher.seal(key: key, read: read, into: writer)
         try writer.commit()
         let item = EvidenceItem(id: id, incidentId: incidentId, kind: kind, contentType: contentType, size: sealed.size,
@@ -260,9 +265,11 @@ public final class EvidenceQueue: Sendable {
     func dataPath(_ id: String) -> String { "\(directory)/\(id).data" }
     func itemPath(_ id: String) -> String { "\(directory)/\(id).item" }
 
-    /// Temporary files of writes a kill interrupted, and payloads whose item never landed,
-    /// once untouched for `leftoverAge` (younger ones may belong to a live process); a
-    /// decrypted upload whose item nobody has claimed.
+    /// Temporary files of writes a kill interrupted (at once when their writer is gone,
+    /// otherwise once untouched for `leftoverAge`); a decrypted upload whose item nobody has
+    /// claimed; a payload without an item that nobody claims — an add or a removal a kill
+    /// cut short (both hold the payload's claim throughout, so a claimable payload whose item
+    /// is still absent once claimed has no live writer).
     private func removeLeftovers() throws {
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory))
         let now = Date().timeIntervalSince1970
@@ -272,8 +279,15 @@ public final class EvidenceQueue: Sendable {
                 if claim(String(name.dropLast(7))) != nil || !names.contains(String(name.dropLast(7)) + ".data") { unlink(path) }
                 continue
             }
-            let orphanData = name.hasSuffix(".data") && !names.contains(String(name.dropLast(5)) + ".item")
-            guard name.hasPrefix(".") || orphanData else { continue }
+            if name.hasSuffix(".data") && !names.contains(String(name.dropLast(5)) + ".item") {
+                let id = String(name.dropLast(5))
+                if let claimed = claim(id) {
+                    if access(itemPath(id), F_OK) != 0 { unlink(path) }
+                    withExtendedLifetime(claimed) {}
+                }
+                continue
+            }
+            guard name.hasPrefix(".") else { continue }
             var info = stat()
             let stale = stat(path, &info) == 0 && now - TimeInterval(info.st_mtim.tv_sec) >= Self.leftoverAge
             if stale || Self.writerIsGone(name) { unlink(path) }
