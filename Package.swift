@@ -89,6 +89,8 @@ let package = Package(
         .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev", "libturbojpeg0-dev"])]),
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CEvdev"),
+        // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
+        .systemLibrary(name: "CMalloc"),
 
         // Plugins: one folder each. A plugin imports the core and its own C module only.
         .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
@@ -207,7 +209,7 @@ let package = Package(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine",
+                "FieldHALCommandLine", "CMalloc",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

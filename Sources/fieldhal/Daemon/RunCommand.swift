@@ -28,6 +28,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Seconds between session checks (Req 18).") var verifyInterval = 300
 
     func run() async throws {
+        ProcessMemory.returnLargeBuffersWhenFreed()
         let toJournal = JournalLogHandler.standardOutputIsJournal
         LoggingSystem.bootstrap { label in
             if toJournal { return JournalLogHandler() }

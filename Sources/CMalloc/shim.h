@@ -1,0 +1,2 @@
+// glibc's malloc tuning (mallopt), which Glibc's Swift module leaves out.
+#include <malloc.h>
