@@ -163,7 +163,7 @@ public final class NFCTurns: Sendable {
             guard !Task.isCancelled else { return }
             abandon(id, with: busy(waited: timeout))
         }
-        defer { expiry.cancel() }
+        defer { forgetAbandoned(id, expiry: expiry) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 enum Next { case run, wait, fail(any Error) }
@@ -192,6 +192,17 @@ public final class NFCTurns: Sendable {
         let what = holder.map { "\($0.label) has held it for \((ContinuousClock.now - $0.since).secondsDescription)" } ?? "other requests were ahead"
         return FieldHALError(.busy, subject: "nfc", detail: "the chip was in use for all of \(timeout.secondsDescription): \(what)",
                              advice: "try again when it is done, or wait longer (a larger timeout)")
+    }
+
+    /// A wait has ended: its expiry stops, and a give-up that came too late to matter (the
+    /// expiry firing as the turn was granted) leaves no entry behind. Bound of `abandoned`:
+    /// only waits not yet begun, each removed as it begins or here.
+    private func forgetAbandoned(_ id: Int, expiry: Task<Void, Never>) {
+        expiry.cancel()
+        Task { [self] in
+            _ = await expiry.value
+            state.withLock { _ = $0.abandoned.removeValue(forKey: id) }
+        }
     }
 
     /// A wait ends without the chip: its caller was cancelled, or its time ran out.
@@ -282,7 +293,7 @@ public final class NFCTurns: Sendable {
             let continuation = state.withLock { $0.idle.removeValue(forKey: id) }
             continuation?.resume()
         }
-        defer { expiry.cancel() }
+        defer { forgetAbandoned(id, expiry: expiry) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 enum Next { case go, wait, fail(any Error) }
