@@ -19,7 +19,8 @@ public enum ALSAPlugin {
             let microphone = try ALSAMicrophone(settings: try microphoneSettings(from: parameters))
             try await microphone.probe()
             return .microphone(microphone)
-        }
+        },
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-alsa-detect") { ALSADetection.devices() }) ?? [] }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

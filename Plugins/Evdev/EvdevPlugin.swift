@@ -7,7 +7,8 @@ public enum EvdevPlugin {
         name: "evdev",
         summary: "haptics through evdev force feedback (rumble and periodic effects, themed patterns)",
         capabilities: [.haptics: parameters],
-        open: { _, parameters, context in .haptics(try await EvdevHaptics.open(try settings(from: parameters, context))) }
+        open: { _, parameters, context in .haptics(try await EvdevHaptics.open(try settings(from: parameters, context))) },
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-evdev-detect") { EvdevDetection.devices() }) ?? [] }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

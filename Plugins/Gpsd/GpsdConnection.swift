@@ -130,6 +130,28 @@ final class GpsdConnection {
         return String(text[pathKey.upperBound..<end])
     }
 
+    /// The receivers gpsd knows (its DEVICES report, sent when a watch begins), each as
+    /// its JSON object; nil when none came within `timeout`.
+    func devices(timeout: Duration) throws -> [[String: Any]]? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            var waiting = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+            let left = deadline - ContinuousClock.now
+            _ = poll(&waiting, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            while true {
+                message[0] = 0
+                let status = gps_read(data, &message, Int32(message.count))
+                if status < 0 { throw FieldHALError(.disconnected, subject: "gps gpsd \(endpoint)", detail: "gpsd closed the connection") }
+                if status == 0 { break }
+                let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+                guard text.hasPrefix("{\"class\":\"DEVICES\"") else { continue }
+                let report = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+                return report?["devices"] as? [[String: Any]] ?? []
+            }
+        }
+        return nil
+    }
+
     /// gpsd marks unknown values NaN.
     private func finite(_ value: Double) -> Double? { value.isFinite ? value : nil }
 

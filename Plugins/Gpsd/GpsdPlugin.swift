@@ -9,7 +9,8 @@ public enum GpsdPlugin {
         capabilities: [.location: parameters],
         open: { _, parameters, _ in
             .location(try await GpsdLocationProvider.open(try settings(from: parameters)))
-        }
+        },
+        detect: { options in (try? await DeviceThread.runOnce(name: "fieldhal-gpsd-detect") { GpsdDetection.devices(options) }) ?? [] }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

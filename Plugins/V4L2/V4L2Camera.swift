@@ -176,6 +176,18 @@ final class V4L2Camera: Camera {
                               framesPerSecond: framesPerSecond, bufferCount: settings.bufferCount)
     }
 
+    /// The device's own pixel formats (not libv4l2's emulated ones), in the driver's order.
+    static func pixelFormats(_ handle: V4L2Handle) -> [FourCC] {
+        var result: [FourCC] = []
+        var description = v4l2_fmtdesc()
+        description.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
+        while handle.tryControl(FIELDHAL_VIDIOC_ENUM_FMT, &description) == 0 {
+            defer { description.index += 1 }
+            if description.flags & UInt32(V4L2_FMT_FLAG_EMULATED) == 0 { result.append(FourCC(description.pixelformat)) }
+        }
+        return result
+    }
+
     /// The device's own formats (not libv4l2's emulated ones), with sizes and rates.
     private static func enumerateFormats(_ handle: V4L2Handle) -> [(fourCC: FourCC, formats: [CameraFormat])] {
         var result: [(FourCC, [CameraFormat])] = []

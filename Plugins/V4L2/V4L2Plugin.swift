@@ -8,7 +8,8 @@ public enum V4L2Plugin {
         name: "v4l2",
         summary: "cameras through V4L2/libv4l2: stills as JPEG, video as Motion-JPEG AVI",
         capabilities: [.camera: parameters],
-        open: { _, parameters, _ in .camera(try await V4L2Camera.open(try settings(from: parameters))) }
+        open: { _, parameters, _ in .camera(try await V4L2Camera.open(try settings(from: parameters))) },
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-v4l2-detect") { V4L2Detection.devices() }) ?? [] }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

@@ -27,12 +27,20 @@ public struct PluginDescriptor: Sendable {
     public var summary: String
     public var capabilities: [Capability: [ParameterSpec]]
     public var open: Opener
+    /// What of this plugin's kind the machine has (`fieldhal detect`); nil for plugins that
+    /// find nothing (the fake). Never opens a device another program holds for long, never
+    /// waits long: a detection is a look, not a claim.
+    public var detect: Detector?
 
-    public init(name: String, summary: String, capabilities: [Capability: [ParameterSpec]], open: @escaping Opener) {
+    public typealias Detector = @Sendable (DetectionOptions) async -> [DetectedDevice]
+
+    public init(name: String, summary: String, capabilities: [Capability: [ParameterSpec]], open: @escaping Opener,
+                detect: Detector? = nil) {
         self.name = name
         self.summary = summary
         self.capabilities = capabilities
         self.open = open
+        self.detect = detect
     }
 }
 

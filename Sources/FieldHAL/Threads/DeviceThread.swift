@@ -87,3 +87,12 @@ public final class DeviceThread: Sendable {
         }
     }
 }
+
+extension DeviceThread {
+    /// One blocking job on a thread of its own, ended after it (a detection's ioctls).
+    public static func runOnce<T: Sendable>(name: String, _ job: @escaping @Sendable () throws -> T) async throws -> T {
+        let thread = DeviceThread(name: name)
+        defer { thread.stop() }
+        return try await thread.run(job)
+    }
+}
