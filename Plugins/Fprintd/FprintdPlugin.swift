@@ -11,7 +11,8 @@ public enum FprintdPlugin {
         capabilities: [.biometrics: parameters],
         open: { _, parameters, _ in
             .biometrics(try await FprintdAuthenticator.open(try settings(from: parameters)))
-        }
+        },
+        detect: { options in await FprintdDetection.devices(options) }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

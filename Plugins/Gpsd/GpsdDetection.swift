@@ -6,6 +6,18 @@ import Foundation
 /// begins (path, driver, subtype), each written as a `[gps]` that watches that receiver.
 enum GpsdDetection {
     static func devices(_ options: DetectionOptions) -> [DetectedDevice] {
+        let found = receivers(options)
+        // A receiver on a serial port gpsd was not given: gpsd must be told of it first.
+        let served = Set(found.map(\.node))
+        let candidates = SerialPorts.all().filter { $0.looksLikeGNSS && !served.contains($0.node) }.map { port in
+            DetectedDevice(capability: .location, plugin: "gpsd", name: port.product ?? "GNSS receiver", node: port.node,
+                           stableName: port.stableName, details: port.details, parameters: ["device": .string(port.stableName ?? port.node)],
+                           candidate: "gpsd does not read it yet: add it to DEVICES in /etc/default/gpsd, then systemctl restart gpsd")
+        }
+        return found + candidates
+    }
+
+    private static func receivers(_ options: DetectionOptions) -> [DetectedDevice] {
         guard let connection = try? GpsdConnection(host: options.gpsdHost, port: options.gpsdPort, device: nil),
               let receivers = try? connection.devices(timeout: options.timeout) else { return [] }
         defer { connection.close() }

@@ -115,7 +115,7 @@ final class LibnfcDevice: @unchecked Sendable {
     }
 
     /// "PN532 v1.6", from the first line of libnfc's device report ("chip: PN532 v1.6").
-    private static func chip(of device: OpaquePointer) -> String {
+    static func chip(of device: OpaquePointer) -> String {
         var report: UnsafeMutablePointer<CChar>?
         guard nfc_device_get_information_about(device, &report) >= 0, let report else { return "" }
         defer { nfc_free(report) }

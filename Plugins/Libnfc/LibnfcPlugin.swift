@@ -14,7 +14,8 @@ public enum LibnfcPlugin {
             return capability == .nfcEmulator
                 ? .nfcEmulator(LibnfcTagEmulator(device: device))
                 : .nfcReader(LibnfcReader(device: device, settings: settings))
-        }
+        },
+        detect: { options in (try? await DeviceThread.runOnce(name: "fieldhal-libnfc-detect") { LibnfcDetection.devices(options) }) ?? [] }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

@@ -16,6 +16,16 @@ static inline size_t fieldhal_nfc_first_device(nfc_context *context, char *out, 
     return count;
 }
 
+/// The `index`th connection string nfc_list_devices finds (up to 16), for `fieldhal detect`.
+static inline size_t fieldhal_nfc_device_at(nfc_context *context, size_t index, char *out, size_t capacity) {
+    nfc_connstring found[16];
+    size_t count = nfc_list_devices(context, found, 16);
+    if (index >= count || capacity == 0) return count;
+    strncpy(out, found[index], capacity - 1);
+    out[capacity - 1] = 0;
+    return count;
+}
+
 /// One ISO 14443-A target as selected: UID, ATQA, SAK, ATS.
 typedef struct {
     uint8_t uid[10];

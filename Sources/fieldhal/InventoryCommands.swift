@@ -59,13 +59,16 @@ extension StatusCommand: FieldHALSubcommand {
 struct DetectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "detect",
-        abstract: "Find the kit's devices (cameras, sound, force feedback, gpsd's receivers) and write a configuration for them.",
+        abstract: "Find the kit's devices (camera, sound, haptics, GPS, NFC, fingerprint) and write a configuration for them.",
         discussion: """
         Each built-in plugin looks for what it can drive: V4L2 capture nodes (card, driver, bus, \
         formats), ALSA capture and playback devices (by card id, which survives renumbering), evdev \
-        force-feedback devices, and the receivers gpsd knows (asked at --gpsd). Devices are named by \
-        udev's stable links (/dev/v4l/by-id, /dev/input/by-path) when there are any. Nothing is \
-        claimed: a device another program is using is still listed.
+        force-feedback devices, the receivers gpsd knows (asked at --gpsd), the NFC readers libnfc \
+        lists (USB, and those in its configuration or LIBNFC_DEVICE) and fprintd's sensors. USB \
+        serial ports are listed as candidates: a GNSS receiver gpsd does not read yet, or a port a \
+        PN532 board may be on. Devices are named by udev's stable links (/dev/v4l/by-id, \
+        /dev/serial/by-id) when there are any. Nothing is claimed: a device another program is \
+        using is still listed.
 
         --write-config FILE writes a configuration the loader accepts — per capability the first \
         device found, with a comment saying what it is, and the others as commented alternatives — \
@@ -75,6 +78,8 @@ struct DetectCommand: AsyncParsableCommand {
     @Option(name: .customLong("write-config"), help: ArgumentHelp("Write a configuration for what was found to this file.", valueName: "file"))
     var writeConfig: String?
     @Flag(help: "Replace the --write-config file if it exists.") var force = false
+    @Flag(help: "Also probe what must be talked to, to be found: libnfc's serial scan (it writes to every serial port) and each NFC reader's chip (waking it disturbs a program using it).")
+    var intrusive = false
     @Option(help: ArgumentHelp("Where gpsd listens (default localhost:2947).", valueName: "host:port"))
     var gpsd = "localhost:2947"
     @Option(help: ArgumentHelp("How long to wait for a service such as gpsd to answer, in seconds (default 2).", valueName: "seconds"))
@@ -100,7 +105,8 @@ struct DetectCommand: AsyncParsableCommand {
 
     private func detect(registry: PluginRegistry) async throws {
         let (host, port) = try gpsdAddress()
-        let options = DetectionOptions(gpsdHost: host, gpsdPort: port, timeout: try duration(seconds: timeout, option: "--timeout"))
+        let options = DetectionOptions(intrusive: intrusive, gpsdHost: host, gpsdPort: port,
+                                       timeout: try duration(seconds: timeout, option: "--timeout"))
         let devices = await withTaskGroup(of: [DetectedDevice].self) { group in
             for plugin in registry.all { if let detect = plugin.detect { group.addTask { await detect(options) } } }
             return await group.reduce(into: []) { $0 += $1 }

@@ -29,6 +29,44 @@ struct DetectCLITests {
         #expect(fix.stdout.contains("\"latitude\""), "\(fix.stdout)")
     }
 
+    /// libnfc lists the reader named in LIBNFC_DEVICE (here the PN532 emulator on a pty)
+    /// without opening it; --intrusive opens it for the chip's name. The configuration
+    /// written for it reads the emulator's tag.
+    @Test func libnfcsReaderIsFoundAsReaderAndEmulatorAndTheConfigurationReadsATag() async throws {
+        let emulator = try await PN532Emulator.start()
+        defer { emulator.stop() }
+        let environment = ["LIBNFC_DEVICE": emulator.connstring()]
+        let quiet = try await CLI.run(["detect", "--json", "--gpsd", "127.0.0.1:1"], environment: environment)
+        #expect(quiet.status == 0, "\(quiet.stderr)")
+        let listed = try JSONDecoder().decode(Found.self, from: Data(quiet.stdout.utf8)).devices.filter { $0.plugin == "libnfc" && $0.node == emulator.connstring() }
+        #expect(Set(listed.map(\.capability)) == ["nfc", "nfc_emulator"], "\(listed)")
+        #expect(listed.allSatisfy { $0.name == emulator.connstring() }, "not opened without --intrusive: \(listed)")
+
+        let config = scratch("detected-nfc.toml")
+        let probed = try await CLI.run(["detect", "--json", "--intrusive", "--gpsd", "127.0.0.1:1", "--write-config", config], environment: environment)
+        #expect(probed.status == 0, "\(probed.stderr)")
+        let chips = try JSONDecoder().decode(Found.self, from: Data(probed.stdout.utf8)).devices.filter { $0.plugin == "libnfc" && $0.node == emulator.connstring() }
+        #expect(chips.count == 2 && chips.allSatisfy { $0.name.contains("PN532") }, "\(chips)")
+        let read = try await CLI.run(["nfc", "read", "--config", config])
+        #expect(read.stdout.contains("type2 tag 04:A1:B2:C3:D4:E5:F6"), "\(read.stdout)\(read.stderr)")
+    }
+
+    #if Fprintd
+    @Test func fprintdsSensorIsFoundOnItsBus() async throws {
+        let lab = try await FprintdLab.start()
+        defer { lab.stop() }
+        let config = scratch("detected-bio.toml")
+        let detected = try await CLI.run(["detect", "--json", "--gpsd", "127.0.0.1:1", "--timeout", "10", "--write-config", config],
+                                         environment: ["DBUS_SYSTEM_BUS_ADDRESS": lab.busAddress])
+        #expect(detected.status == 0, "\(detected.stderr)")
+        let sensor = try #require(try JSONDecoder().decode(Found.self, from: Data(detected.stdout.utf8)).devices.first { $0.capability == "biometrics" })
+        #expect(sensor.plugin == "fprintd" && sensor.node.hasPrefix("/net/reactivated/Fprint/Device/"), "\(sensor)")
+        #expect(sensor.name.lowercased().contains("virtual"), "libfprint's virtual sensor: \(sensor.name)")
+        let status = try await CLI.run(["bio", "status", "--config", config])
+        #expect(status.status == 0 && status.stdout.hasPrefix("sensor present"), "\(status.stdout)\(status.stderr)")
+    }
+    #endif
+
     @Test func withNoGpsdItFindsNoReceiverAndSaysSoQuickly() async throws {
         let port = try GPSFake.freePort()
         let started = ContinuousClock.now
