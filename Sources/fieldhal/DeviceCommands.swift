@@ -53,6 +53,7 @@ extension CameraCommand {
         @Option(help: "Height in pixels.") var height = 480
         @Option(help: "Frames per second to ask the camera for.") var fps = 30
         @Option(help: "JPEG quality, 1–100, for frames FieldHAL encodes.") var quality = 80
+        @OptionGroup var progress: ProgressOptions
 
         func execute(_ environment: Environment) async throws {
             let request = VideoRequest(duration: try duration(seconds: seconds, option: "--seconds"), width: width, height: height,
@@ -60,11 +61,10 @@ extension CameraCommand {
             let path = output.absolutePath
             // A running daemon holds the camera (a still meanwhile is this recording's frame).
             let asked = APIVideoRecord(durationMs: Int((seconds * 1000).rounded()), width: width, height: height, fps: fps, quality: quality)
-            var video = try await environment.throughDaemon { try await $0.recordVideo(asked, to: path) }
-            if video == nil {
-                video = try await environment.withKit(for: .camera) { kit in try await kit.camera().recordVideo(request, to: path) }
+            let video = try await ProgressLine.whileRunning("recording video", seconds: seconds, json: global.json, asked: progress.progress) {
+                if let served = try await environment.throughDaemon({ try await $0.recordVideo(asked, to: path) }) { return served }
+                return try await environment.withKit(for: .camera) { kit in try await kit.camera().recordVideo(request, to: path) }
             }
-            guard let video else { return }
             try Output.emit(video, json: global.json) {
                 var line = String(format: "%@: %dx%d Motion-JPEG AVI, %d frames in %.2f s (%.1f fps), %d bytes", video.path,
                                   video.width, video.height, video.frames, video.durationSeconds, video.framesPerSecond, video.bytes)
@@ -108,16 +108,16 @@ struct MicCommand: AsyncParsableCommand {
         @Option(name: .shortAndLong, help: "The WAV file to write.") var output: String
         @Option(help: "Sample rate in Hz.") var rate = 44_100
         @Option(help: "Number of channels.") var channels = 1
+        @OptionGroup var progress: ProgressOptions
 
         func execute(_ environment: Environment) async throws {
             let request = RecordingRequest(duration: try duration(seconds: seconds, option: "--seconds"), sampleRate: rate, channels: channels)
             let path = output.absolutePath
             let asked = APIAudioRecord(durationMs: Int((seconds * 1000).rounded()), sampleRate: rate, channels: channels)
-            var recording = try await environment.throughDaemon { try await $0.recordAudio(asked, to: path) }
-            if recording == nil {
-                recording = try await environment.withKit(for: .microphone) { kit in try await kit.microphone().record(request, to: path) }
+            let recording = try await ProgressLine.whileRunning("recording sound", seconds: seconds, json: global.json, asked: progress.progress) {
+                if let served = try await environment.throughDaemon({ try await $0.recordAudio(asked, to: path) }) { return served }
+                return try await environment.withKit(for: .microphone) { kit in try await kit.microphone().record(request, to: path) }
             }
-            guard let recording else { return }
             try Output.emit(recording, json: global.json) {
                 String(format: "%@: %.2f s, %d Hz, %d channel(s), peak %.1f dBFS, RMS %.1f dBFS", recording.path,
                        recording.durationSeconds, recording.sampleRate, recording.channels, recording.peakDBFS, recording.rmsDBFS)

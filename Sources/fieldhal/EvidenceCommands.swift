@@ -81,8 +81,12 @@ struct EvidenceCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "flush",
             abstract: "Upload every queued item now, ignoring backoff.",
-            discussion: "Exit status 0 when the queue is empty afterwards, 75 when items remain (offline, server errors).")
+            discussion: """
+            Exit status 0 when the queue is empty afterwards, 75 when items remain (offline, server errors). \
+            Without a running service, each upload's progress is shown at a terminal (or asked for with --progress).
+            """)
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var progress: ProgressOptions
 
         func execute(_ environment: Environment) async throws {
             var flushed = try await environment.throughDaemon { try await $0.flushEvidence() }
@@ -90,6 +94,18 @@ struct EvidenceCommand: AsyncParsableCommand {
                 let queue = try EvidenceQueue(stateDirectory: environment.stateDirectory, vault: try environment.vault())
                 var uploader = EvidenceUploader(client: try environment.transrifyClient(), queue: queue)
                 uploader.includeSilent = false  // the silent items are the background uploads' (see EvidenceUploader)
+                let lines = LockedValue<[String: ProgressLine]>([:])
+                let json = global.json, asked = progress.progress
+                uploader.progress = { item, sent in
+                    let line = lines.withLock { lines -> ProgressLine? in
+                        if let line = lines[item.id] { return line }
+                        lines[item.id] = ProgressLine("uploading \(item.kind.rawValue) \(item.id.prefix(18))", total: Double(item.size),
+                                                      unit: .bytes, json: json, asked: asked)
+                        return lines[item.id]
+                    }
+                    line?.update(Double(sent), force: sent == item.size)
+                }
+                defer { for line in lines.withLock({ Array($0.values) }) { line.finish() } }
                 let report = try await uploader.flush(ignoringBackoff: true)
                 flushed = APIEvidenceFlush(uploaded: report.uploaded, remaining: try queue.visibleItems().count, errors: report.deferred)
             }

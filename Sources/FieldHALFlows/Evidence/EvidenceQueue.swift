@@ -243,7 +243,8 @@ public final class EvidenceQueue: Sendable {
     /// The item's plaintext for an upload, decrypted as it is read and never written anywhere;
     /// its size and SHA-256 are checked as the last chunk is read, and a mismatch fails the
     /// read (and so the upload) with `malformedData`.
-    func plaintextStream(_ item: EvidenceItem) throws -> BodyStream {
+    /// `read` hears the bytes read so far after each chunk (an upload's progress).
+    func plaintextStream(_ item: EvidenceItem, read: (@Sendable (Int64) -> Void)? = nil) throws -> BodyStream {
         let opener = try EvidenceCipher.Opener(key: key, path: dataPath(item.id))
         let progress = Mutex<(hash: SHA256, size: Int64)>((SHA256(), 0))
         let path = dataPath(item.id)
@@ -252,6 +253,7 @@ public final class EvidenceQueue: Sendable {
                 if let chunk = try opener.next() {
                     progress.hash.update(data: chunk)
                     progress.size += Int64(chunk.count)
+                    read?(progress.size)
                     return chunk
                 }
                 guard progress.size == item.size, EvidenceCipher.hex(Array(progress.hash.finalize())) == item.sha256 else {

@@ -22,6 +22,8 @@ public struct EvidenceUploader: Sendable {
     /// watches, sends only what it lists, so that its output and its time do not depend on
     /// whether a duress capture is waiting.
     public var includeSilent = true
+    /// Hears each item's plaintext bytes read for its PUT so far (a terminal's progress line).
+    public var progress: (@Sendable (EvidenceItem, Int64) -> Void)?
 
     public init(client: TransrifyClient, queue: EvidenceQueue) {
         self.client = client
@@ -109,13 +111,16 @@ public struct EvidenceUploader: Sendable {
         // Refused before anything is decrypted: the item stays queued and says why.
         let url = try client.uploadURL(address)
         let queue = self.queue
+        let read: (@Sendable (Int64) -> Void)? = progress.map { report in { @Sendable sent in report(item, sent) } }
         _ = try queue.plaintextStream(item)  // a damaged or missing file fails here, before any request
         let answer: HTTPSession.Answer
         do {
             // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
             answer = try await uncancellable {
                 try await HTTPSession.send("PUT", url, headers: [("Content-Type", item.contentType)],
-                                           body: .stream(length: item.size) { try queue.plaintextStream(item) },
+                                           body: .stream(length: item.size) {
+                                               try queue.plaintextStream(item, read: read)
+                                           },
                                            limit: TransrifyClient.maxResponseBytes)
             }
         } catch is CancellationError {
