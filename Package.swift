@@ -47,7 +47,8 @@ let package = Package(
         .trait(name: "ALSA", description: "Microphones and alert sounds through ALSA (libasound2-dev)"),
         .trait(name: "Fprintd", description: "Fingerprint sensors through fprintd on the system D-Bus"),
         .trait(name: "Evdev", description: "Haptics through evdev force feedback (kernel headers only)"),
-        .default(enabledTraits: ["NFC", "GPS", "V4L2", "ALSA", "Fprintd", "Evdev"]),
+        .trait(name: "Hotplug", description: "Following devices as they come and go through libudev (libudev-dev)"),
+        .default(enabledTraits: ["NFC", "GPS", "V4L2", "ALSA", "Fprintd", "Evdev", "Hotplug"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -89,6 +90,10 @@ let package = Package(
         .systemLibrary(name: "CV4L2", pkgConfig: "libv4l2", providers: [.apt(["libv4l-dev", "libturbojpeg0-dev"])]),
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CEvdev"),
+        .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
+        // Devices as they come and go (libudev's monitor), for the daemon.
+        .target(name: "FieldHALHotplug", dependencies: ["FieldHAL", .target(name: "CUdev", condition: .when(traits: ["Hotplug"]))],
+                swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
 
@@ -239,7 +244,7 @@ let package = Package(
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALHotplug", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

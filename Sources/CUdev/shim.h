@@ -1,0 +1,3 @@
+#pragma once
+// libudev: the device events udevd (or the kernel) sends, for hotplug.
+#include <libudev.h>
