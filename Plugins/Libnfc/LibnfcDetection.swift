@@ -11,7 +11,7 @@ import Foundation
 /// listed as candidates (the written configuration leaves them commented out).
 enum LibnfcDetection {
     static func devices(_ options: DetectionOptions) -> [DetectedDevice] {
-        setenv("LIBNFC_LOG_LEVEL", "0", 0)
+        LibnfcDevice.quietLibnfcLog
         if options.intrusive { setenv("LIBNFC_INTRUSIVE_SCAN", "true", 1) }
         var context: OpaquePointer?
         nfc_init(&context)

@@ -77,7 +77,7 @@ final class LibnfcDevice: @unchecked Sendable {
     /// typed errors carry what matters, and a kiosk's output must not change with what a
     /// reader does. `LIBNFC_LOG_LEVEL` set by the user wins. Set once, before any thread
     /// of ours reads the environment.
-    private static let quietLibnfcLog: Void = { setenv("LIBNFC_LOG_LEVEL", "0", 0) }()
+    static let quietLibnfcLog: Void = { setenv("LIBNFC_LOG_LEVEL", "0", 0) }()
 
     /// Opens the reader if it is not open: after a failure the next operation reopens it,
     /// so a reader unplugged and plugged back in works again without a restart.

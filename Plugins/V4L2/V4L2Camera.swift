@@ -190,13 +190,7 @@ final class V4L2Camera: Camera {
 
     /// The device's own formats (not libv4l2's emulated ones), with sizes and rates.
     private static func enumerateFormats(_ handle: V4L2Handle) -> [(fourCC: FourCC, formats: [CameraFormat])] {
-        var result: [(FourCC, [CameraFormat])] = []
-        var description = v4l2_fmtdesc()
-        description.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
-        while handle.tryControl(FIELDHAL_VIDIOC_ENUM_FMT, &description) == 0 {
-            defer { description.index += 1 }
-            guard description.flags & UInt32(V4L2_FMT_FLAG_EMULATED) == 0 else { continue }
-            let fourCC = FourCC(description.pixelformat)
+        pixelFormats(handle).map { fourCC in
             var formats: [CameraFormat] = []
             var size = v4l2_frmsizeenum()
             size.pixel_format = fourCC.code
@@ -211,9 +205,8 @@ final class V4L2Camera: Camera {
                 }
                 if size.type != V4L2_FRMSIZE_TYPE_DISCRETE.rawValue { break }
             }
-            result.append((fourCC, formats))
+            return (fourCC, formats)
         }
-        return result
     }
 
     private static func frameRates(_ handle: V4L2Handle, _ fourCC: FourCC, _ width: UInt32, _ height: UInt32) -> [Double] {

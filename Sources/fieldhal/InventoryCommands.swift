@@ -92,15 +92,7 @@ struct DetectCommand: AsyncParsableCommand {
 
     /// Needs no configuration: it is how a kit gets its first one.
     func run() async throws {
-        do {
-            try await detect(registry: BuiltinPlugins.registry)
-        } catch let status as ExitCode {
-            throw status
-        } catch {
-            let failure = CommandFailure(error)
-            Output.failure(failure.description)
-            throw ExitCode(failure.exitCode)
-        }
+        try await reportingFailures { try await detect(registry: BuiltinPlugins.registry) }
     }
 
     private func detect(registry: PluginRegistry) async throws {
@@ -150,6 +142,6 @@ struct DetectCommand: AsyncParsableCommand {
             throw FieldHALError(.malformedData, subject: path, detail: "the configuration detect wrote is not accepted: \(error)",
                                 advice: "report this with the output of fieldhal detect --json")
         }
-        try AtomicFile.write(Array(text.utf8), to: path, mode: 0o644)
+        try path.writeAtomically(Array(text.utf8))
     }
 }
