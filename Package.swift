@@ -183,7 +183,7 @@ let package = Package(
         .target(name: "FieldHALAPI", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
         .target(
             name: "FieldHALServer",
-            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "Hummingbird", package: "hummingbird"),
+            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALHotplug", .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSwift
@@ -214,7 +214,7 @@ let package = Package(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine", "CMalloc",
+                "FieldHALCommandLine", "FieldHALHotplug", "CMalloc",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -239,12 +239,12 @@ let package = Package(
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
-        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALHotplug", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

@@ -1,3 +1,6 @@
+#if ALSA
+import CALSA
+#endif
 import FieldHAL
 
 /// The ALSA backend: microphones (WAV recording with levels) and the speaker for alert
@@ -20,11 +23,33 @@ public enum ALSAPlugin {
             try await microphone.probe()
             return .microphone(microphone)
         },
-        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-alsa-detect") { ALSADetection.devices() }) ?? [] }
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-alsa-detect") { ALSADetection.devices() }) ?? [] },
+        locate: { _, parameters, _ in
+            // A PCM on a named card (plughw:CARD=Loopback,DEV=0, hw:1) is followed by that
+            // card's control node; "default" or a sound server's PCM is whatever ALSA's
+            // configuration makes it, so it is not followed.
+            guard let card = card(inPCM: parameters.string("pcm") ?? "default") else { return nil }
+            let index = (try? await DeviceThread.runOnce(name: "fieldhal-alsa-detect") { () -> Int32 in
+                fieldhal_alsa_silence_library_errors()
+                return snd_card_get_index(card)
+            }) ?? -1
+            return DevicePresence(subsystems: ["sound"], node: index >= 0 ? "/dev/snd/controlC\(index)" : nil)
+        }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil
     #endif
+
+    /// The card a PCM name is on: its `CARD=` argument (`plughw:CARD=Loopback,DEV=0`) or its
+    /// first positional one (`hw:1,0`, `front:Loopback`); nil for names without one.
+    static func card(inPCM pcm: String) -> String? {
+        guard let colon = pcm.firstIndex(of: ":") else { return nil }
+        let arguments = pcm[pcm.index(after: colon)...].split(separator: ",")
+        let named = arguments.first { $0.hasPrefix("CARD=") }.map { $0.dropFirst(5) } ?? arguments.first { !$0.contains("=") }
+        guard let named else { return nil }
+        let card = String(named.filter { $0 != "\"" && $0 != "'" && $0 != " " })
+        return card.isEmpty ? nil : card
+    }
 
     static let speakerParameters: [ParameterSpec] = [
         ParameterSpec("pcm", .string, help: "the ALSA PCM, such as default, plughw:1,0 or a name from aplay -L (default \"default\")"),

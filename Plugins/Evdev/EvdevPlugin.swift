@@ -8,7 +8,13 @@ public enum EvdevPlugin {
         summary: "haptics through evdev force feedback (rumble and periodic effects, themed patterns)",
         capabilities: [.haptics: parameters],
         open: { _, parameters, context in .haptics(try await EvdevHaptics.open(try settings(from: parameters, context))) },
-        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-evdev-detect") { EvdevDetection.devices() }) ?? [] }
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-evdev-detect") { EvdevDetection.devices() }) ?? [] },
+        locate: { _, parameters, _ in
+            // The node named, or the first force-feedback device as `open` takes it.
+            let node: String? = if let device = parameters.string("device") { DevicePresence.node(at: device) }
+                else { (try? await DeviceThread.runOnce(name: "fieldhal-evdev-detect") { EvdevHaptics.forceFeedbackDevices().first }) ?? nil }
+            return DevicePresence(subsystems: ["input"], node: node)
+        }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

@@ -15,7 +15,14 @@ public enum LibnfcPlugin {
                 ? .nfcEmulator(LibnfcTagEmulator(device: device))
                 : .nfcReader(LibnfcReader(device: device, settings: settings))
         },
-        detect: { options in (try? await DeviceThread.runOnce(name: "fieldhal-libnfc-detect") { LibnfcDetection.devices(options) }) ?? [] }
+        detect: { options in (try? await DeviceThread.runOnce(name: "fieldhal-libnfc-detect") { LibnfcDetection.devices(options) }) ?? [] },
+        locate: { _, parameters, _ in
+            // A reader on a serial port (pn532_uart:/dev/ttyUSB0, perhaps a by-id link) is
+            // followed by its tty; a USB reader or libnfc's own choice is not: the plugin
+            // reopens the chip after an I/O error by itself.
+            guard let port = serialPort(in: parameters.string("connstring")) else { return nil }
+            return DevicePresence(subsystems: ["tty"], node: DevicePresence.node(at: port))
+        }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil
@@ -25,6 +32,15 @@ public enum LibnfcPlugin {
         ParameterSpec("connstring", .string,
                       help: "libnfc connection string, such as pn532_uart:/dev/ttyUSB0 or acr122_usb (default: the first reader libnfc finds)"),
     ]
+
+    /// The serial port of a UART connection string (`pn532_uart:/dev/ttyUSB0:115200` →
+    /// `/dev/ttyUSB0`), nil for any other.
+    static func serialPort(in connstring: String?) -> String? {
+        guard let connstring else { return nil }
+        let fields = connstring.split(separator: ":", omittingEmptySubsequences: false)
+        guard fields.count >= 2, fields[0].hasSuffix("_uart"), fields[1].hasPrefix("/") else { return nil }
+        return String(fields[1])
+    }
 
     static let readerParameters: [ParameterSpec] = commonParameters + [
         ParameterSpec("poll_interval_ms", .integer, help: "pause between polls for a tag (default 100)"),

@@ -9,7 +9,13 @@ public enum V4L2Plugin {
         summary: "cameras through V4L2/libv4l2: stills as JPEG, video as Motion-JPEG AVI",
         capabilities: [.camera: parameters],
         open: { _, parameters, _ in .camera(try await V4L2Camera.open(try settings(from: parameters))) },
-        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-v4l2-detect") { V4L2Detection.devices() }) ?? [] }
+        detect: { _ in (try? await DeviceThread.runOnce(name: "fieldhal-v4l2-detect") { V4L2Detection.devices() }) ?? [] },
+        locate: { _, parameters, _ in
+            // The node named (a by-id link followed to it), or the first capture node as `open` takes it.
+            let node: String? = if let device = parameters.string("device") { DevicePresence.node(at: device) }
+                else { (try? await DeviceThread.runOnce(name: "fieldhal-v4l2-detect") { V4L2Camera.captureDevices().first }) ?? nil }
+            return DevicePresence(subsystems: ["video4linux"], node: node)
+        }
     )
     #else
     public static let descriptor: PluginDescriptor? = nil

@@ -20,6 +20,15 @@ public struct HotplugEvent: Sendable, Equatable {
     public var links: [String]
     /// udev's identity properties: ID_VENDOR_ID, ID_MODEL_ID, ID_SERIAL, ID_PATH.
     public var identity: [String: String]
+
+    public init(action: Action, subsystem: String, node: String?, syspath: String = "", links: [String] = [], identity: [String: String] = [:]) {
+        self.action = action
+        self.subsystem = subsystem
+        self.node = node
+        self.syspath = syspath
+        self.links = links
+        self.identity = identity
+    }
 }
 
 /// Follows devices as they come and go: libudev's monitor on the subsystems asked for, read

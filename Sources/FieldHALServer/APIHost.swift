@@ -38,6 +38,8 @@ public final class APIHost: Sendable {
     }
 
     private let state: Mutex<State>
+    /// One change of the held devices at a time: a reload, a device gone, a device back.
+    private let changes = SerialGate()
     private let flowsSlot = Mutex<(any APIFlows)?>(nil)
 
     /// What answers the flow routes (the lock, the evidence queue): the daemon's.
@@ -75,6 +77,10 @@ public final class APIHost: Sendable {
     /// again. Clients watching fixes stay subscribed and get the new provider's fixes;
     /// capabilities whose state changed are sent as events.
     public func reload(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async {
+        await changes.run { await reloadNow(identity: identity, authorisation: authorisation, load: load) }
+    }
+
+    private func reloadNow(identity: Identity, authorisation: APIAuthorisation, load: KitLoader) async {
         let (capabilities, held) = await APIHost.probe(load)
         let status = capabilities.capabilities.first { $0.capability == .location }
         await sharedLocation.replace(with: try? held.location(), reason: status?.reason ?? "location is not available")
@@ -92,6 +98,73 @@ public final class APIHost: Sendable {
         for status in capabilities.capabilities where !before.contains(status) {
             capabilityChanges.yield(status)
         }
+    }
+
+    /// A device that went away (hotplug): its capability's device is closed and reported
+    /// unavailable with `reason` until `attach` opens it again; other capabilities carry on.
+    /// Returns the new status, or nil when the capability was not available anyway.
+    @discardableResult
+    public func detach(_ capability: Capability, reason: String) async -> CapabilityStatus? {
+        await changes.run {
+            let removed = state.withLock { state -> (CapabilityProvider?, CapabilityStatus)? in
+                guard let held = state.held, held.status(of: capability).isAvailable else { return nil }
+                let (kit, provider) = held.removing(capability, reason: reason)
+                state.held = kit
+                state.capabilities = APICapabilities(capabilities: state.capabilities.capabilities.map { $0.capability == capability ? kit.status(of: capability) : $0 },
+                                                     loadedAt: state.capabilities.loadedAt)
+                return (provider, kit.status(of: capability))
+            }
+            guard let (provider, status) = removed else { return nil }
+            await letGo(of: [capability], reason: reason)
+            await provider?.device.close()
+            capabilityChanges.yield(status)
+            return status
+        }
+    }
+
+    /// Devices that came (back): `load` opens just these capabilities, and each that opened
+    /// replaces what the kit had for it. Returns their statuses, whether they opened or not.
+    public func attach(_ capabilities: Set<Capability>, load: KitLoader) async -> [CapabilityStatus] {
+        guard !capabilities.isEmpty else { return [] }
+        return await changes.run {
+            let fresh = await load(capabilities)
+            let opened = capabilities.filter { fresh.status(of: $0).isAvailable }
+            let swapped = state.withLock { state -> (replaced: [CapabilityProvider], before: [CapabilityStatus])? in
+                guard let held = state.held else { return nil }
+                let (kit, replaced) = held.replacing(opened, from: fresh)
+                let before = state.capabilities.capabilities
+                state.held = kit
+                state.capabilities = APICapabilities(capabilities: before.map { opened.contains($0.capability) ? kit.status(of: $0.capability) : $0 },
+                                                     loadedAt: state.capabilities.loadedAt)
+                return (replaced, before)
+            }
+            guard let (replaced, before) = swapped else {
+                await fresh.close()  // the daemon is stopping: nothing took these devices
+                return []
+            }
+            await letGo(of: opened, reason: nil)
+            for provider in replaced { await provider.device.close() }
+            for capability in opened where !before.contains(fresh.status(of: capability)) {
+                capabilityChanges.yield(fresh.status(of: capability))
+            }
+            return capabilities.sorted().map { fresh.status(of: $0) }
+        }
+    }
+
+    /// The shared location watch and NFC chip follow the held kit's devices for `changed`.
+    private func letGo(of changed: Set<Capability>, reason: String?) async {
+        guard let held = state.withLock({ $0.held }) else { return }
+        if changed.contains(.location) {
+            await sharedLocation.replace(with: try? held.location(), reason: reason ?? "location is not available")
+        }
+        if !changed.isDisjoint(with: [.nfcReader, .nfcEmulator]) {
+            nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
+        }
+    }
+
+    /// How `capability` stands in the held kit now.
+    public func status(of capability: Capability) -> CapabilityStatus? {
+        state.withLock { $0.capabilities.capabilities.first { $0.capability == capability } }
     }
 
     private static func probe(_ load: KitLoader) async -> (APICapabilities, Kit) {

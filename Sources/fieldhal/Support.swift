@@ -49,6 +49,12 @@ struct Environment {
                        only: capabilities)
     }
 
+    /// Where the configured devices are now, for the daemon's following of them (hotplug).
+    func devicePresence() async -> [Capability: DevicePresence] {
+        await registry.presence(in: configuration,
+                                context: PluginContext(configDirectory: configuration.directory, stateDirectory: stateDirectory.path))
+    }
+
     /// Loads one capability, runs `body` with the kit, and closes the kit.
     func withKit<T>(for capability: Capability, _ body: (Kit) async throws -> T) async throws -> T {
         let kit = await loadKit(only: [capability])

@@ -145,6 +145,32 @@ public final class Kit: Sendable {
         return device
     }
 
+    /// This kit with `capabilities` as `other` has them (devices that came back, opened on
+    /// their own), and the providers this kit had for them, for the caller to close. Only
+    /// the providers taken move: `other` must not be closed as a whole afterwards.
+    public func replacing(_ capabilities: Set<Capability>, from other: Kit) -> (kit: Kit, replaced: [CapabilityProvider]) {
+        var providers = self.providers
+        var replaced: [CapabilityProvider] = []
+        for capability in capabilities {
+            if let old = providers.removeValue(forKey: capability) { replaced.append(old) }
+            providers[capability] = other.providers[capability]
+        }
+        let statuses = self.statuses.map { capabilities.contains($0.capability) ? other.status(of: $0.capability) : $0 }
+        return (Kit(providers: providers, statuses: statuses, configurationFile: configurationFile), replaced)
+    }
+
+    /// This kit without `capability`'s device, unavailable for `reason` (a device that went
+    /// away), and the provider it had, for the caller to close.
+    public func removing(_ capability: Capability, reason: String) -> (kit: Kit, removed: CapabilityProvider?) {
+        var providers = self.providers
+        let removed = providers.removeValue(forKey: capability)
+        let statuses = self.statuses.map { status in
+            guard status.capability == capability else { return status }
+            return CapabilityStatus(capability: capability, plugin: status.plugin, device: status.device, state: .unavailable, reason: reason)
+        }
+        return (Kit(providers: providers, statuses: statuses, configurationFile: configurationFile), removed)
+    }
+
     /// Closes every opened device.
     public func close() async {
         for provider in providers.values { await provider.device.close() }

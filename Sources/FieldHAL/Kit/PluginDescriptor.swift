@@ -34,13 +34,22 @@ public struct PluginDescriptor: Sendable {
 
     public typealias Detector = @Sendable (DetectionOptions) async -> [DetectedDevice]
 
+    /// Where the device a section configures is now (nil from the closure: this plugin does
+    /// not follow that device), so that a daemon can follow it as it comes and goes. nil for
+    /// plugins whose devices are followed by a service of their own (gpsd, fprintd) or are
+    /// simulated. Like `detect`, a look: it opens nothing another program may hold.
+    public var locate: Locator?
+
+    public typealias Locator = @Sendable (Capability, PluginParameters, PluginContext) async -> DevicePresence?
+
     public init(name: String, summary: String, capabilities: [Capability: [ParameterSpec]], open: @escaping Opener,
-                detect: Detector? = nil) {
+                detect: Detector? = nil, locate: Locator? = nil) {
         self.name = name
         self.summary = summary
         self.capabilities = capabilities
         self.open = open
         self.detect = detect
+        self.locate = locate
     }
 }
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALAPI
 import FieldHALFlows
+import FieldHALHotplug
 import FieldHALLock
 import FieldHALServer
 import Foundation
@@ -90,6 +91,9 @@ final class Daemon: Sendable {
     /// and the API's state: made when the daemon starts, before anything uses them.
     let api = LockedValue<APIHost?>(nil)
     let authorisation: APIAuthorisation
+    /// udev's (or the kernel's) device events, listened to from before the devices open, so
+    /// that a device going away while they open is not missed. nil: not followed.
+    let hotplug = LockedValue<HotplugMonitor?>(nil)
 
     init(options: GlobalOptions, logger: Logger, uploadInterval: Duration, verifyInterval: Duration) throws {
         self.options = options
@@ -107,6 +111,14 @@ final class Daemon: Sendable {
         // The same thread names before and after HTTP requests (see DispatchWorkers).
         DispatchWorkers.hold()
         await HTTPSession.prepare()
+        if HotplugMonitor.isAvailable {
+            do {
+                let monitor = try HotplugMonitor()
+                hotplug.withLock { $0 = monitor }
+            } catch {
+                logger.warning("devices are not followed as they come and go: \(CommandFailure(error).description)")
+            }
+        }
         let environment = current
         let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
             await environment.loadKit(only: only)
@@ -125,6 +137,7 @@ final class Daemon: Sendable {
         let loops: [DaemonLoop] = [
             DaemonLoop("api") { await self.serveAPI(host) },
             DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
+            DaemonLoop("hotplug") { await self.followDevices(host) },
             DaemonLoop("alerts") { await self.watchAlerts() },
             DaemonLoop("evidence uploads") { await self.uploadEvidence() },
             DaemonLoop("session checks") { await self.verifySession() },
@@ -177,6 +190,27 @@ final class Daemon: Sendable {
                 }
             } catch {
                 logger.error("configuration not reloaded, the old one stays: \(CommandFailure(error).description)")
+            }
+        }
+    }
+
+    /// Configured devices as they come and go (udev's events, or the kernel's without udevd):
+    /// one that goes away makes its capability unavailable, one that comes back is opened
+    /// again; each change a journal line and a `capability` event. Matched by what the
+    /// configuration names, as the current configuration names it (a reload is followed).
+    private func followDevices(_ host: APIHost) async {
+        guard let monitor = hotplug.value else { return }
+        defer { monitor.stop() }
+        let follower = DeviceFollower(host: host, locate: { await self.current.devicePresence() },
+                                      load: { only in await self.current.loadKit(only: only) })
+        await follower.follow(monitor.events, started: { [logger] in
+            logger.info("following devices as they come and go (\(monitor.source == .udev ? "udev's" : "the kernel's") events)")
+        }) { [logger] change in
+            let status = change.status
+            if status.isAvailable {
+                logger.notice("\(status.capability): \(change.node ?? status.device ?? "its device") is back (\(status.plugin ?? "?") plugin); available")
+            } else {
+                logger.warning("\(status.capability): unavailable: \(status.reason ?? "unknown")")
             }
         }
     }

@@ -1,0 +1,179 @@
+import FakePlugin
+import FieldHAL
+import FieldHALHotplug
+import FieldHALServer
+import Foundation
+import TestSupport
+import Testing
+
+/// The daemon's following of devices, decided on the fake kit with udev's events and the
+/// devices' whereabouts scripted: what goes is detached (its capability unavailable, an
+/// event), what comes back is opened again, what is not concerned is left alone. The same
+/// follower against the kernel's real events and devices: `DeviceFollowerLabTests`.
+@Suite("devices followed as they come and go")
+struct DeviceFollowerTests {
+    /// A fake kit with a camera and haptics, and where their devices are (scripted).
+    struct Rig {
+        let host: APIHost
+        let whereabouts = LockedValue<[Capability: DevicePresence]>([
+            .camera: DevicePresence(subsystems: ["video4linux"], node: "/dev/video0"),
+            .haptics: DevicePresence(subsystems: ["input"], node: "/dev/input/event3"),
+        ])
+        let opens = LockedValue<[Set<Capability>]>([])
+        /// Opening fails while this is set (udev not done with the node yet).
+        let refuse = LockedValue(false)
+        let follower: DeviceFollower
+        let events: AsyncStream<HotplugEvent>
+        let udev: AsyncStream<HotplugEvent>.Continuation
+        let changes = LockedValue<[DeviceFollower.Change]>([])
+
+        init() async throws {
+            // The fake plugin, refusing the camera while `refuse` is set.
+            let refuse = refuse
+            var flaky = FakePlugin.descriptor
+            let open = flaky.open
+            flaky.open = { capability, parameters, context in
+                if capability == .camera, refuse.value {
+                    throw FieldHALError(.permissionDenied, subject: "camera", detail: "permission denied (udev has not set the node's group yet)")
+                }
+                return try await open(capability, parameters, context)
+            }
+            let registry = PluginRegistry([flaky])
+            let configuration = try KitConfiguration.parse("""
+                [camera]
+                plugin = "fake"
+                [haptics]
+                plugin = "fake"
+                [gps]
+                plugin = "fake"
+                """, file: "follow.toml", directory: "/tmp", registry: registry)
+            let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+            let opens = opens, whereabouts = whereabouts
+            let load: APIHost.KitLoader = { only in
+                if let only { opens.withLock { $0.append(only) } }
+                return await Kit.load(configuration, registry: registry, context: context, only: only)
+            }
+            host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "follow.toml"),
+                                       authorisation: APIAuthorisation(configurationFile: "follow.toml"), load: load)
+            opens.withLock { $0 = [] }
+            follower = DeviceFollower(host: host, locate: { whereabouts.value }, load: load,
+                                      settle: .milliseconds(20), retryEvery: .milliseconds(50), retryFor: .milliseconds(300))
+            (events, udev) = AsyncStream.makeStream(of: HotplugEvent.self)
+        }
+
+        /// Starts following, once the follower has noted where the devices are.
+        func follow() async throws -> Task<Void, Never> {
+            let started = LockedValue(false)
+            let task = Task { [self] in
+                await follower.follow(events, started: { started.withLock { $0 = true } }) { change in changes.withLock { $0.append(change) } }
+            }
+            try await waitFor("the follower to start") { started.value }
+            return task
+        }
+
+        func state(_ capability: Capability) -> CapabilityStatus.State? { host.status(of: capability)?.state }
+
+        func waitFor(_ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(5)
+            while !condition() {
+                guard ContinuousClock.now < deadline else { Issue.record("timed out waiting for \(what)"); return }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+    }
+
+    @Test func aDeviceThatGoesIsUnavailableAndOpenedAgainWhenItComesBack() async throws {
+        let rig = try await Rig()
+        let capabilityEvents = rig.host.capabilityEvents()
+        let seen = LockedValue<[CapabilityStatus]>([])
+        let listener = Task { for try await status in capabilityEvents { seen.withLock { $0.append(status) } } }
+        let following = try await rig.follow()
+        #expect(rig.state(.camera) == .available)
+
+        // Unplugged: udev removes the node and the configured link resolves to nothing.
+        rig.whereabouts.withLock { $0[.camera]?.node = nil }
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+        #expect(rig.host.status(of: .camera)?.reason?.contains("/dev/video0 went away") == true)
+        #expect(throws: FieldHALError.self) { try rig.host.camera() }
+        #expect(rig.state(.haptics) == .available, "another capability carries on")
+
+        // Back, on another node: opened again.
+        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video2" }
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video2"))
+        try await rig.waitFor("the camera available again") { rig.state(.camera) == .available }
+        _ = try rig.host.camera()
+        #expect(rig.opens.value == [[.camera]], "only the camera was opened again")
+        try await rig.waitFor("two capability events") { seen.value.count >= 2 }
+        #expect(seen.value.map(\.state) == [.unavailable, .available])
+        #expect(rig.changes.value.map(\.node) == ["/dev/video0", "/dev/video2"])
+
+        following.cancel()
+        await following.value
+        listener.cancel()
+        await rig.host.close()
+    }
+
+    @Test func aReplugWithinOneBatchReopensTheDeviceOnItsNode() async throws {
+        let rig = try await Rig()
+        let following = try await rig.follow()
+        let before = try rig.host.camera()
+        // The same node removed and added again: the old descriptor is dead, so it is reopened.
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the camera reopened") { rig.opens.value == [[.camera]] && rig.state(.camera) == .available }
+        #expect(try rig.host.camera() as AnyObject !== before as AnyObject, "a new device, not the dead one")
+        following.cancel()
+        await following.value
+        await rig.host.close()
+    }
+
+    @Test func eventsThatConcernNoConfiguredDeviceChangeNothing() async throws {
+        let rig = try await Rig()
+        let following = try await rig.follow()
+        // Another camera and a keyboard come and go; the configured ones stay where they are.
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video4"))
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "input", node: "/dev/input/event9"))
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "sound", node: "/dev/snd/controlC3"))
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(rig.opens.value.isEmpty)
+        #expect(rig.changes.value.isEmpty)
+        #expect(rig.state(.camera) == .available && rig.state(.haptics) == .available && rig.state(.location) == .available)
+        following.cancel()
+        await following.value
+        await rig.host.close()
+    }
+
+    @Test func aDeviceThatAppearsButWillNotOpenIsTriedAgainThenReported() async throws {
+        let rig = try await Rig()
+        let following = try await rig.follow()
+        rig.whereabouts.withLock { $0[.camera]?.node = nil }
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+
+        // It comes back, but opening fails for a while (permissions not yet set): tried again until it opens.
+        rig.refuse.withLock { $0 = true }
+        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video0" }
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("two attempts") { rig.opens.value.count >= 2 }
+        rig.refuse.withLock { $0 = false }
+        try await rig.waitFor("the camera available") { rig.state(.camera) == .available }
+
+        // Comes and will not open at all: said once, with the plugin's reason, and left unavailable.
+        rig.whereabouts.withLock { $0[.camera]?.node = nil }
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+        rig.refuse.withLock { $0 = true }
+        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video0" }
+        rig.changes.withLock { $0 = [] }
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the failure reported") { !rig.changes.value.isEmpty }
+        let change = try #require(rig.changes.value.first)
+        #expect(change.status.state == .unavailable)
+        #expect(change.status.reason?.contains("appeared but did not open") == true, "\(change.status.reason ?? "")")
+        #expect(rig.state(.camera) == .unavailable)
+        following.cancel()
+        await following.value
+        await rig.host.close()
+    }
+}
