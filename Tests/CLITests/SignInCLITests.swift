@@ -79,6 +79,22 @@ func waitForBackgroundRuns(_ state: String, timeout: Duration = .seconds(15)) as
     }
 }
 
+/// The state directory once nothing is being written in it: no atomic write's temporary
+/// file, and the same listing twice 100 ms apart. Through a daemon the work after a sign-in
+/// saves the session last, in either verdict, and may still be at it when the evidence has
+/// arrived (a CI run once listed NORMAL's `.transrify-session.sealed.tmp-…` mid-write).
+func settledListing(_ state: String, timeout: Duration = .seconds(10)) async throws -> [String] {
+    var last = try stateListing(state)
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        try await Task.sleep(for: .milliseconds(100))
+        let now = try stateListing(state)
+        if now == last, !now.contains(where: { $0.contains(".tmp-") }) { return now }
+        last = now
+    }
+    return last
+}
+
 /// Waits until the lab server holds `count` evidence items and `state`'s queue holds none
 /// (no item, no upload in progress): the work after a sign-in is done, wherever it ran.
 func waitForEvidence(_ state: String, count: Int, on lab: SignInLab, timeout: Duration = .seconds(30)) async throws {
@@ -132,7 +148,7 @@ struct SignInCLITests {
                     // Through a daemon the work after the sign-in runs in it: the evidence it
                     // owes the server has arrived, and no item is left in its queue.
                     try await waitForEvidence(state, count: 5 * (round + (mode == "duress" ? 1 : 0)), on: lab)
-                    listings[mode] = try stateListing(state)
+                    listings[mode] = try await settledListing(state)
                     let session = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
                     #expect(session.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
                             == "You're signed in.\nalice01 · session …XXXX\n")

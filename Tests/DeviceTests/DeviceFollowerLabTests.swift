@@ -8,12 +8,12 @@ import Testing
 
 /// Hotplug in the kernel lab (no udevd: the kernel's own events): the daemon's device
 /// follower with the real plugins against devices that really go and come — vivid unbound
-/// from its driver and bound again, snd-dummy's sound card likewise, a uinput
+/// from its driver and bound again, snd-aloop's and snd-dummy's sound cards likewise, a uinput
 /// force-feedback device destroyed and made again. Each change must reach the API's capability events within 2 s, and the device
 /// must work again afterwards. The last test runs `fieldhal run` itself and reads its
 /// journal lines.
 @Suite("hotplug: configured devices followed as they go and come (kernel lab)",
-       .enabled(if: KernelLab.isGuest && HotplugMonitor.isAvailable), .serialized)
+       .enabled(if: KernelLab.isGuest && HotplugMonitor.isAvailable), .serialized, .timeLimit(.minutes(3)))
 struct DeviceFollowerLabTests {
     /// An API host on the built-in plugins for `configuration`, a follower on the kernel's
     /// events, and the capability events it sends.
@@ -121,16 +121,25 @@ struct DeviceFollowerLabTests {
         await rig.close()
     }
 
-    @Test func aSoundCardUnboundAndBoundAgainIsFollowedByItsCardId() async throws {
-        // snd-dummy's card, named by its id: its control node is what udev's events name.
-        let rig = try await Rig("[microphone]\nplugin = \"alsa\"\npcm = \"plughw:CARD=Dummy,DEV=0\"\n")
+    /// snd-aloop's and snd-dummy's cards, each named by its id.
+    enum SoundCard: String, CaseIterable, Sendable {
+        case loopback = "Loopback", dummy = "Dummy"
+        var driver: String { self == .loopback ? "snd_aloop" : "snd_dummy" }
+        /// A capture device of the card (snd-aloop's device 1 captures what device 0 plays).
+        var pcm: String { "plughw:CARD=\(rawValue),DEV=\(self == .loopback ? 1 : 0)" }
+    }
+
+    @Test(arguments: SoundCard.allCases)
+    func aSoundCardUnboundAndBoundAgainIsFollowedByItsCardId(_ card: SoundCard) async throws {
+        // The card's control node is what the kernel's events name.
+        let rig = try await Rig("[microphone]\nplugin = \"alsa\"\npcm = \"\(card.pcm)\"\n")
         #expect(rig.host.status(of: .microphone)?.isAvailable == true)
-        let (gone, back) = try await rig.unplugAndPlugBack(.microphone, driver: "snd_dummy", device: "snd_dummy.0")
+        let (gone, back) = try await rig.unplugAndPlugBack(.microphone, driver: card.driver, device: "\(card.driver).0")
         #expect(rig.events.value.first?.0.reason?.contains("/dev/snd/controlC") == true, "\(rig.events.value.map(\.0))")
         let path = KernelLab.scratch("after-replug.wav")
         let recording = try await rig.host.microphone().record(RecordingRequest(duration: .milliseconds(300), sampleRate: 48_000, channels: 2), to: path)
         #expect(recording.frames >= 12_000, "\(recording)")
-        print("hotplug: snd-dummy unbound → microphone unavailable in \(gone ?? .zero); bound → available in \(back ?? .zero)")
+        print("hotplug: \(card.driver) unbound → microphone unavailable in \(gone ?? .zero); bound → available in \(back ?? .zero)")
         await rig.close()
     }
 
@@ -140,7 +149,7 @@ struct DeviceFollowerLabTests {
         let state = CLI.freshStateDirectory()
         try "[camera]\nplugin = \"v4l2\"\ndevice = \"\(node)\"\n".write(toFile: config, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
-        #expect(await daemon.waitForLine(containing: "following devices as they come and go (the kernel's events)", timeout: .seconds(20)) != nil,
+        #expect(await daemon.waitForLine(containing: "following devices as they come and go (the kernel's events)", timeout: .seconds(60)) != nil,
                 "\(daemon.output)")
 
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/unbind", "vivid.0")

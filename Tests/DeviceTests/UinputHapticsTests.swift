@@ -53,13 +53,19 @@ final class UinputPeer: @unchecked Sendable {
         process.standardOutput = FileHandle(forWritingAtPath: log)
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        let log = self.log
-        node = try await offPool {
-            for _ in 0..<100 {
-                if let ready = Self.readEvents(log).first(where: { $0.name == "ready" }), let node = ready.string("node") { return node }
-                Thread.sleep(forTimeInterval: 0.05)
+        let log = self.log, process = self.process
+        do {
+            node = try await offPool {
+                for _ in 0..<100 {
+                    if let ready = Self.readEvents(log).first(where: { $0.name == "ready" }), let node = ready.string("node") { return node }
+                    Thread.sleep(forTimeInterval: 0.05)
+                }
+                throw LabError("uinput-ff.py did not create its device within 5 s")
             }
-            throw LabError("uinput-ff.py did not create its device")
+        } catch {
+            // No deinit for a half-made peer: its process must not outlive the failure.
+            try? await KernelLab.finish(process)
+            throw error
         }
     }
 
