@@ -84,15 +84,16 @@ func waitForBackgroundRuns(_ state: String, timeout: Duration = .seconds(15)) as
 /// saves the session last, in either verdict, and may still be at it when the evidence has
 /// arrived (a CI run once listed NORMAL's `.transrify-session.sealed.tmp-…` mid-write).
 func settledListing(_ state: String, timeout: Duration = .seconds(10)) async throws -> [String] {
-    var last = try stateListing(state)
+    // A listing can fail mid-write too: the temporary file renamed between its name and its size.
+    var last = try? stateListing(state)
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         try await Task.sleep(for: .milliseconds(100))
-        let now = try stateListing(state)
-        if now == last, !now.contains(where: { $0.contains(".tmp-") }) { return now }
+        let now = try? stateListing(state)
+        if let now, now == last, !now.contains(where: { $0.contains(".tmp-") }) { return now }
         last = now
     }
-    return last
+    return try stateListing(state)
 }
 
 /// Waits until the lab server holds `count` evidence items and `state`'s queue holds none
