@@ -71,6 +71,19 @@ struct DeviceFollowerTests {
             return task
         }
 
+        /// The camera unplugged: its node gone, udev's remove, and the capability unavailable.
+        func unplugCamera() async throws {
+            whereabouts.withLock { $0[.camera]?.node = nil }
+            udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+            try await waitFor("the camera unavailable") { state(.camera) == .unavailable }
+        }
+
+        func stop(_ following: Task<Void, Never>) async {
+            following.cancel()
+            await following.value
+            await host.close()
+        }
+
         func state(_ capability: Capability) -> CapabilityStatus.State? { host.status(of: capability)?.state }
 
         func waitFor(_ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
@@ -91,9 +104,7 @@ struct DeviceFollowerTests {
         #expect(rig.state(.camera) == .available)
 
         // Unplugged: udev removes the node and the configured link resolves to nothing.
-        rig.whereabouts.withLock { $0[.camera]?.node = nil }
-        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
-        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+        try await rig.unplugCamera()
         #expect(rig.host.status(of: .camera)?.reason?.contains("/dev/video0 went away") == true)
         #expect(throws: FieldHALError.self) { try rig.host.camera() }
         #expect(rig.state(.haptics) == .available, "another capability carries on")
@@ -124,9 +135,7 @@ struct DeviceFollowerTests {
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
         try await rig.waitFor("the camera reopened") { rig.opens.value == [[.camera]] && rig.state(.camera) == .available }
         #expect(try rig.host.camera() as AnyObject !== before as AnyObject, "a new device, not the dead one")
-        following.cancel()
-        await following.value
-        await rig.host.close()
+        await rig.stop(following)
     }
 
     @Test func eventsThatConcernNoConfiguredDeviceChangeNothing() async throws {
@@ -140,17 +149,13 @@ struct DeviceFollowerTests {
         #expect(rig.opens.value.isEmpty)
         #expect(rig.changes.value.isEmpty)
         #expect(rig.state(.camera) == .available && rig.state(.haptics) == .available && rig.state(.location) == .available)
-        following.cancel()
-        await following.value
-        await rig.host.close()
+        await rig.stop(following)
     }
 
     @Test func aDeviceThatAppearsButWillNotOpenIsTriedAgainThenReported() async throws {
         let rig = try await Rig()
         let following = try await rig.follow()
-        rig.whereabouts.withLock { $0[.camera]?.node = nil }
-        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
-        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+        try await rig.unplugCamera()
 
         // It comes back, but opening fails for a while (permissions not yet set): tried again until it opens.
         rig.refuse.withLock { $0 = true }
@@ -161,9 +166,7 @@ struct DeviceFollowerTests {
         try await rig.waitFor("the camera available") { rig.state(.camera) == .available }
 
         // Comes and will not open at all: said once, with the plugin's reason, and left unavailable.
-        rig.whereabouts.withLock { $0[.camera]?.node = nil }
-        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
-        try await rig.waitFor("the camera unavailable") { rig.state(.camera) == .unavailable }
+        try await rig.unplugCamera()
         rig.refuse.withLock { $0 = true }
         rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video0" }
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
@@ -176,8 +179,6 @@ struct DeviceFollowerTests {
         #expect(change.status.state == .unavailable)
         #expect(change.status.reason?.contains("permission denied") == true, "\(change.status.reason ?? "")")
         #expect(rig.state(.camera) == .unavailable)
-        following.cancel()
-        await following.value
-        await rig.host.close()
+        await rig.stop(following)
     }
 }
