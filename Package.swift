@@ -75,9 +75,11 @@ let package = Package(
         // The core: protocols, values, errors, configuration, registry, NDEF, state files.
         .target(
             name: "FieldHAL",
-            dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit"), "CSpawn"],
             swiftSettings: strictSwift
         ),
+        // posix_spawn's closefrom and pidfd_open, for the core's child processes (part of libc).
+        .systemLibrary(name: "CSpawn"),
         // Secrets at rest, over libsodium (a hard dependency: no trait).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .target(name: "FieldHALVault", dependencies: ["FieldHAL", "CSodium"], swiftSettings: strictSwift),

@@ -47,66 +47,123 @@ public enum ToolProcess {
     private static func runBlocking(
         _ executable: String, _ arguments: [String], environment: [String: String], subject: String,
         timeout: Duration?, what: String, wakeup: WakeupEvent, interrupted: LockedValue<Bool>,
-        onLine: (Stream, String) -> Next
+        onLine: @escaping (Stream, String) -> Next
     ) throws -> Outcome {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe(), errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
+        let child: ChildProcess
         do {
-            try process.run()
+            child = try ChildProcess(executable, arguments,
+                                     environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
         } catch {
-            throw FieldHALError(.unavailable, subject: subject, detail: "cannot run \(executable): \(error.localizedDescription)")
+            throw FieldHALError(.unavailable, subject: subject, detail: "cannot run \(executable): \(error)")
         }
         let deadline = timeout.map { ContinuousClock.now + $0 }
-        var outcome = Outcome(status: nil, standardOutput: [], standardError: [])
-        var buffers: [Stream: [UInt8]] = [.standardOutput: [], .standardError: []]
-        var open: [Stream: Int32] = [.standardOutput: output.fileHandleForReading.fileDescriptor,
-                                     .standardError: errors.fileHandleForReading.fileDescriptor]
+        var lines = LineSplitter(onLine: onLine)
+        var open: [Stream: Int32] = [.standardOutput: child.standardOutput!, .standardError: child.standardError!]
         var stopReason: FieldHALError?
-        var stoppedByHandler = false
 
-        reading: while !open.isEmpty {
+        reading: while true {
             if interrupted.value { stopReason = .cancelled(subject); break }
-            var waitMilliseconds: Int32 = -1
+            if child.hasExited {
+                // All the tool wrote is in the pipes now. Read what is there and stop: a copy
+                // of a write end held elsewhere must not keep the run waiting for an EOF.
+                for (stream, descriptor) in open {
+                    if lines.drain(descriptor, stream) == .stop { break reading }
+                }
+                lines.finish()
+                break
+            }
+            var waitMilliseconds: Int32 = child.exitDescriptor == nil ? 50 : -1
             if let deadline {
                 let left = deadline - .now
                 if left <= .zero { stopReason = .timeout(subject, after: timeout!, waitingFor: what); break }
-                waitMilliseconds = Int32(clamping: Int((left.seconds * 1000).rounded(.up)))
+                let leftMilliseconds = Int32(clamping: Int((left.seconds * 1000).rounded(.up)))
+                waitMilliseconds = waitMilliseconds < 0 ? leftMilliseconds : min(waitMilliseconds, leftMilliseconds)
             }
             let streams = Array(open.keys)
             var entries = streams.map { pollfd(fd: open[$0]!, events: Int16(POLLIN), revents: 0) }
+            entries.append(pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0))
             entries.append(pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0))
             let ready = poll(&entries, nfds_t(entries.count), waitMilliseconds)
-            if ready < 0 && errno != EINTR { break }
+            if ready < 0 && errno != EINTR {
+                stopReason = FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+                break
+            }
             if entries.last!.revents != 0 { wakeup.drain(); continue }
             for (index, stream) in streams.enumerated() where entries[index].revents != 0 {
-                var chunk = [UInt8](repeating: 0, count: 4096)
-                let count = read(open[stream]!, &chunk, chunk.count)
-                if count <= 0 {
-                    open[stream] = nil
-                    if let rest = buffers[stream], !rest.isEmpty { buffers[stream] = rest + [10] } else { continue }
-                } else {
-                    buffers[stream]! += chunk[0..<count]
-                }
-                while let newline = buffers[stream]!.firstIndex(of: 10) {
-                    let line = String(decoding: buffers[stream]![..<newline], as: UTF8.self)
-                    buffers[stream]!.removeSubrange(...newline)
-                    if stream == .standardOutput { outcome.standardOutput.append(line) } else { outcome.standardError.append(line) }
-                    if onLine(stream, line) == .stop { stoppedByHandler = true; break reading }
+                switch lines.readOnce(open[stream]!, stream) {
+                case .stop: break reading
+                case .endOfFile: open[stream] = nil
+                case .keepReading: break
                 }
             }
         }
-        if process.isRunning && (stopReason != nil || stoppedByHandler) {
-            kill(process.processIdentifier, SIGKILL)
+        if !child.hasExited {
+            child.kill()
+            child.waitForExit()
+            if let stopReason { throw stopReason }
+            return Outcome(status: nil, standardOutput: lines.outcome.standardOutput, standardError: lines.outcome.standardError)
         }
-        process.waitUntilExit()
         if let stopReason { throw stopReason }
-        if !stoppedByHandler { outcome.status = process.terminationStatus }
+        var outcome = lines.outcome
+        outcome.status = lines.stopped ? nil : child.terminationStatus
         return outcome
+    }
+}
+
+/// The tool's output cut into lines, each handed to the caller as it completes.
+private struct LineSplitter {
+    enum Read { case keepReading, endOfFile, stop }
+
+    let onLine: (ToolProcess.Stream, String) -> ToolProcess.Next
+    var outcome = ToolProcess.Outcome(status: nil, standardOutput: [], standardError: [])
+    /// Whether the caller said `.stop`.
+    private(set) var stopped = false
+    private var buffers: [ToolProcess.Stream: [UInt8]] = [.standardOutput: [], .standardError: []]
+
+    init(onLine: @escaping (ToolProcess.Stream, String) -> ToolProcess.Next) { self.onLine = onLine }
+
+    /// One read of `descriptor` (non-blocking), its complete lines handed on.
+    mutating func readOnce(_ descriptor: Int32, _ stream: ToolProcess.Stream) -> Read {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let count = read(descriptor, &chunk, chunk.count)
+        if count < 0 && (errno == EAGAIN || errno == EINTR) { return .keepReading }
+        if count <= 0 { return flush(stream) ? .stop : .endOfFile }
+        buffers[stream]! += chunk[0..<count]
+        return split(stream) ? .stop : .keepReading
+    }
+
+    /// Everything `descriptor` holds now, without waiting for more.
+    mutating func drain(_ descriptor: Int32, _ stream: ToolProcess.Stream) -> Read {
+        while true {
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let count = read(descriptor, &chunk, chunk.count)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { return flush(stream) ? .stop : .endOfFile }
+            buffers[stream]! += chunk[0..<count]
+            if split(stream) { return .stop }
+        }
+    }
+
+    /// Hands on the unterminated last lines of both streams.
+    mutating func finish() {
+        for stream in [ToolProcess.Stream.standardOutput, .standardError] where flush(stream) { return }
+    }
+
+    /// The last line of `stream` when it has no newline; true when the caller said stop.
+    private mutating func flush(_ stream: ToolProcess.Stream) -> Bool {
+        guard !buffers[stream]!.isEmpty else { return false }
+        buffers[stream]!.append(10)
+        return split(stream)
+    }
+
+    /// Hands on each complete line; true when the caller said stop.
+    private mutating func split(_ stream: ToolProcess.Stream) -> Bool {
+        while let newline = buffers[stream]!.firstIndex(of: 10) {
+            let line = String(decoding: buffers[stream]![..<newline], as: UTF8.self)
+            buffers[stream]!.removeSubrange(...newline)
+            if stream == .standardOutput { outcome.standardOutput.append(line) } else { outcome.standardError.append(line) }
+            if onLine(stream, line) == .stop { stopped = true; return true }
+        }
+        return false
     }
 }
