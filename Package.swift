@@ -96,6 +96,9 @@ let package = Package(
         // Devices as they come and go (libudev's monitor), for the daemon.
         .target(name: "FieldHALHotplug", dependencies: ["FieldHAL", .target(name: "CUdev", condition: .when(traits: ["Hotplug"]))],
                 swiftSettings: strictSwift),
+        // External plugins (issue 21): their manifests, the plugin directories, the plugin
+        // protocol's host side.
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
 
@@ -216,7 +219,7 @@ let package = Package(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine", "FieldHALHotplug", "CMalloc",
+                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "CMalloc",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -231,6 +234,8 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "TestSupport"],
+                    exclude: ["fixture-plugin.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],

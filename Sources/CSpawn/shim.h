@@ -9,6 +9,9 @@
 // descriptor from `from` on, whichever thread of the parent opened it and when.
 extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
 
+// glibc 2.29+, under _GNU_SOURCE only: the child's working directory.
+extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
+
 // Declared in unistd.h under _GNU_SOURCE only: a pipe whose ends are close-on-exec from
 // the start, so no program another thread starts meanwhile inherits them.
 extern int pipe2(int pipefd[2], int flags);

@@ -1,4 +1,4 @@
-import CSpawn
+internal import CSpawn
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,17 +13,25 @@ import Glibc
 /// kernel's; nobody else can hold it open), both pipes are close-on-exec from the start,
 /// and the child inherits its three standard descriptors and nothing else.
 ///
+/// A plugin process (issue 21) is started the same way with a `connection`: its standard
+/// input and output are one end of a socket pair, so the host writes with MSG_NOSIGNAL (a
+/// plugin that died is an EPIPE, never a SIGPIPE that would kill the host), and the same
+/// socket can later carry descriptors (SCM_RIGHTS).
+///
 /// One thread uses an instance; it is not `Sendable`.
-final class ChildProcess {
-    enum Output { case pipe, discard }
+public final class ChildProcess {
+    public enum Output: Sendable { case pipe, discard }
 
-    let pid: pid_t
+    public let pid: Int32
     /// Readable once the process has exited. Nil on kernels before 5.3: then `hasExited`
     /// asks `waitpid` and the caller polls on a short tick.
-    let exitDescriptor: Int32?
+    public let exitDescriptor: Int32?
     /// The read ends of the pipes (non-blocking), when asked for.
-    let standardOutput: Int32?
-    let standardError: Int32?
+    public let standardOutput: Int32?
+    public let standardError: Int32?
+    /// The host's end of the socket that is the child's standard input and output (blocking,
+    /// close-on-exec), when started with `connection: true`.
+    public let connection: Int32?
     /// Nil while it runs; then its wait status, itself nil when someone else reaped it (a
     /// host program that sets SIGCHLD to SIG_IGN has the kernel reap every child).
     private var waitStatus: Int32??
@@ -31,8 +39,9 @@ final class ChildProcess {
     /// Starts `executable` with exactly `environment`, standard input on /dev/null, every
     /// signal at its default disposition and none blocked (a thread of ours may block some,
     /// and the Swift runtime ignores SIGPIPE — a tool must not inherit either).
-    init(_ executable: String, _ arguments: [String], environment: [String: String],
-         output: Output = .pipe, errors: Output = .pipe) throws(SpawnError) {
+    public init(_ executable: String, _ arguments: [String], environment: [String: String],
+                output: Output = .pipe, errors: Output = .pipe, connection: Bool = false,
+                workingDirectory: String? = nil) throws(SpawnError) {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -60,9 +69,24 @@ final class ChildProcess {
             posix_spawn_file_actions_adddup2(&actions, ends[1], target)
             return ends[0]
         }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        standardOutput = try wire(1, output)
+        if connection {
+            var ends: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+                throw SpawnError(step: "socketpair", code: errno)
+            }
+            parentEnds.append(ends[0])
+            childEnds.append(ends[1])
+            posix_spawn_file_actions_adddup2(&actions, ends[1], 0)
+            posix_spawn_file_actions_adddup2(&actions, ends[1], 1)
+            self.connection = ends[0]
+            standardOutput = nil
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+            self.connection = nil
+            standardOutput = try wire(1, output)
+        }
         standardError = try wire(2, errors)
+        if let workingDirectory { posix_spawn_file_actions_addchdir_np(&actions, workingDirectory) }
         posix_spawn_file_actions_addclosefrom_np(&actions, 3)
 
         var noSignals = sigset_t(), allSignals = sigset_t()
@@ -92,11 +116,11 @@ final class ChildProcess {
             _ = Glibc.kill(pid, SIGKILL)
             waitForExit()
         }
-        [exitDescriptor, standardOutput, standardError].compactMap { $0 }.forEach { close($0) }
+        [exitDescriptor, standardOutput, standardError, connection].compactMap { $0 }.forEach { close($0) }
     }
 
     /// Whether the process has ended (reaping it if so). Does not block.
-    var hasExited: Bool {
+    public var hasExited: Bool {
         if waitStatus != nil { return true }
         var status: Int32 = 0
         switch waitpid(pid, &status, WNOHANG) {
@@ -109,7 +133,7 @@ final class ChildProcess {
 
     /// Waits for the process to end. Only after `kill()`, or once `exitDescriptor` is
     /// readable: otherwise this can wait as long as the tool runs.
-    func waitForExit() {
+    public func waitForExit() {
         guard waitStatus == nil else { return }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 {
@@ -119,14 +143,14 @@ final class ChildProcess {
     }
 
     /// Ends the process at once: SIGKILL, which nothing in the tool can block or delay.
-    func kill() {
+    public func kill() {
         guard waitStatus == nil else { return }
         _ = Glibc.kill(pid, SIGKILL)
     }
 
     /// The exit status, or 128 + the signal that ended it (as a shell reports it); nil
     /// while it runs.
-    var terminationStatus: Int32? {
+    public var terminationStatus: Int32? {
         guard let ended = waitStatus, let status = ended else { return nil }
         let signal = status & 0x7f
         return signal == 0 ? (status >> 8) & 0xff : 128 + signal
@@ -134,8 +158,8 @@ final class ChildProcess {
 }
 
 /// A child process that could not be started: which step failed, with its errno.
-struct SpawnError: Error, CustomStringConvertible {
-    var step: String
-    var code: Int32
-    var description: String { "\(step): \(String(cString: strerror(code)))" }
+public struct SpawnError: Error, CustomStringConvertible {
+    public var step: String
+    public var code: Int32
+    public var description: String { "\(step): \(String(cString: strerror(code)))" }
 }

@@ -1,0 +1,230 @@
+import FieldHAL
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One running plugin process and its JSON-RPC channel (docs/plugin-protocol.md).
+///
+/// Blocking: every call runs on one thread of the caller's (a `DeviceThread`), waits in
+/// `poll` with a deadline beside the process's exit and a `WakeupEvent`, and never waits
+/// longer than it was told. What the plugin writes on standard error is kept (its last
+/// 4 KiB) to quote when it fails.
+public final class PluginProcess {
+    public let manifest: PluginManifest
+    private let child: ChildProcess
+    private let wakeup: WakeupEvent
+    private var nextIdentifier: Int64 = 1
+    private var received: [UInt8] = []
+    private var errorTail: [UInt8] = []
+    private var errorsOpen = true
+    private var subject: String { "plugin \(manifest.name)" }
+
+    /// Starts the manifest's executable in the manifest's directory. `wakeup`, when
+    /// signalled from another thread, ends the wait in progress with `cancelled`.
+    public init(_ manifest: PluginManifest, wakeup: WakeupEvent, environment: [String: String] = [:]) throws(FieldHALError) {
+        self.manifest = manifest
+        self.wakeup = wakeup
+        guard access(manifest.executable, X_OK) == 0 else {
+            let missing = errno == ENOENT
+            throw FieldHALError(.unavailable, subject: "plugin \(manifest.name)",
+                                detail: missing ? "\(manifest.executable) is missing" : "\(manifest.executable) is not executable",
+                                advice: missing ? "install the plugin again, or correct \"executable\" in \(manifest.file)"
+                                                : "chmod +x \(manifest.executable)")
+        }
+        var variables = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        variables["FIELDHAL_PLUGIN_PROTOCOL"] = PluginProtocol.version.description
+        do {
+            child = try ChildProcess(manifest.executable, [], environment: variables, errors: .pipe, connection: true,
+                                     workingDirectory: (manifest.executable as NSString).deletingLastPathComponent)
+        } catch {
+            throw FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "cannot start \(manifest.executable): \(error)")
+        }
+    }
+
+    /// The process's id, for logs.
+    public var pid: Int32 { child.pid }
+
+    /// The last lines the plugin wrote on standard error, for an error message.
+    public var standardErrorTail: String {
+        drainErrors()
+        let text = String(decoding: errorTail, as: UTF8.self)
+        return text.split(separator: "\n").suffix(5).joined(separator: " | ")
+    }
+
+    /// Sends a request and waits for its answer: the `result`, or the plugin's error as a
+    /// `FieldHALError` (its `data` carries the kind, advice…).
+    public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) throws(FieldHALError) -> JSONValue {
+        let deadline = ContinuousClock.now + timeout
+        let identifier = nextIdentifier
+        nextIdentifier += 1
+        try send(.object(["jsonrpc": .string("2.0"), "id": .integer(identifier), "method": .string(method), "params": parameters]),
+                 deadline: deadline, doing: method)
+        while true {
+            let message = try receive(deadline: deadline, doing: method, timeout: timeout)
+            guard let id = message["id"], id != .null else { continue }  // a notification: not ours to answer
+            guard id == .integer(identifier) else {
+                throw failure(.protocolError, "answered request \(id) while \(method) (\(identifier)) was waiting")
+            }
+            if let error = message["error"] { throw pluginError(error, method: method) }
+            guard let result = message["result"] else {
+                throw failure(.protocolError, "answered \(method) with neither a result nor an error")
+            }
+            return result
+        }
+    }
+
+    /// Sends a notification (no answer).
+    public func notify(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) throws(FieldHALError) {
+        try send(.object(["jsonrpc": .string("2.0"), "method": .string(method), "params": parameters]),
+                 deadline: .now + timeout, doing: method)
+    }
+
+    /// `shutdown`, then `exit`, then up to `grace` for the process to end; killed after that
+    /// or if it does not answer. Never throws: a plugin that will not stop is stopped.
+    public func stop(grace: Duration = .seconds(2)) {
+        if !child.hasExited {
+            _ = try? call("shutdown", timeout: grace)
+            try? notify("exit", timeout: grace)
+            let deadline = ContinuousClock.now + grace
+            while !child.hasExited, ContinuousClock.now < deadline {
+                var entry = pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0)
+                _ = poll(&entry, 1, child.exitDescriptor == nil ? 20 : ContinuousClock.now.duration(to: deadline).pollTimeout)
+            }
+        }
+        child.kill()
+        child.waitForExit()
+    }
+
+    /// Whether the process has ended.
+    public var hasExited: Bool { child.hasExited }
+
+    // MARK: - The channel
+
+    private func send(_ message: JSONValue, deadline: ContinuousClock.Instant, doing method: String) throws(FieldHALError) {
+        var bytes: [UInt8]
+        do {
+            bytes = Array(try JSONEncoder().encode(message))
+        } catch {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "cannot encode \(method): \(error)")
+        }
+        bytes.append(10)
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(child.connection!, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if sent > 0 { offset += sent; continue }
+            if sent < 0 && errno == EINTR { continue }
+            guard sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) else {
+                throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(errno))))")
+            }
+            if child.hasExited { throw exited(during: method) }
+            try wait(for: Int16(POLLOUT), deadline: deadline, doing: method, timeout: nil)
+        }
+    }
+
+    /// The next message, parsed. A line that is not a JSON object, or longer than the
+    /// protocol allows, is the plugin's failure, not the host's.
+    private func receive(deadline: ContinuousClock.Instant, doing method: String, timeout: Duration) throws(FieldHALError) -> JSONValue {
+        while true {
+            if let newline = received.firstIndex(of: 10) {
+                let line = Array(received[..<newline])
+                received.removeSubrange(...newline)
+                if line.allSatisfy({ $0 == 32 || $0 == 13 || $0 == 9 }) { continue }
+                guard let message = try? JSONDecoder().decode(JSONValue.self, from: Data(line)), message.object != nil,
+                      message["jsonrpc"] == .string("2.0") else {
+                    let quoted = String(decoding: line.prefix(80), as: UTF8.self)
+                    throw failure(.protocolError, "sent something that is not a JSON-RPC 2.0 message during \(method): \"\(quoted)\"")
+                }
+                return message
+            }
+            guard received.count <= PluginProtocol.maximumMessage else {
+                throw failure(.protocolError, "sent a message over \(PluginProtocol.maximumMessage) bytes during \(method)")
+            }
+            try wait(for: Int16(POLLIN), deadline: deadline, doing: method, timeout: timeout)
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let count = recv(child.connection!, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+            if count > 0 { received += chunk[..<count]; continue }
+            if count < 0 && (errno == EAGAIN || errno == EINTR) {
+                // Woken by the exit, and a copy of the socket lives on in a child it left.
+                if child.hasExited { throw exited(during: method) }
+                continue
+            }
+            throw exited(during: method)
+        }
+    }
+
+    /// Waits until the channel is ready for `events`, the process ends (`exited`), the
+    /// deadline passes (`timeout`) or the wake-up is signalled (`cancelled`).
+    private func wait(for events: Int16, deadline: ContinuousClock.Instant, doing method: String, timeout: Duration?) throws(FieldHALError) {
+        while true {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else {
+                throw FieldHALError(.timeout, subject: subject, detail: "no answer to \(method) within \(timeout ?? left)"
+                                    + tailNote, advice: "the plugin hangs: its author can say why; FieldHAL restarts it")
+            }
+            var entries = [pollfd(fd: child.connection!, events: events, revents: 0),
+                           pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0),
+                           pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0),
+                           pollfd(fd: errorsOpen ? (child.standardError ?? -1) : -1, events: Int16(POLLIN), revents: 0)]
+            let tick = child.exitDescriptor == nil ? min(left, .milliseconds(50)) : left
+            let ready = poll(&entries, nfds_t(entries.count), tick.pollTimeout)
+            if ready < 0 && errno != EINTR {
+                throw FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+            }
+            if entries[1].revents != 0 {
+                wakeup.drain()
+                throw FieldHALError.cancelled(subject)
+            }
+            if entries[3].revents != 0 { drainErrors() }
+            if entries[0].revents != 0 { return }
+            // Exited with nothing more on the channel: what it wrote before is read first.
+            if entries[2].revents != 0 || (child.exitDescriptor == nil && child.hasExited) { return }
+        }
+    }
+
+    private func drainErrors() {
+        guard errorsOpen, let descriptor = child.standardError else { return }
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(descriptor, &chunk, chunk.count)
+            if count > 0 {
+                errorTail += chunk[..<count]
+                if errorTail.count > 4096 { errorTail.removeFirst(errorTail.count - 4096) }
+                continue
+            }
+            if count == 0 { errorsOpen = false }
+            return
+        }
+    }
+
+    private var tailNote: String {
+        let tail = standardErrorTail
+        return tail.isEmpty ? "" : "; its stderr ended: \(tail)"
+    }
+
+    private func exited(during method: String) -> FieldHALError {
+        child.kill()
+        child.waitForExit()
+        let status = child.terminationStatus.map { $0 > 128 ? "killed by signal \($0 - 128)" : "exit status \($0)" } ?? "status unknown"
+        return FieldHALError(.unavailable, subject: subject, detail: "the plugin process ended (\(status)) during \(method)" + tailNote,
+                             advice: "run \(manifest.executable) by hand, or fieldhal plugin check \(manifest.file)")
+    }
+
+    private func failure(_ kind: FieldHALError.Kind, _ detail: String) -> FieldHALError {
+        FieldHALError(kind, subject: subject, detail: detail + tailNote,
+                      advice: "a fault in the plugin: fieldhal plugin check \(manifest.file) shows it; its author can fix it")
+    }
+
+    /// A JSON-RPC error from the plugin. Its `data` may carry a FieldHAL error's `kind`,
+    /// `detail` and `advice`, which are kept; otherwise the plugin failed in its own way.
+    private func pluginError(_ error: JSONValue, method: String) -> FieldHALError {
+        let message = error["message"]?.string ?? "no message"
+        let data = error["data"]
+        if let kindName = data?["kind"]?.string, let kind = FieldHALError.Kind(rawValue: kindName) {
+            return FieldHALError(kind, subject: data?["subject"]?.string.map { "\(subject): \($0)" } ?? subject,
+                                 detail: data?["detail"]?.string ?? message, advice: data?["advice"]?.string)
+        }
+        let code = error["code"]?.integer.map { " (\($0))" } ?? ""
+        return FieldHALError(.protocolError, subject: subject, detail: "\(method) failed\(code): \(message)")
+    }
+}

@@ -1,0 +1,42 @@
+import FieldHAL
+
+/// The protocol between FieldHAL and a plugin process (docs/plugin-protocol.md): JSON-RPC
+/// 2.0, one message per line, on the plugin's standard input and output.
+public enum PluginProtocol {
+    public struct Version: Sendable, Equatable, Comparable, CustomStringConvertible {
+        public var major: Int
+        public var minor: Int
+
+        public init(major: Int, minor: Int) {
+            self.major = major
+            self.minor = minor
+        }
+
+        public var description: String { "\(major).\(minor)" }
+
+        public static func < (lhs: Version, rhs: Version) -> Bool {
+            (lhs.major, lhs.minor) < (rhs.major, rhs.minor)
+        }
+    }
+
+    /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
+    /// changes or removes something.
+    public static let version = Version(major: 1, minor: 0)
+
+    /// The longest message either side may send (a line, without its newline). Bulk data
+    /// (frames, PCM) does not travel in messages.
+    public static let maximumMessage = 1 << 20
+
+    /// Why a plugin speaking `other` cannot be used by this host, or nil when it can: the
+    /// majors must match; any minor works (each side uses what both know: the host tells
+    /// its version in `initialize`).
+    public static func refusal(of other: Version, plugin: String) -> FieldHALError? {
+        guard other.major != version.major else { return nil }
+        let newer = other.major > version.major
+        return FieldHALError(
+            .unsupported, subject: "plugin \(plugin)",
+            detail: "speaks plugin protocol \(other); this FieldHAL speaks \(version)",
+            advice: newer ? "update FieldHAL, or install a release of the plugin for protocol \(version.major).x"
+                          : "update the plugin to protocol \(version.major).x")
+    }
+}

@@ -1,0 +1,149 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALCommandLine
+import FieldHALPluginHost
+import FieldHALPlugins
+import Foundation
+
+/// `fieldhal plugins`: the built-in plugins, then the external ones the plugin directories hold.
+struct PluginsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "plugins",
+        abstract: "List the plugins: those built in, and external ones found in the plugin directories.",
+        discussion: """
+        External plugins are searched for in $FIELDHAL_PLUGIN_PATH (colon-separated), then \
+        /etc/fieldhal/plugins.d, then /usr/lib/fieldhal/plugins: each NAME/plugin.json or \
+        NAME.json there is a plugin's manifest. The first plugin of a name wins; a built-in \
+        plugin is never replaced. `fieldhal plugin check PATH` checks one and runs its handshake.
+        """)
+    @OptionGroup var global: GlobalOptions
+
+    struct Entry: Encodable {
+        let name: String
+        let summary: String
+        let capabilities: [String]
+        /// "built-in", or the manifest's path.
+        let origin: String
+        let version: String?
+        let `protocol`: String?
+        /// For an external plugin hidden by another of its name: what hides it.
+        let shadowedBy: String?
+    }
+
+    struct Problem: Encodable {
+        let file: String
+        let problem: String
+    }
+
+    struct Listing: Encodable {
+        let plugins: [Entry]
+        let traits: [String]
+        let searched: [String]
+        let problems: [Problem]
+    }
+
+    /// No configuration needed: listing what could be configured comes before writing one.
+    func run() async throws {
+        let builtIn = BuiltinPlugins.registry.all.map { plugin in
+            Entry(name: plugin.name, summary: plugin.summary, capabilities: plugin.capabilities.keys.sorted().map(\.rawValue),
+                  origin: "built-in", version: nil, protocol: nil, shadowedBy: nil)
+        }
+        let searched = PluginDirectories.searched()
+        let discovery = PluginDirectories.discover(in: searched, builtIn: Set(builtIn.map(\.name)))
+        func entry(_ manifest: PluginManifest, shadowedBy: String?) -> Entry {
+            Entry(name: manifest.name, summary: manifest.summary, capabilities: manifest.capabilities.keys.sorted().map(\.rawValue),
+                  origin: manifest.file, version: manifest.version, protocol: manifest.protocolVersion.description,
+                  shadowedBy: shadowedBy)
+        }
+        let external = discovery.plugins.map { entry($0, shadowedBy: nil) } + discovery.shadowed.map { entry($0.manifest, shadowedBy: $0.by) }
+        let listing = Listing(plugins: builtIn + external, traits: BuiltinPlugins.enabledTraits, searched: searched,
+                              problems: discovery.problems.map { Problem(file: $0.subject, problem: $0.description) })
+        try Output.emit(listing, json: global.json) {
+            var lines = builtIn.map { "\($0.name): \($0.summary)\n  provides: \($0.capabilities.joined(separator: ", "))" }
+            lines.append("traits built in: " + (listing.traits.isEmpty ? "none" : listing.traits.joined(separator: ", ")))
+            lines.append("")
+            if external.isEmpty {
+                lines.append("external plugins: none in " + searched.joined(separator: ", "))
+            } else {
+                lines.append("external plugins (searched " + searched.joined(separator: ", ") + "):")
+                for plugin in external {
+                    lines.append("\(plugin.name) \(plugin.version ?? "") (protocol \(plugin.protocol ?? "?")): \(plugin.summary)")
+                    lines.append("  provides: \(plugin.capabilities.joined(separator: ", "))")
+                    lines.append("  from: \(plugin.origin)" + (plugin.shadowedBy.map { "; not used: \($0) has its name" } ?? ""))
+                }
+            }
+            lines += discovery.problems.map { "not usable: \($0)" }
+            return lines.joined(separator: "\n")
+        }
+    }
+}
+
+/// `fieldhal plugin check PATH`.
+struct PluginCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "plugin", abstract: "Check external plugins.",
+                                                    subcommands: [Check.self])
+
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "check",
+            abstract: "Check a plugin's manifest, start the plugin and run the protocol's handshake with it.",
+            discussion: """
+            PATH is a plugin.json, a drop-in NAME.json, or a directory holding plugin.json. \
+            The check reads the manifest (every field, every parameter), refuses a plugin \
+            built for another major version of the plugin protocol, starts the executable, \
+            sends `initialize`, compares the answer with the manifest (name, version, \
+            protocol, capabilities), and stops the plugin with `shutdown` and `exit`. \
+            Exit status: 0 when all agree; 65 for a manifest or an answer that is wrong; \
+            69 when the plugin cannot start or dies; 75 when it does not answer in time; \
+            66 when PATH has no manifest. docs/plugins.md and docs/plugin-protocol.md say more.
+            """)
+        @Argument(help: "The manifest, or the plugin's directory.") var path: String
+        @Flag(name: .long, help: "Print the result as JSON.") var json = false
+        @Option(name: .long, help: "Seconds the plugin has to answer `initialize`.") var timeout: Double = 5
+
+        struct Report: Encodable {
+            let manifest: String
+            let name: String
+            let version: String
+            let `protocol`: String
+            let executable: String
+            let capabilities: [String: [String]]
+            let handshakeMilliseconds: Double
+        }
+
+        func run() async throws {
+            do {
+                var file = path
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
+                    file = (file as NSString).appendingPathComponent("plugin.json")
+                }
+                guard FileManager.default.fileExists(atPath: file) else {
+                    Output.failure("\(file): no plugin manifest there (a plugin.json, a NAME.json, or a directory holding plugin.json)")
+                    throw ExitCode(66)
+                }
+                let manifest = try PluginManifest.load(file)
+                let handshake = try await PluginCheck.handshake(manifest, timeout: try duration(seconds: timeout, option: "--timeout"))
+                let milliseconds = Double(handshake.duration.components.attoseconds) / 1e15 + Double(handshake.duration.components.seconds) * 1000
+                let report = Report(
+                    manifest: manifest.file, name: manifest.name, version: manifest.version,
+                    protocol: manifest.protocolVersion.description, executable: manifest.executable,
+                    capabilities: Dictionary(uniqueKeysWithValues: manifest.capabilities.map { ($0.key.rawValue, $0.value.map(\.name)) }),
+                    handshakeMilliseconds: (milliseconds * 10).rounded() / 10)
+                try Output.emit(report, json: json) {
+                    var lines = ["plugin \(manifest.name) \(manifest.version) (protocol \(manifest.protocolVersion)): \(manifest.file)"]
+                    for (capability, parameters) in manifest.capabilities.sorted(by: { $0.key < $1.key }) {
+                        let described = parameters.map { "\($0.name): \($0.type)" + ($0.required ? ", required" : "") }
+                        lines.append("  provides \(capability.rawValue)" + (described.isEmpty ? "" : " (" + described.joined(separator: "; ") + ")"))
+                    }
+                    lines.append("  executable: \(manifest.executable)")
+                    lines.append("  handshake: the plugin agrees with its manifest (answered in \(report.handshakeMilliseconds) ms)")
+                    return lines.joined(separator: "\n")
+                }
+            } catch let error as FieldHALError {
+                Output.failure(error.description)
+                throw ExitCode(error.kind == .protocolError || error.kind == .unsupported ? 65 : ExitStatus.code(error.kind))
+            }
+        }
+    }
+}

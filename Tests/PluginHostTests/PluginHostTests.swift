@@ -1,0 +1,302 @@
+import FieldHAL
+import FieldHALPluginHost
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import TestSupport
+import Testing
+
+/// A plugin directory made for one test, removed after it.
+final class PluginFixtures: @unchecked Sendable {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fixture-plugin.py").path
+    let root = NSTemporaryDirectory() + "fieldhal-plugins-\(UUID().uuidString.prefix(8))"
+
+    init() throws { try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true) }
+    deinit { try? FileManager.default.removeItem(atPath: root) }
+
+    static func manifest(name: String, major: Int = 1, capabilities: String = #"{"gps": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the receiver's tty"}]}}"#) -> String {
+        """
+        {"name": "\(name)", "version": "0.3.1", "summary": "a test plugin", "protocol": {"major": \(major), "minor": 0},
+         "executable": "run", "capabilities": \(capabilities)}
+        """
+    }
+
+    /// `DIRECTORY/NAME/plugin.json` beside an executable `run` that starts the fixture in `mode`.
+    @discardableResult
+    func plugin(_ name: String, mode: String = "good", in directory: String? = nil, manifest: String? = nil) throws -> String {
+        let folder = (directory ?? root) + "/" + name
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let file = folder + "/plugin.json"
+        try (manifest ?? Self.manifest(name: name)).write(toFile: file, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nFIXTURE_MANIFEST=\(file) exec python3 \(Self.script) \(mode)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
+        chmod(folder + "/run", 0o755)
+        return file
+    }
+
+    /// Processes still running whose command line mentions this fixture's directory.
+    func leftovers() -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { pid -> String? in
+            guard Int32(pid) != nil, let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return nil }
+            let line = String(decoding: data.map { $0 == 0 ? 32 : $0 }, as: UTF8.self)
+            return line.contains(root) ? "\(pid): \(line)" : nil
+        }
+    }
+}
+
+@Suite struct PluginManifestTests {
+    @Test func aManifestBecomesTheSpecsAConfigurationIsCheckedAgainst() throws {
+        let text = """
+        {"name": "nmea-serial", "version": "1.2.0", "summary": "GNSS receivers on a serial port",
+         "protocol": {"major": 1, "minor": 3}, "executable": "bin/nmea",
+         "capabilities": {"gps": {"parameters": [
+            {"name": "device", "type": "string", "required": true, "help": "the tty"},
+            {"name": "baud", "type": "integer", "help": "its speed"},
+            {"name": "track", "type": "records", "help": "points", "fields": [{"name": "lat", "type": "number", "help": "degrees"}]}]},
+          "haptics": {}}}
+        """
+        let manifest = try PluginManifest.parse(Data(text.utf8), file: "/usr/lib/fieldhal/plugins/nmea/plugin.json")
+        #expect(manifest.name == "nmea-serial")
+        #expect(manifest.protocolVersion == .init(major: 1, minor: 3))
+        #expect(manifest.executable == "/usr/lib/fieldhal/plugins/nmea/bin/nmea")
+        #expect(manifest.capabilities.keys.sorted() == [.location, .haptics])
+        let specs = try #require(manifest.parameterSpecs[.location])
+        #expect(specs.map(\.name) == ["device", "baud", "track"])
+        #expect(specs[0].isRequired && !specs[1].isRequired)
+        #expect(specs.map(\.type.description) == ["a string", "an integer", "an array of tables"])
+        guard case .records(let fields) = specs[2].type else { Issue.record("track is not records"); return }
+        #expect(fields.map(\.name) == ["lat"])
+        #expect(manifest.parameterSpecs[.haptics]?.isEmpty == true)
+    }
+
+    static let broken: [(text: String, place: String, says: String)] = [
+        ("{\"name\": ", "plugin.json", "not JSON"),
+        ("[1, 2]", "plugin.json", "must be a JSON object"),
+        (#"{"version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {}}}"#, "name", "missing"),
+        (#"{"name": "Bad Name", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {}}}"#, "name", "must be 1–64 characters"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": "1", "minor": 0}, "executable": "x", "capabilities": {"gps": {}}}"#, "protocol.major", "whole number"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": true, "minor": 0}, "executable": "x", "capabilities": {"gps": {}}}"#, "protocol.major", "whole number"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {}}"#, "capabilities", "at least one capability"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"lidar": {}}}"#, "capabilities.lidar", "no capability \"lidar\""),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {"parameters": [{"name": "d", "type": "float", "help": "h"}]}}}"#, "capabilities.gps.parameters[0].type", "no parameter type \"float\""),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {"parameters": [{"name": "d", "type": "string", "help": "h"}, {"name": "d", "type": "string", "help": "h"}]}}}"#, "capabilities.gps.parameters[1].name", "declared twice"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {"parameters": [{"name": "d", "type": "string", "help": "h", "required": "yes"}]}}}"#, "capabilities.gps.parameters[0].required", "true or false"),
+        (#"{"name": "p", "version": "1", "summary": "s", "protocol": {"major": 1, "minor": 0}, "executable": "x", "capabilities": {"gps": {"parameters": [{"name": "t", "type": "records", "help": "h"}]}}}"#, "capabilities.gps.parameters[0].fields", "lists its \"fields\""),
+    ]
+
+    @Test(arguments: broken.indices)
+    func aBrokenManifestSaysWhereAndWhat(_ index: Int) {
+        let (text, place, says) = Self.broken[index]
+        #expect {
+            _ = try PluginManifest.parse(Data(text.utf8), file: "plugin.json")
+        } throws: { error in
+            guard let error = error as? FieldHALError, error.kind == .malformedData else { return false }
+            return error.subject.hasSuffix(place) && error.detail.contains(says)
+        }
+    }
+}
+
+@Suite struct PluginDirectoryTests {
+    @Test func theFirstPluginOfANameWinsAndABrokenOneHidesNothing() throws {
+        let fixtures = try PluginFixtures()
+        let first = fixtures.root + "/first", second = fixtures.root + "/second"
+        let alpha = try fixtures.plugin("alpha", in: first)
+        try PluginFixtures.manifest(name: "beta").write(toFile: first + "/beta.json", atomically: true, encoding: .utf8)
+        try "{ not json".write(toFile: first + "/broken.json", atomically: true, encoding: .utf8)
+        try "ignored".write(toFile: first + "/README", atomically: true, encoding: .utf8)
+        try fixtures.plugin("alpha", in: second)
+        try fixtures.plugin("gpsd", in: second)
+        let found = PluginDirectories.discover(in: [first, second, fixtures.root + "/absent"], builtIn: ["gpsd", "fake"])
+        #expect(found.plugins.map(\.name) == ["alpha", "beta"])
+        #expect(found.plugins.first?.file == alpha)
+        #expect(found.shadowed.map { "\($0.manifest.name) by \($0.by)" } == ["alpha by \(alpha)", "gpsd by the built-in plugin"])
+        #expect(found.problems.count == 1)
+        #expect(found.problems.first?.subject == first + "/broken.json")
+    }
+
+    @Test func theSearchPathComesFirst() {
+        #expect(PluginDirectories.searched(environment: ["FIELDHAL_PLUGIN_PATH": "/opt/a::/opt/b"])
+                == ["/opt/a", "/opt/b", "/etc/fieldhal/plugins.d", "/usr/lib/fieldhal/plugins"])
+        #expect(PluginDirectories.searched(environment: [:]) == PluginDirectories.system)
+    }
+}
+
+/// The handshake against a real plugin process (Python), well-behaved or failing in each
+/// way the issue names; after every one, no process of the plugin is left.
+@Suite(.timeLimit(.minutes(2))) struct PluginHandshakeTests {
+    func check(_ mode: String, manifest: String? = nil, timeout: Duration = .seconds(5)) async throws -> (Result<PluginCheck.Handshake, any Error>, PluginFixtures) {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("probe", mode: mode, manifest: manifest)
+        let loaded = try PluginManifest.load(file)
+        let result: Result<PluginCheck.Handshake, any Error>
+        do { result = .success(try await PluginCheck.handshake(loaded, timeout: timeout)) } catch { result = .failure(error) }
+        return (result, fixtures)
+    }
+
+    func error(_ result: Result<PluginCheck.Handshake, any Error>) -> FieldHALError? {
+        if case .failure(let error) = result { return error as? FieldHALError }
+        return nil
+    }
+
+    @Test func aGoodPluginAgreesWithItsManifest() async throws {
+        let (result, fixtures) = try await check("good")
+        let handshake = try result.get()
+        #expect(handshake.name == "probe" && handshake.version == "0.3.1")
+        #expect(handshake.protocolVersion == PluginProtocol.version)
+        #expect(handshake.capabilities == [.location])
+        #expect(handshake.duration < .seconds(5))
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aPluginForANewerMajorIsRefusedBeforeItStarts() async throws {
+        let (result, fixtures) = try await check("good", manifest: PluginFixtures.manifest(name: "probe", major: 2))
+        let refusal = try #require(error(result))
+        #expect(refusal.kind == .unsupported)
+        #expect(refusal.detail == "speaks plugin protocol 2.0; this FieldHAL speaks 1.0")
+        #expect(refusal.advice?.contains("update FieldHAL") == true)
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aPluginThatAnswersWithANewerMajorIsRefused() async throws {
+        let (result, fixtures) = try await check("newer-major")
+        #expect(error(result)?.kind == .unsupported)
+        #expect(error(result)?.detail.contains("speaks plugin protocol 2.0") == true)
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aCrashNamesThePluginWithItsStandardErrorsTail() async throws {
+        let (result, fixtures) = try await check("crash")
+        let failure = try #require(error(result))
+        #expect(failure.kind == .unavailable)
+        #expect(failure.subject == "plugin probe")
+        #expect(failure.detail.contains("killed by signal 6"), "\(failure)")
+        #expect(failure.detail.contains("cannot open /dev/ttyFIXTURE"), "\(failure)")
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aPluginThatNeverAnswersTimesOutAndIsKilled() async throws {
+        let start = ContinuousClock.now
+        let (result, fixtures) = try await check("silent", timeout: .seconds(1))
+        #expect(error(result)?.kind == .timeout)
+        #expect(ContinuousClock.now - start < .seconds(8))
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func garbageAndOversizedMessagesAreTheProtocolsErrors() async throws {
+        let (garbage, first) = try await check("garbage")
+        #expect(error(garbage)?.kind == .protocolError)
+        #expect(error(garbage)?.detail.contains("\"this is not JSON\"") == true)
+        let (huge, second) = try await check("huge")
+        #expect(error(huge)?.kind == .protocolError)
+        #expect(error(huge)?.detail.contains("over 1048576 bytes") == true)
+        #expect(first.leftovers().isEmpty && second.leftovers().isEmpty)
+    }
+
+    @Test func aManifestThatLiesAboutItsCapabilitiesIsCaught() async throws {
+        let (result, _) = try await check("liar")
+        let failure = try #require(error(result))
+        #expect(failure.kind == .malformedData)
+        #expect(failure.detail.contains("it serves camera, the manifest declares gps"), "\(failure)")
+    }
+
+    @Test func aPluginsOwnErrorKeepsItsKindAndAdvice() async throws {
+        let (result, _) = try await check("refuse")
+        let failure = try #require(error(result))
+        #expect(failure.kind == .deviceNotFound)
+        #expect(failure.detail == "no receiver on /dev/ttyFIXTURE")
+        #expect(failure.advice == "plug it in")
+    }
+
+    @Test func aPluginThatWillNotExitIsStopped() async throws {
+        let start = ContinuousClock.now
+        let (result, fixtures) = try await check("linger")
+        _ = try result.get()
+        #expect(ContinuousClock.now - start < .seconds(8))
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aCancelledCheckEndsAtOnceAndLeavesNothing() async throws {
+        let fixtures = try PluginFixtures()
+        let manifest = try PluginManifest.load(try fixtures.plugin("probe", mode: "silent"))
+        let waiting = Task { try await PluginCheck.handshake(manifest, timeout: .seconds(60)) }
+        try await Task.sleep(for: .milliseconds(500))
+        let cancelledAt = ContinuousClock.now
+        waiting.cancel()
+        await #expect { try await waiting.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
+        #expect(ContinuousClock.now - cancelledAt < .seconds(5))
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aMissingOrNonExecutableProgramSaysWhatToDo() async throws {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("probe")
+        chmod(fixtures.root + "/probe/run", 0o644)
+        await #expect { try await PluginCheck.handshake(try PluginManifest.load(file)) } throws: {
+            ($0 as? FieldHALError)?.advice == "chmod +x \(fixtures.root)/probe/run"
+        }
+        try FileManager.default.removeItem(atPath: fixtures.root + "/probe/run")
+        await #expect { try await PluginCheck.handshake(try PluginManifest.load(file)) } throws: {
+            ($0 as? FieldHALError)?.detail == "\(fixtures.root)/probe/run is missing"
+        }
+    }
+}
+
+/// `fieldhal plugins` and `fieldhal plugin check`, as a user runs them.
+@Suite struct PluginCommandTests {
+    @Test func pluginsListsExternalOnesWithTheirOrigin() async throws {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("probe")
+        try "{".write(toFile: fixtures.root + "/broken.json", atomically: true, encoding: .utf8)
+        let result = try await CLI.run(["plugins", "--json"], environment: ["FIELDHAL_PLUGIN_PATH": fixtures.root])
+        #expect(result.status == 0, "\(result.stderr)")
+        let listing = try JSONDecoder().decode(JSONValue.self, from: Data(result.stdout.utf8))
+        let probe = listing["plugins"]?.array?.first { $0["name"] == .string("probe") }
+        #expect(probe?["origin"] == .string(file))
+        #expect(probe?["protocol"] == .string("1.0"))
+        #expect(probe?["capabilities"] == .array([.string("gps")]))
+        #expect(listing["plugins"]?.array?.first { $0["name"] == .string("fake") }?["origin"] == .string("built-in"))
+        #expect(listing["searched"]?.array?.first == .string(fixtures.root))
+        #expect(listing["problems"]?.array?.first?["file"] == .string(fixtures.root + "/broken.json"))
+    }
+
+    @Test func pluginCheckReportsAgreementOrTheFailureWithItsExitStatus() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe")
+        let good = try await CLI.run(["plugin", "check", fixtures.root + "/probe"])
+        #expect(good.status == 0, "\(good.stderr)")
+        #expect(good.stdout.contains("plugin probe 0.3.1 (protocol 1.0)"))
+        #expect(good.stdout.contains("provides gps (device: string, required)"))
+        #expect(good.stdout.contains("handshake: the plugin agrees with its manifest"))
+
+        try fixtures.plugin("crashing", mode: "crash", manifest: PluginFixtures.manifest(name: "crashing"))
+        let crashed = try await CLI.run(["plugin", "check", fixtures.root + "/crashing/plugin.json"])
+        #expect(crashed.status == 69)
+        #expect(crashed.stderr.contains("fieldhal: plugin crashing: "))
+
+        let absent = try await CLI.run(["plugin", "check", fixtures.root + "/nothing"])
+        #expect(absent.status == 66)
+    }
+
+    /// docs/plugins.md's manifest and smallest plugin, taken from the page as written.
+    @Test func theDocumentedPluginPassesItsCheck() async throws {
+        let page = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("docs/plugins.md"), encoding: .utf8)
+        func firstBlock(_ language: String) throws -> String {
+            let start = try #require(page.range(of: "```\(language)\n"))
+            let end = try #require(page.range(of: "```", range: start.upperBound..<page.endIndex))
+            return String(page[start.upperBound..<end.lowerBound])
+        }
+        let fixtures = try PluginFixtures()
+        let folder = fixtures.root + "/nmea-serial"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try firstBlock("json").write(toFile: folder + "/plugin.json", atomically: true, encoding: .utf8)
+        try firstBlock("python").write(toFile: folder + "/nmea-serial.py", atomically: true, encoding: .utf8)
+        chmod(folder + "/nmea-serial.py", 0o755)
+        let result = try await CLI.run(["plugin", "check", "--json", folder])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try JSONDecoder().decode(JSONValue.self, from: Data(result.stdout.utf8))
+        #expect(report["name"] == .string("nmea-serial"))
+        #expect(report["capabilities"]?["gps"] == .array([.string("device"), .string("baud")]))
+        #expect(fixtures.leftovers().isEmpty)
+    }
+}
