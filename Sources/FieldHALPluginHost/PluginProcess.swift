@@ -52,32 +52,46 @@ public final class PluginProcess {
         return text.split(separator: "\n").suffix(5).joined(separator: " | ")
     }
 
+    /// What ended a wait on the channel.
+    public enum Event {
+        /// A whole message arrived.
+        case message(JSONValue)
+        /// The socket can take more of what is queued.
+        case writable
+        /// The wake-up was signalled.
+        case woken
+        /// The deadline passed.
+        case deadline
+    }
+
     /// Sends a request and waits for its answer: the `result`, or the plugin's error as a
-    /// `FieldHALError` (its `data` carries the kind, advice…).
+    /// `FieldHALError` (its `data` carries the kind, advice…). The wake-up cancels it.
     public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) throws(FieldHALError) -> JSONValue {
         let deadline = ContinuousClock.now + timeout
         let identifier = nextIdentifier
         nextIdentifier += 1
-        try send(.object(["jsonrpc": .string("2.0"), "id": .integer(identifier), "method": .string(method), "params": parameters]),
-                 deadline: deadline, doing: method)
+        try sendAll(Self.request(identifier, method, parameters), deadline: deadline, doing: method, timeout: timeout)
         while true {
-            let message = try receive(deadline: deadline, doing: method, timeout: timeout)
-            guard let id = message["id"], id != .null else { continue }  // a notification: not ours to answer
-            guard id == .integer(identifier) else {
-                throw failure(.protocolError, "answered request \(id) while \(method) (\(identifier)) was waiting")
+            switch try next(until: deadline, doing: method) {
+            case .message(let message):
+                guard let id = message["id"], id != .null else { continue }  // a notification: not ours to answer
+                guard id == .integer(identifier) else {
+                    throw failure(.protocolError, "answered request \(id) while \(method) (\(identifier)) was waiting")
+                }
+                return try result(of: message, method: method)
+            case .woken:
+                throw FieldHALError.cancelled(subject)
+            case .deadline:
+                throw hang(method, timeout)
+            case .writable:
+                continue
             }
-            if let error = message["error"] { throw pluginError(error, method: method) }
-            guard let result = message["result"] else {
-                throw failure(.protocolError, "answered \(method) with neither a result nor an error")
-            }
-            return result
         }
     }
 
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) throws(FieldHALError) {
-        try send(.object(["jsonrpc": .string("2.0"), "method": .string(method), "params": parameters]),
-                 deadline: .now + timeout, doing: method)
+        try sendAll(Self.notification(method, parameters), deadline: .now + timeout, doing: method, timeout: timeout)
     }
 
     /// `shutdown`, then `exit`, then up to `grace` for the process to end; killed after that
@@ -99,32 +113,74 @@ public final class PluginProcess {
     /// Whether the process has ended.
     public var hasExited: Bool { child.hasExited }
 
+    // MARK: - Messages
+
+    public static func request(_ identifier: Int64, _ method: String, _ parameters: JSONValue) -> [UInt8] {
+        encode(.object(["jsonrpc": .string("2.0"), "id": .integer(identifier), "method": .string(method), "params": parameters]))
+    }
+
+    public static func notification(_ method: String, _ parameters: JSONValue) -> [UInt8] {
+        encode(.object(["jsonrpc": .string("2.0"), "method": .string(method), "params": parameters]))
+    }
+
+    private static func encode(_ message: JSONValue) -> [UInt8] {
+        // A JSONValue always encodes (no non-finite numbers reach one from a plugin or a host).
+        var bytes = (try? Array(JSONEncoder().encode(message))) ?? Array(#"{"jsonrpc":"2.0"}"#.utf8)
+        bytes.append(10)
+        return bytes
+    }
+
+    /// A response's result, or its error as a `FieldHALError`.
+    public func result(of message: JSONValue, method: String) throws(FieldHALError) -> JSONValue {
+        if let error = message["error"] { throw pluginError(error, method: method) }
+        guard let result = message["result"] else {
+            throw failure(.protocolError, "answered \(method) with neither a result nor an error")
+        }
+        return result
+    }
+
+    /// The error for a request the plugin left unanswered past its bound.
+    public func hang(_ method: String, _ timeout: Duration) -> FieldHALError {
+        FieldHALError(.timeout, subject: subject, detail: "no answer to \(method) within \(timeout)" + tailNote,
+                      advice: "the plugin hangs: its author can say why; FieldHAL restarts it")
+    }
+
     // MARK: - The channel
 
-    private func send(_ message: JSONValue, deadline: ContinuousClock.Instant, doing method: String) throws(FieldHALError) {
-        var bytes: [UInt8]
-        do {
-            bytes = Array(try JSONEncoder().encode(message))
-        } catch {
-            throw FieldHALError(.invalidArgument, subject: subject, detail: "cannot encode \(method): \(error)")
-        }
-        bytes.append(10)
-        var offset = 0
-        while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(child.connection!, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if sent > 0 { offset += sent; continue }
+    /// Sends as much of `bytes` as the socket takes now, without waiting; returns the rest.
+    public func send(_ bytes: ArraySlice<UInt8>, doing method: String) throws(FieldHALError) -> ArraySlice<UInt8> {
+        var rest = bytes
+        while !rest.isEmpty {
+            let sent = rest.withUnsafeBytes { Glibc.send(child.connection!, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if sent > 0 { rest = rest.dropFirst(sent); continue }
             if sent < 0 && errno == EINTR { continue }
-            guard sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) else {
-                throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(errno))))")
+            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if child.hasExited { throw exited(during: method) }
+                return rest
             }
             if child.hasExited { throw exited(during: method) }
-            try wait(for: Int16(POLLOUT), deadline: deadline, doing: method, timeout: nil)
+            throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(errno))))")
+        }
+        return rest
+    }
+
+    private func sendAll(_ bytes: [UInt8], deadline: ContinuousClock.Instant, doing method: String, timeout: Duration) throws(FieldHALError) {
+        var rest = bytes[...]
+        while true {
+            rest = try send(rest, doing: method)
+            if rest.isEmpty { return }
+            switch try next(until: deadline, doing: method, writing: true) {
+            case .writable, .message: continue  // a message now is a notification; the caller's answer comes after its request
+            case .woken: throw FieldHALError.cancelled(subject)
+            case .deadline: throw hang(method, timeout)
+            }
         }
     }
 
-    /// The next message, parsed. A line that is not a JSON object, or longer than the
-    /// protocol allows, is the plugin's failure, not the host's.
-    private func receive(deadline: ContinuousClock.Instant, doing method: String, timeout: Duration) throws(FieldHALError) -> JSONValue {
+    /// Waits for the next event: a whole message (a line that is not a JSON-RPC object, or
+    /// longer than the protocol allows, is the plugin's failure), room to write when
+    /// `writing`, the wake-up, or the deadline. Throws when the process has ended.
+    public func next(until deadline: ContinuousClock.Instant, doing method: String, writing: Bool = false) throws(FieldHALError) -> Event {
         while true {
             if let newline = received.firstIndex(of: 10) {
                 let line = Array(received[..<newline])
@@ -135,34 +191,14 @@ public final class PluginProcess {
                     let quoted = String(decoding: line.prefix(80), as: UTF8.self)
                     throw failure(.protocolError, "sent something that is not a JSON-RPC 2.0 message during \(method): \"\(quoted)\"")
                 }
-                return message
+                return .message(message)
             }
             guard received.count <= PluginProtocol.maximumMessage else {
                 throw failure(.protocolError, "sent a message over \(PluginProtocol.maximumMessage) bytes during \(method)")
             }
-            try wait(for: Int16(POLLIN), deadline: deadline, doing: method, timeout: timeout)
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            let count = recv(child.connection!, &chunk, chunk.count, Int32(MSG_DONTWAIT))
-            if count > 0 { received += chunk[..<count]; continue }
-            if count < 0 && (errno == EAGAIN || errno == EINTR) {
-                // Woken by the exit, and a copy of the socket lives on in a child it left.
-                if child.hasExited { throw exited(during: method) }
-                continue
-            }
-            throw exited(during: method)
-        }
-    }
-
-    /// Waits until the channel is ready for `events`, the process ends (`exited`), the
-    /// deadline passes (`timeout`) or the wake-up is signalled (`cancelled`).
-    private func wait(for events: Int16, deadline: ContinuousClock.Instant, doing method: String, timeout: Duration?) throws(FieldHALError) {
-        while true {
             let left = ContinuousClock.now.duration(to: deadline)
-            guard left > .zero else {
-                throw FieldHALError(.timeout, subject: subject, detail: "no answer to \(method) within \(timeout ?? left)"
-                                    + tailNote, advice: "the plugin hangs: its author can say why; FieldHAL restarts it")
-            }
-            var entries = [pollfd(fd: child.connection!, events: events, revents: 0),
+            guard left > .zero else { return .deadline }
+            var entries = [pollfd(fd: child.connection!, events: Int16(POLLIN) | (writing ? Int16(POLLOUT) : 0), revents: 0),
                            pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: errorsOpen ? (child.standardError ?? -1) : -1, events: Int16(POLLIN), revents: 0)]
@@ -173,12 +209,22 @@ public final class PluginProcess {
             }
             if entries[1].revents != 0 {
                 wakeup.drain()
-                throw FieldHALError.cancelled(subject)
+                return .woken
             }
             if entries[3].revents != 0 { drainErrors() }
-            if entries[0].revents != 0 { return }
-            // Exited with nothing more on the channel: what it wrote before is read first.
-            if entries[2].revents != 0 || (child.exitDescriptor == nil && child.hasExited) { return }
+            if writing && entries[0].revents & Int16(POLLOUT) != 0 { return .writable }
+            let exitedNow = entries[2].revents != 0 || (child.exitDescriptor == nil && child.hasExited)
+            guard entries[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 || exitedNow else { continue }
+            // Read what is there first: a plugin's last words come before its exit.
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let count = recv(child.connection!, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+            if count > 0 { received += chunk[..<count]; continue }
+            if count < 0 && (errno == EAGAIN || errno == EINTR) {
+                // Woken by the exit, and a copy of the socket lives on in a child it left.
+                if exitedNow && child.hasExited { throw exited(during: method) }
+                continue
+            }
+            throw exited(during: method)
         }
     }
 
