@@ -29,7 +29,7 @@ public enum PluginCheck {
             let process = try PluginProcess(manifest, wakeup: wakeup)
             defer { process.stop() }
             let answer = try process.call("initialize", initializeParameters, timeout: timeout)
-            let handshake = try read(answer, start: start, manifest: manifest, process: process)
+            let handshake = try read(answer, start: start, manifest: manifest)
             try compare(handshake, with: manifest)
             return handshake
         }
@@ -44,8 +44,7 @@ public enum PluginCheck {
         ])
     }
 
-    static func read(_ answer: JSONValue, start: ContinuousClock.Instant, manifest: PluginManifest,
-                     process: PluginProcess) throws(FieldHALError) -> Handshake {
+    static func read(_ answer: JSONValue, start: ContinuousClock.Instant, manifest: PluginManifest) throws(FieldHALError) -> Handshake {
         func wrong(_ detail: String) -> FieldHALError {
             FieldHALError(.protocolError, subject: "plugin \(manifest.name)", detail: "its initialize answer " + detail,
                           advice: "docs/plugin-protocol.md gives the answer's fields")

@@ -113,6 +113,12 @@ public final class PluginProcess {
     /// Whether the process has ended.
     public var hasExited: Bool { child.hasExited }
 
+    /// Ends the process at once (SIGKILL), for a plugin that failed.
+    public func kill() {
+        child.kill()
+        child.waitForExit()
+    }
+
     // MARK: - Messages
 
     public static func request(_ identifier: Int64, _ method: String, _ parameters: JSONValue) -> [UInt8] {

@@ -6,6 +6,7 @@ import FieldHALServer
 import FieldHALFlows
 import Transrify
 import FieldHALPlugins
+import FieldHALPluginHost
 import FieldHALVault
 import Foundation
 
@@ -19,7 +20,7 @@ struct Environment {
     /// kit rather than an error (`fieldhal demo`, which is about the fake kit).
     init(_ options: GlobalOptions, fakeKitUnlessConfigured: Bool = false) throws {
         let environment = ProcessInfo.processInfo.environment
-        registry = BuiltinPlugins.registry
+        registry = PluginRegistry.adding(externalPluginsTo: BuiltinPlugins.registry).0
         switch CommandLineConfiguration.choice(flag: options.config, environment: environment) {
         case .file(let path):
             configuration = try KitConfiguration.load(path: path, registry: registry, settings: Self.settings)

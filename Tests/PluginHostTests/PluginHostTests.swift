@@ -29,7 +29,7 @@ final class PluginFixtures: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let file = folder + "/plugin.json"
         try (manifest ?? Self.manifest(name: name)).write(toFile: file, atomically: true, encoding: .utf8)
-        try "#!/bin/sh\nFIXTURE_MANIFEST=\(file) exec python3 \(Self.script) \(mode)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nexec python3 \(Self.script) \(mode) \(file)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
         chmod(folder + "/run", 0o755)
         return file
     }

@@ -4,15 +4,38 @@
 import json
 import os
 import sys
+import threading
 import time
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "good"
-manifest = json.load(open(os.environ["FIXTURE_MANIFEST"]))
+manifest = json.load(open(sys.argv[2]))
+
+
+lock = threading.Lock()
+stop_streams = threading.Event()
 
 
 def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with lock:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def stream_fixes(stream):
+    """Synthetic fixes every 50 ms, each a little further north; the modes spoil them."""
+    count = 0
+    while not stop_streams.is_set():
+        count += 1
+        if mode == "die-after-fixes" and count > 3:
+            sys.stderr.write("fixture: receiver fell over after %d fixes\n" % (count - 1))
+            sys.stderr.flush()
+            os._exit(3)
+        latitude = 200.0 if (mode == "bad-fix" and count == 2) else 52.0 + count / 1000.0
+        fix = {"mode": "3d", "latitude": latitude, "longitude": 13.4, "altitude": 34.0,
+               "horizontalAccuracy": 4.5, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "satellitesUsed": 7}
+        send({"jsonrpc": "2.0", "method": "gps.fix", "params": {"stream": stream, "fix": fix}})
+        time.sleep(0.05)
 
 
 for line in sys.stdin:
@@ -46,7 +69,21 @@ for line in sys.stdin:
             "name": manifest["name"], "version": manifest["version"],
             "protocol": {"major": major, "minor": manifest["protocol"]["minor"]},
             "capabilities": served, "host_protocol_seen": host}})
+    elif method == "open":
+        params = request["params"]
+        if mode == "hang-open":
+            continue
+        if params["capability"] != "gps":
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps"}})
+            continue
+        send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
+    elif method == "gps.watch":
+        send({"jsonrpc": "2.0", "id": ident, "result": {"stream": 1}})
+        threading.Thread(target=stream_fixes, args=(1,), daemon=True).start()
+    elif method == "$/cancel":
+        pass
     elif method == "shutdown":
+        stop_streams.set()
         send({"jsonrpc": "2.0", "id": ident, "result": None})
     elif method == "exit":
         if mode != "linger":

@@ -1,0 +1,213 @@
+import FieldHAL
+import Foundation
+
+/// Location from an external plugin: the plugin's `gps.watch` stream, shared by every
+/// watcher, and the plugin restarted with backoff when it fails.
+///
+/// While the plugin is down, watchers hear a no-fix report naming the plugin and why (its
+/// exit, its hang, its garbage, with the tail of its stderr), as from any lost source; no
+/// stream ends. The first start must succeed, so a kit whose plugin cannot start reports
+/// the capability unavailable with that reason.
+final class ExternalLocation: LocationProvider {
+    let deviceName: String
+    private let link: Link
+
+    /// What the plugin's notifications feed, and the supervision state.
+    final class Link: Sendable {
+        let manifest: PluginManifest
+        let parameters: JSONValue
+        let fixes = Broadcaster<Fix>(bufferLimit: 8)
+        let last = LockedValue<ReceivedFix?>(nil)
+        let session = LockedValue<PluginSession?>(nil)
+        let stream = LockedValue<Int64?>(nil)
+        let restarting = LockedValue<Task<Void, Never>?>(nil)
+        let closed = LockedValue(false)
+
+        init(manifest: PluginManifest, parameters: JSONValue) {
+            self.manifest = manifest
+            self.parameters = parameters
+        }
+
+        /// Starts a session, opens the receiver and starts its fix stream. Returns the
+        /// device's name as the plugin gives it.
+        func connect() async throws -> String {
+            let session = try await PluginSession.start(manifest, onNotification: { [self] method, parameters in
+                received(method, parameters)
+            }, onEnd: { [self] error in
+                ended(error)
+            })
+            do {
+                let opened = try await session.call("open", .object(["capability": .string(Capability.location.rawValue),
+                                                                     "parameters": parameters]), timeout: .seconds(10))
+                let device = opened["device"]?.string ?? manifest.name
+                let watch = try await session.call("gps.watch", timeout: .seconds(5))
+                guard let stream = watch["stream"]?.integer else {
+                    throw FieldHALError(.protocolError, subject: "plugin \(manifest.name)",
+                                        detail: "its gps.watch answer has no \"stream\" number", advice: "docs/plugin-protocol.md")
+                }
+                self.stream.withLock { $0 = stream }
+                self.session.withLock { $0 = session }
+                if closed.value { await session.stop() }
+                return device
+            } catch {
+                await session.stop()
+                throw error
+            }
+        }
+
+        private func received(_ method: String, _ parameters: JSONValue) {
+            guard let stream = parameters["stream"]?.integer, stream == self.stream.value else { return }
+            switch method {
+            case "gps.fix":
+                do {
+                    let fix = try ExternalLocation.fix(from: parameters["fix"] ?? .null, plugin: manifest.name)
+                    if fix.hasPosition { last.withLock { $0 = ReceivedFix(fix: fix) } }
+                    fixes.yield(fix)
+                } catch {
+                    fixes.yield(.lost("\(error)"))
+                }
+            case "gps.lost":
+                fixes.yield(.lost("plugin \(manifest.name): " + (parameters["reason"]?.string ?? "the receiver is lost")))
+            default:
+                break
+            }
+        }
+
+        /// The plugin failed: say so to the watchers, and start it again (0.5 s, doubling to
+        /// 30 s between attempts), until it serves again or the device is closed.
+        private func ended(_ error: FieldHALError) {
+            session.withLock { $0 = nil }
+            stream.withLock { $0 = nil }
+            guard !closed.value else { return }
+            fixes.yield(.lost("\(error)"))
+            let task = Task { [self] in
+                var delay = Duration.milliseconds(500)
+                while !Task.isCancelled, !closed.value {
+                    try? await Task.sleep(for: delay)
+                    guard !Task.isCancelled, !closed.value else { return }
+                    do {
+                        _ = try await connect()
+                        return
+                    } catch {
+                        fixes.yield(.lost("\(error)"))
+                        delay = min(delay * 2, .seconds(30))
+                    }
+                }
+            }
+            restarting.withLock { $0 = task }
+        }
+
+        func close() async {
+            closed.withLock { $0 = true }
+            restarting.value?.cancel()
+            await restarting.value?.value
+            await session.value?.stop()
+            fixes.finish()
+        }
+    }
+
+    private init(deviceName: String, link: Link) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters) async throws -> ExternalLocation {
+        let link = Link(manifest: manifest, parameters: JSONValue(parameters.values))
+        let device = try await link.connect()
+        return ExternalLocation(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+    }
+
+    func watch() -> AsyncThrowingStream<Fix, any Error> { link.fixes.subscribe() }
+
+    func lastKnownFix() async -> ReceivedFix? { link.last.value }
+
+    func close() async { await link.close() }
+
+    /// A fix as the protocol carries it (the API's `Fix`: `mode`, degrees, metres, an ISO
+    /// 8601 `time`), checked: a plugin's nonsense is its error, never the kit's position.
+    static func fix(from value: JSONValue, plugin: String) throws(FieldHALError) -> Fix {
+        func wrong(_ detail: String) -> FieldHALError {
+            FieldHALError(.protocolError, subject: "plugin \(plugin)", detail: "sent a gps.fix " + detail,
+                          advice: "docs/plugin-protocol.md gives a fix's fields")
+        }
+        guard let object = value.object else { throw wrong("that is not an object") }
+        guard let modeName = object["mode"]?.string, let mode = FixMode(rawValue: modeName) else {
+            throw wrong("without a mode of no-fix, 2d or 3d")
+        }
+        guard let timeText = object["time"]?.string, let time = Self.date(timeText) else {
+            throw wrong("without an ISO 8601 time")
+        }
+        func number(_ key: String, _ range: ClosedRange<Double>? = nil) throws(FieldHALError) -> Double? {
+            guard let field = object[key], field != .null else { return nil }
+            let value: Double
+            switch field {
+            case .integer(let whole): value = Double(whole)
+            case .number(let real): value = real
+            default: throw wrong("whose \(key) is not a number")
+            }
+            guard value.isFinite, range.map({ $0.contains(value) }) ?? true else { throw wrong("whose \(key) is out of range: \(value)") }
+            return value
+        }
+        var fix = Fix(mode: mode, latitude: try number("latitude", -90...90), longitude: try number("longitude", -180...180),
+                      altitude: try number("altitude"), horizontalAccuracy: try number("horizontalAccuracy", 0...1e7),
+                      verticalAccuracy: try number("verticalAccuracy", 0...1e7), speed: try number("speed", 0...1e4),
+                      course: try number("course", 0...360), time: time)
+        if let satellites = object["satellitesUsed"]?.integer, satellites >= 0, satellites < 1000 { fix.satellitesUsed = Int(satellites) }
+        if let problem = object["sourceProblem"]?.string { fix.sourceProblem = "plugin \(plugin): \(problem)" }
+        if mode >= .twoD && (fix.latitude == nil || fix.longitude == nil) { throw wrong("of mode \(modeName) without a position") }
+        return fix
+    }
+
+    private static func date(_ text: String) -> Date? {
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return fractional.date(from: text) ?? ISO8601DateFormatter().date(from: text)
+    }
+}
+
+extension JSONValue {
+    /// A configuration section's values, as the plugin receives them in `open`.
+    init(_ values: [String: ConfigValue]) {
+        self = .object(values.mapValues(JSONValue.init))
+    }
+
+    init(_ value: ConfigValue) {
+        switch value {
+        case .string(let text): self = .string(text)
+        case .integer(let number): self = .integer(Int64(number))
+        case .float(let number): self = number.isFinite ? .number(number) : .null
+        case .boolean(let flag): self = .bool(flag)
+        case .array(let items): self = .array(items.map(JSONValue.init))
+        case .table(let table): self = .object(table.mapValues(JSONValue.init))
+        case .dateTime(let text): self = .string(text)
+        }
+    }
+}
+
+extension PluginManifest {
+    /// The plugin as the registry holds it: the configuration is checked against the
+    /// manifest's parameters, and opening a capability starts the plugin.
+    public var descriptor: PluginDescriptor {
+        let manifest = self
+        return PluginDescriptor(name: name, summary: summary, capabilities: parameterSpecs) { capability, parameters, _ in
+            switch capability {
+            case .location:
+                return .location(try await ExternalLocation.open(manifest, parameters))
+            default:
+                throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
+                                    detail: "this FieldHAL serves gps from external plugins; \(capability) through the plugin protocol is not built yet",
+                                    advice: "use a built-in plugin for \(capability) (fieldhal plugins lists them)")
+            }
+        }
+    }
+}
+
+extension PluginRegistry {
+    /// The built-in plugins and the external ones the plugin directories hold (the first of
+    /// a name; never one named like a built-in), and what the search found wrong.
+    public static func adding(externalPluginsTo builtIn: PluginRegistry,
+                              directories: [String] = PluginDirectories.searched()) -> (PluginRegistry, PluginDirectories.Discovery) {
+        let discovery = PluginDirectories.discover(in: directories, builtIn: Set(builtIn.all.map(\.name)))
+        return (PluginRegistry(builtIn.all + discovery.plugins.map(\.descriptor)), discovery)
+    }
+}

@@ -1,0 +1,201 @@
+import FieldHAL
+import Foundation
+import Synchronization
+
+/// A plugin process kept running to serve a capability: requests from any task, answers
+/// and notifications (stream items) as they come.
+///
+/// All I/O happens on one `DeviceThread` of the session's own, in a loop waiting in `poll`
+/// on the channel, the process's exit and a `WakeupEvent`: a caller queues its request,
+/// signals the wake-up and suspends; the loop writes, reads, and resumes the caller when its
+/// answer comes or its bound passes. Nothing blocks a task. When the process fails — ends,
+/// hangs past a request's bound (it is killed), or writes garbage — every waiting call gets
+/// that typed error, `onEnd` hears it once, and the session is over (the owner starts a new
+/// one, with backoff).
+public final class PluginSession: Sendable {
+    public let manifest: PluginManifest
+    private let thread: DeviceThread
+    private let wakeup: WakeupEvent
+    private let state = Mutex(State())
+    private let onNotification: @Sendable (String, JSONValue) -> Void
+    private let onEnd: @Sendable (FieldHALError) -> Void
+
+    private struct Pending {
+        var continuation: CheckedContinuation<JSONValue, any Error>
+        var method: String
+        var timeout: Duration
+        var deadline: ContinuousClock.Instant
+    }
+
+    private struct State {
+        var outgoing: [UInt8] = []
+        var pending: [Int64: Pending] = [:]
+        var nextIdentifier: Int64 = 1
+        var stopping = false
+        var ended: FieldHALError?
+        var endWaiters: [CheckedContinuation<Void, Never>] = []
+        var loopDone = false
+    }
+
+    private init(manifest: PluginManifest, wakeup: WakeupEvent,
+                 onNotification: @escaping @Sendable (String, JSONValue) -> Void,
+                 onEnd: @escaping @Sendable (FieldHALError) -> Void) {
+        self.manifest = manifest
+        self.wakeup = wakeup
+        self.thread = DeviceThread(name: "fieldhal-plugin-\(manifest.name)")
+        self.onNotification = onNotification
+        self.onEnd = onEnd
+    }
+
+    /// Starts the plugin and runs the handshake (checked against the manifest as
+    /// `fieldhal plugin check` does). Notifications go to `onNotification` (on the
+    /// session's thread: keep it short); `onEnd` hears once why the session ended (not
+    /// after `stop()`).
+    public static func start(_ manifest: PluginManifest, environment: [String: String] = [:],
+                             onNotification: @escaping @Sendable (String, JSONValue) -> Void = { _, _ in },
+                             onEnd: @escaping @Sendable (FieldHALError) -> Void = { _ in }) async throws -> PluginSession {
+        if let refusal = PluginProtocol.refusal(of: manifest.protocolVersion, plugin: manifest.name) { throw refusal }
+        let session = PluginSession(manifest: manifest, wakeup: try WakeupEvent(), onNotification: onNotification, onEnd: onEnd)
+        session.thread.submit { session.serve(environment) }
+        do {
+            let start = ContinuousClock.now
+            let answer = try await session.call("initialize", PluginCheck.initializeParameters, timeout: PluginCheck.handshakeTimeout)
+            let handshake = try PluginCheck.read(answer, start: start, manifest: manifest)
+            try PluginCheck.compare(handshake, with: manifest)
+        } catch {
+            await session.stop()
+            throw error
+        }
+        return session
+    }
+
+    /// Sends a request; returns its result, or throws the plugin's error, a `timeout` (the
+    /// plugin is then killed: a hang ends the session), or `cancelled` when the calling
+    /// task is cancelled (the plugin is told with `$/cancel`).
+    public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) async throws -> JSONValue {
+        let identifier = state.withLock { state -> Int64 in
+            defer { state.nextIdentifier += 1 }
+            return state.nextIdentifier
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSONValue, any Error>) in
+                let refused = state.withLock { state -> FieldHALError? in
+                    if let ended = state.ended { return ended }
+                    if Task.isCancelled { return .cancelled("plugin \(manifest.name)") }
+                    if state.stopping { return .cancelled("plugin \(manifest.name)") }
+                    state.pending[identifier] = Pending(continuation: continuation, method: method, timeout: timeout,
+                                                        deadline: .now + timeout)
+                    state.outgoing += PluginProcess.request(identifier, method, parameters)
+                    return nil
+                }
+                if let refused { continuation.resume(throwing: refused) } else { wakeup.signal() }
+            }
+        } onCancel: {
+            let waiting = state.withLock { state -> Pending? in
+                guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
+                if state.ended == nil && !state.stopping {
+                    state.outgoing += PluginProcess.notification("$/cancel", .object(["id": .integer(identifier)]))
+                }
+                return pending
+            }
+            waiting?.continuation.resume(throwing: FieldHALError.cancelled("plugin \(manifest.name)"))
+            wakeup.signal()
+        }
+    }
+
+    /// Sends a notification (no answer). Dropped once the session has ended.
+    public func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
+        state.withLock { state in
+            guard state.ended == nil, !state.stopping else { return }
+            state.outgoing += PluginProcess.notification(method, parameters)
+        }
+        wakeup.signal()
+    }
+
+    /// Why the session ended, once it has.
+    public var ended: FieldHALError? { state.withLock { $0.ended } }
+
+    /// Stops the plugin (`shutdown`, `exit`, SIGKILL after 2 s) and returns when it is gone.
+    public func stop() async {
+        state.withLock { $0.stopping = true }
+        wakeup.signal()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.loopDone { return true }
+                state.endWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+        thread.stop()
+    }
+
+    // MARK: - The loop, on the session's thread
+
+    private func serve(_ environment: [String: String]) {
+        var failure: FieldHALError?
+        do {
+            let process = try PluginProcess(manifest, wakeup: wakeup, environment: environment)
+            failure = run(process)
+            if failure == nil { process.stop() } else { process.kill() }
+        } catch {
+            failure = error
+        }
+        let (pending, waiters, report) = state.withLock { state in
+            let ending = failure ?? .cancelled("plugin \(manifest.name)")
+            state.ended = ending
+            state.loopDone = true
+            defer { state.pending = [:]; state.endWaiters = []; state.outgoing = [] }
+            return (Array(state.pending.values), state.endWaiters, failure != nil && !state.stopping)
+        }
+        let ending = failure ?? .cancelled("plugin \(manifest.name)")
+        for waiting in pending { waiting.continuation.resume(throwing: ending) }
+        if report { onEnd(ending) }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Serves until `stop()` (nil) or the plugin fails (its error).
+    private func run(_ process: PluginProcess) -> FieldHALError? {
+        var unsent: ArraySlice<UInt8> = []
+        while true {
+            let (more, stopping, deadline) = state.withLock { state in
+                defer { state.outgoing = [] }
+                return (state.outgoing, state.stopping, state.pending.values.map(\.deadline).min())
+            }
+            if stopping { return nil }
+            do {
+                unsent = try process.send(unsent + more, doing: "writing to the plugin")
+                switch try process.next(until: deadline ?? .now + .seconds(3600), doing: "serving", writing: !unsent.isEmpty) {
+                case .message(let message): dispatch(message, process)
+                case .writable, .woken: continue
+                case .deadline:
+                    let expired = state.withLock { state in
+                        state.pending.first { $0.value.deadline <= .now }.map { ($0.key, $0.value) }
+                    }
+                    if let (_, waiting) = expired {
+                        // A plugin that hangs past a bound is stopped: its answer would come to
+                        // nobody, and whatever it holds is better released.
+                        return process.hang(waiting.method, waiting.timeout)
+                    }
+                }
+            } catch {
+                return error
+            }
+        }
+    }
+
+    private func dispatch(_ message: JSONValue, _ process: PluginProcess) {
+        guard let id = message["id"], id != .null else {
+            if let method = message["method"]?.string { onNotification(method, message["params"] ?? .null) }
+            return
+        }
+        guard let identifier = id.integer, let waiting = state.withLock({ $0.pending.removeValue(forKey: identifier) }) else {
+            return  // the answer to a call that was cancelled or timed out
+        }
+        do {
+            waiting.continuation.resume(returning: try process.result(of: message, method: waiting.method))
+        } catch {
+            waiting.continuation.resume(throwing: error)
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import FieldHAL
+import FieldHALPluginHost
+import Foundation
+import TestSupport
+import Testing
+
+/// Location from an external plugin process, through the kit as any configuration loads it.
+@Suite(.timeLimit(.minutes(2))) struct ExternalLocationTests {
+    struct Loaded {
+        let kit: Kit
+        let fixtures: PluginFixtures
+    }
+
+    func load(_ mode: String, section: String = "device = \"/dev/ttyFIXTURE\"") async throws -> Loaded {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe", mode: mode)
+        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
+        #expect(discovery.problems.isEmpty)
+        let configuration = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\n\(section)\n", file: "kit.toml",
+                                                       directory: fixtures.root, registry: registry)
+        let kit = await Kit.load(configuration, registry: registry,
+                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
+        return Loaded(kit: kit, fixtures: fixtures)
+    }
+
+    /// Waits (up to 5 s) for the plugin's processes to be gone.
+    func settled(_ fixtures: PluginFixtures) async throws -> [String] {
+        let by = ContinuousClock.now + .seconds(5)
+        while !fixtures.leftovers().isEmpty, ContinuousClock.now < by { try await Task.sleep(for: .milliseconds(50)) }
+        return fixtures.leftovers()
+    }
+
+    @Test func aPluginServesFixesToTheKit() async throws {
+        let loaded = try await load("good")
+        let status = loaded.kit.status(of: .location)
+        #expect(status.isAvailable, "\(status)")
+        #expect(status.plugin == "probe")
+        #expect(status.device == "fixture /dev/ttyFIXTURE (plugin probe)")
+        let location = try loaded.kit.location()
+        let reading = try await location.currentFix(FixRequest(timeout: .seconds(5)))
+        #expect(reading.source == .live)
+        #expect(reading.fix.mode == .threeD && reading.fix.longitude == 13.4 && reading.fix.satellitesUsed == 7)
+        var latitudes: [Double] = []
+        for try await fix in location.watch() {
+            latitudes.append(try #require(fix.latitude))
+            if latitudes.count == 3 { break }
+        }
+        #expect(latitudes == latitudes.sorted() && Set(latitudes).count == 3, "one stream, in order: \(latitudes)")
+        #expect(await location.lastKnownFix()?.fix.hasPosition == true)
+        await loaded.kit.close()
+        #expect(try await settled(loaded.fixtures).isEmpty)
+    }
+
+    @Test func theConfigurationIsCheckedAgainstTheManifest() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe")
+        let (registry, _) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
+        #expect(throws: ConfigError.self) {
+            _ = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\n", file: "kit.toml", directory: fixtures.root, registry: registry)
+        }
+        #expect(throws: ConfigError.self) {
+            _ = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\ndevice = \"/dev/ttyS0\"\nbaud = 4800\n", file: "kit.toml",
+                                           directory: fixtures.root, registry: registry)
+        }
+    }
+
+    @Test func aCrashedPluginIsALostSourceThenComesBack() async throws {
+        let loaded = try await load("die-after-fixes")
+        let location = try loaded.kit.location()
+        var lost: Fix?
+        var after = 0
+        let start = ContinuousClock.now
+        for try await fix in location.watch() {
+            if fix.hasPosition, lost != nil { after += 1 }
+            if !fix.hasPosition, lost == nil { lost = fix }
+            if after == 2 { break }
+        }
+        let problem = try #require(lost?.sourceProblem)
+        #expect(problem.contains("plugin probe"), "\(problem)")
+        #expect(problem.contains("exit status 3"), "\(problem)")
+        #expect(problem.contains("receiver fell over"), "the stderr's tail: \(problem)")
+        #expect(ContinuousClock.now - start < .seconds(10), "restarted within the first backoff steps")
+        await loaded.kit.close()
+        #expect(try await settled(loaded.fixtures).isEmpty)
+    }
+
+    @Test func aBadFixIsReportedAndTheStreamGoesOn() async throws {
+        let loaded = try await load("bad-fix")
+        let location = try loaded.kit.location()
+        var problems: [String] = []
+        var good = 0
+        for try await fix in location.watch() {
+            if let problem = fix.sourceProblem { problems.append(problem) } else if fix.hasPosition { good += 1 }
+            if !problems.isEmpty && good >= 2 { break }
+        }
+        #expect(problems.first?.contains("latitude is out of range: 200") == true, "\(problems)")
+        #expect(loaded.fixtures.leftovers().count >= 1, "the same process serves on")
+        await loaded.kit.close()
+        #expect(try await settled(loaded.fixtures).isEmpty)
+    }
+
+    @Test func aPluginThatNeverOpensLeavesTheCapabilityUnavailable() async throws {
+        let start = ContinuousClock.now
+        let loaded = try await load("hang-open")
+        let status = loaded.kit.status(of: .location)
+        #expect(status.state == .unavailable)
+        #expect(status.reason?.contains("no answer to open") == true, "\(status)")
+        #expect(ContinuousClock.now - start < .seconds(14))
+        #expect(try await settled(loaded.fixtures).isEmpty)
+        await loaded.kit.close()
+    }
+
+    @Test func theCLIGetsAFixFromAnExternalPlugin() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe")
+        try "[gps]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n".write(toFile: fixtures.root + "/kit.toml", atomically: true, encoding: .utf8)
+        let result = try await CLI.run(["gps", "fix", "--json", "--config", fixtures.root + "/kit.toml", "--state-dir", fixtures.root],
+                                       environment: ["FIELDHAL_PLUGIN_PATH": fixtures.root])
+        #expect(result.status == 0, "\(result.stderr)")
+        let reading = try JSONDecoder().decode(JSONValue.self, from: Data(result.stdout.utf8))
+        #expect(reading["fix"]?["longitude"] == .number(13.4), "\(result.stdout)")
+        #expect(try await settled(fixtures).isEmpty)
+    }
+}
