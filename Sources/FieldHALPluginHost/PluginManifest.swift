@@ -45,7 +45,9 @@ public struct PluginManifest: Sendable, Equatable {
 
     /// Reads and checks `file`. Every problem is a `malformedData` error naming the file
     /// and the field, and saying what to write instead.
-    public static func load(_ file: String) throws(FieldHALError) -> PluginManifest {
+    public static func load(_ path: String) throws(FieldHALError) -> PluginManifest {
+        // Absolute, so that the executable it names is found from any working directory.
+        let file = path.hasPrefix("/") ? path : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path)
         let data: Data
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: file))
