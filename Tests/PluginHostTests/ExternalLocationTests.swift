@@ -122,3 +122,47 @@ import Testing
         #expect(try await settled(fixtures).isEmpty)
     }
 }
+
+/// The daemon with an external location plugin: it serves the plugin's fixes to its
+/// clients, and a plugin killed under it costs a lost source, not the daemon.
+@Suite(.timeLimit(.minutes(2))) struct ExternalPluginDaemonTests {
+    @Test func theDaemonServesAPluginAndOutlivesItsCrash() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe")
+        let kit = try String(contentsOfFile: CLI.exampleConfig, encoding: .utf8)
+        // The fake kit, with its [gps] section replaced by the external plugin's.
+        var sections = kit.components(separatedBy: "\n[")
+        sections = sections.map { $0.hasPrefix("gps]") ? "gps]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n" : $0 }
+        let config = fixtures.root + "/kit.toml"
+        let socket = fixtures.root + "/api.sock"
+        try (sections.joined(separator: "\n[") + "\n[api]\nsocket = \"\(socket)\"\n").write(toFile: config, atomically: true, encoding: .utf8)
+        let environment = ["FIELDHAL_PLUGIN_PATH": fixtures.root]
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", fixtures.root + "/state"], environment: environment)
+        #expect(await daemon.waitForLine(containing: "api: serving on \(socket)", timeout: .seconds(30)) != nil, "\(daemon.output)")
+
+        let status = try await CLI.run(["status", "--json", "--config", config], environment: environment)
+        #expect(status.stdout.contains("fixture /dev/ttyFIXTURE (plugin probe)"), "\(status.stdout)\(status.stderr)")
+        let fix = try await CLI.run(["gps", "fix", "--json", "--config", config], environment: environment)
+        #expect(fix.status == 0 && fix.stdout.contains("13.4"), "\(fix.stdout)\(fix.stderr)")
+
+        // The plugin killed under the daemon: the daemon stays, the plugin is started again.
+        func plugins() -> [Int32] {
+            fixtures.leftovers().filter { $0.contains("fixture-plugin.py") }.compactMap { $0.split(separator: ":").first.flatMap { Int32($0) } }
+        }
+        let plugin = try #require(plugins().first)
+        kill(plugin, SIGKILL)
+        let by = ContinuousClock.now + .seconds(15)
+        var again = try await CLI.run(["gps", "fix", "--json", "--config", config, "--timeout", "2"], environment: environment)
+        while again.status != 0, ContinuousClock.now < by {
+            again = try await CLI.run(["gps", "fix", "--json", "--config", config, "--timeout", "2"], environment: environment)
+        }
+        #expect(again.status == 0, "\(again.stderr)")
+        let restarted = plugins()
+        #expect(!restarted.isEmpty && !restarted.contains(plugin), "a new process: \(restarted)")
+        #expect(daemon.process.isRunning, "\(daemon.output.suffix(15))")
+        _ = await daemon.stop()
+        let gone = ContinuousClock.now + .seconds(5)
+        while !fixtures.leftovers().isEmpty, ContinuousClock.now < gone { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(fixtures.leftovers().isEmpty, "the daemon's plugin processes end with it")
+    }
+}
