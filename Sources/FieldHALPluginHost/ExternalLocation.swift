@@ -22,6 +22,12 @@ final class ExternalLocation: LocationProvider {
         let stream = LockedValue<Int64?>(nil)
         let restarting = LockedValue<Task<Void, Never>?>(nil)
         let closed = LockedValue(false)
+        /// Each session started gets a number; only the end of the one that is serving
+        /// (`established`) starts a restart. A session that fails while `connect()` is
+        /// still setting it up is that call's error, handled there: letting it restart too
+        /// would start a second restart loop beside the first, and so on.
+        let generation = LockedValue(0)
+        let established = LockedValue<Int?>(nil)
 
         init(manifest: PluginManifest, parameters: JSONValue) {
             self.manifest = manifest
@@ -31,10 +37,11 @@ final class ExternalLocation: LocationProvider {
         /// Starts a session, opens the receiver and starts its fix stream. Returns the
         /// device's name as the plugin gives it.
         func connect() async throws -> String {
-            let session = try await PluginSession.start(manifest, onNotification: { [self] method, parameters in
-                received(method, parameters)
-            }, onEnd: { [self] error in
-                ended(error)
+            let number = generation.withLock { $0 += 1; return $0 }
+            let session = try await PluginSession.start(manifest, onNotification: { [weak self] method, parameters in
+                self?.received(method, parameters)
+            }, onEnd: { [weak self] error in
+                self?.ended(error, session: number)
             })
             do {
                 let opened = try await session.call("open", .object(["capability": .string(Capability.location.rawValue),
@@ -47,6 +54,9 @@ final class ExternalLocation: LocationProvider {
                 }
                 self.stream.withLock { $0 = stream }
                 self.session.withLock { $0 = session }
+                established.withLock { $0 = number }
+                // Ended while this was being set up: its end went unheard; say it now.
+                if let ending = session.ended { ended(ending, session: number) }
                 if closed.value { await session.stop() }
                 return device
             } catch {
@@ -75,7 +85,13 @@ final class ExternalLocation: LocationProvider {
 
         /// The plugin failed: say so to the watchers, and start it again (0.5 s, doubling to
         /// 30 s between attempts), until it serves again or the device is closed.
-        private func ended(_ error: FieldHALError) {
+        private func ended(_ error: FieldHALError, session number: Int) {
+            let current = established.withLock { established -> Bool in
+                guard established == number else { return false }
+                established = nil
+                return true
+            }
+            guard current else { return }
             session.withLock { $0 = nil }
             stream.withLock { $0 = nil }
             guard !closed.value else { return }

@@ -150,6 +150,8 @@ public final class PluginSession: Sendable {
         }
         let ending = failure ?? .cancelled("plugin \(manifest.name)")
         for waiting in pending { waiting.continuation.resume(throwing: ending) }
+        // The thread ends after this job whether or not anyone calls stop().
+        thread.stop()
         if report { onEnd(ending) }
         for waiter in waiters { waiter.resume() }
     }

@@ -166,3 +166,32 @@ import Testing
         #expect(fixtures.leftovers().isEmpty, "the daemon's plugin processes end with it")
     }
 }
+
+/// Restarts stay one loop with its backoff, whatever fails while a restart is being set up
+/// (a plugin dying between `open` and `gps.watch` once doubled the loops on every failure:
+/// twenty thousand threads in a CI-sized run).
+@Suite(.timeLimit(.minutes(2))) struct ExternalPluginRestartTests {
+    func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0 }
+
+    @Test func aPluginThatKeepsFailingIsRestartedWithBackoffNotInAStorm() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe", mode: "flaky")
+        let (registry, _) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
+        let configuration = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", file: "kit.toml",
+                                                       directory: fixtures.root, registry: registry)
+        let before = threads()
+        let kit = await Kit.load(configuration, registry: registry,
+                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
+        #expect(kit.status(of: .location).isAvailable)
+        // The first process dies after three fixes; then 0.5 s, 1 s, 2 s between attempts.
+        try await Task.sleep(for: .seconds(4))
+        let starts = try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
+        #expect((2...5).contains(starts), "one restart loop with its backoff: \(starts) starts in 4 s")
+        #expect(threads() - before < 20, "no thread left behind per attempt: \(before) → \(threads())")
+        await kit.close()
+        let stopped = try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
+        try await Task.sleep(for: .seconds(2))
+        let later = try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
+        #expect(later == stopped, "no restart after the kit is closed")
+    }
+}

@@ -9,6 +9,14 @@ import time
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "good"
 manifest = json.load(open(sys.argv[2]))
+# "flaky": the first process serves three fixes and dies; every later one dies as its
+# stream is asked for, so every restart fails half-way through being set up.
+starts_file = os.path.join(os.path.dirname(sys.argv[2]), "starts")
+with open(starts_file, "a") as starts:
+    starts.write("start\n")
+first_start = sum(1 for _ in open(starts_file)) == 1
+if mode == "flaky":
+    mode = "die-after-fixes" if first_start else "die-in-watch"
 
 
 lock = threading.Lock()
@@ -78,6 +86,8 @@ for line in sys.stdin:
             continue
         send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
     elif method == "gps.watch":
+        if mode == "die-in-watch":
+            os._exit(4)
         send({"jsonrpc": "2.0", "id": ident, "result": {"stream": 1}})
         threading.Thread(target=stream_fixes, args=(1,), daemon=True).start()
     elif method == "$/cancel":
