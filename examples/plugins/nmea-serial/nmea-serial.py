@@ -258,12 +258,7 @@ class Receiver:
 
     def lost(self, reason):
         """Says so once, then tries the device again every second."""
-        if self.descriptor is not None:
-            try:
-                os.close(self.descriptor)
-            except OSError:
-                pass
-            self.descriptor = None
+        if self.release():
             log(reason)
             self.publish("gps.lost", {"reason": reason + "; reopening it every second"})
         while not self.stopping.wait(1.0):
@@ -276,12 +271,18 @@ class Receiver:
 
     def close(self):
         self.stopping.set()
-        if self.descriptor is not None:
-            try:
-                os.close(self.descriptor)
-            except OSError:
-                pass
-            self.descriptor = None
+        self.release()
+
+    def release(self):
+        """Closes the tty if it is open; whether it was."""
+        if self.descriptor is None:
+            return False
+        try:
+            os.close(self.descriptor)
+        except OSError:
+            pass
+        self.descriptor = None
+        return True
 
 
 # --- The protocol ---------------------------------------------------------------------
