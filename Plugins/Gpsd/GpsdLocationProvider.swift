@@ -61,6 +61,11 @@ final class GpsdLocationProvider: LocationProvider {
         broadcaster.subscribe()
     }
 
+    /// Fixes handed over on the session's thread as each report is parsed.
+    func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
+        broadcaster.subscribe(handler, end: end)
+    }
+
     func lastKnownFix() async -> ReceivedFix? {
         latestPositioned.value
     }

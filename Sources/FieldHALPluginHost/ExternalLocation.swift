@@ -135,6 +135,11 @@ final class ExternalLocation: LocationProvider {
 
     func watch() -> AsyncThrowingStream<Fix, any Error> { link.fixes.subscribe() }
 
+    /// Fixes handed over on the session's thread as each notification is read.
+    func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
+        link.fixes.subscribe(handler, end: end)
+    }
+
     func lastKnownFix() async -> ReceivedFix? { link.last.value }
 
     func close() async { await link.close() }

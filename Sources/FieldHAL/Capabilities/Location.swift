@@ -124,6 +124,13 @@ public protocol LocationProvider: Device {
     /// stream with a `FieldHALError`.
     func watch() -> AsyncThrowingStream<Fix, any Error>
 
+    /// The fixes of `watch()`, handed to `handler` where they arrive (the provider's own
+    /// thread) instead of to a task, until the subscription is cancelled; `end` is called
+    /// once if the stream ends first. For a server that fans fixes out to its clients with
+    /// no task in between. `handler` must return quickly and not block. The default pumps
+    /// `watch()` in a task; a backend with a thread of its own hands fixes over from it.
+    func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription
+
     /// The most recent fix with a position that this provider has seen, if any.
     func lastKnownFix() async -> ReceivedFix?
 
@@ -133,6 +140,19 @@ public protocol LocationProvider: Device {
 }
 
 extension LocationProvider {
+    public func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
+        let stream = watch()
+        let task = Task {
+            do {
+                for try await fix in stream { handler(fix) }
+                if !Task.isCancelled { end(nil) }
+            } catch {
+                if !Task.isCancelled { end(error) }
+            }
+        }
+        return Subscription(task: task) {}
+    }
+
     public func currentFix(_ request: FixRequest = FixRequest()) async throws -> LocationReading {
         try await resolveCurrentFix(request, now: { .now })
     }

@@ -1,12 +1,23 @@
 import Synchronization
 
-/// Hands each value from one producer (a device thread) to every current subscriber's
-/// `AsyncThrowingStream`. A subscriber that stops iterating or is cancelled is removed at
-/// once; the producer never waits for a consumer (streams buffer the newest values only).
+/// Hands each value from one producer (a device thread) to every current subscriber: an
+/// `AsyncThrowingStream`, or a handler called on the producer's thread. A subscriber that
+/// stops iterating, is cancelled or cancels its subscription is removed at once; the
+/// producer never waits for a consumer (streams buffer the newest values only, and a handler
+/// must not block: it hands the value on, as a server writing to its clients does).
+///
+/// Handlers exist for latency: a stream's consumer is a task, woken on the cooperative pool
+/// for every value; a handler runs where the value is, so a server can fan a fix out to its
+/// clients' connections without a task in between (issue 20's event-stream latency).
 public final class Broadcaster<Element: Sendable>: Sendable {
+    /// What a handler subscriber is given: the values, then the end.
+    public typealias Handler = @Sendable (Element) -> Void
+    public typealias EndHandler = @Sendable ((any Error)?) -> Void
+
     private struct Subscribers {
         var next = 0
         var continuations: [Int: AsyncThrowingStream<Element, any Error>.Continuation] = [:]
+        var handlers: [Int: (value: Handler, end: EndHandler)] = [:]
         var finished: (any Error)??
     }
 
@@ -36,21 +47,46 @@ public final class Broadcaster<Element: Sendable>: Sendable {
         return stream
     }
 
-    /// The number of live subscribers.
-    public var subscriberCount: Int { subscribers.withLock { $0.continuations.count } }
+    /// `handler` is called with each value broadcast from now on, on the producer's thread,
+    /// and `end` once when the broadcaster finishes (at once if it has). Both must return
+    /// quickly and must not call back into this broadcaster.
+    public func subscribe(_ handler: @escaping Handler, end: @escaping EndHandler = { _ in }) -> Subscription {
+        let added: Int? = subscribers.withLock { subscribers in
+            guard subscribers.finished == nil else { return nil }
+            let id = subscribers.next
+            subscribers.next += 1
+            subscribers.handlers[id] = (handler, end)
+            return id
+        }
+        guard let id = added else {
+            end(subscribers.withLock { $0.finished ?? nil })
+            return Subscription {}
+        }
+        return Subscription { [weak self] in
+            _ = self?.subscribers.withLock { $0.handlers.removeValue(forKey: id) }
+        }
+    }
+
+    /// The number of live subscribers, streams and handlers.
+    public var subscriberCount: Int { subscribers.withLock { $0.continuations.count + $0.handlers.count } }
 
     public func yield(_ value: Element) {
-        let current = subscribers.withLock { Array($0.continuations.values) }
-        for continuation in current { continuation.yield(value) }
+        let (streams, handlers) = subscribers.withLock { (Array($0.continuations.values), Array($0.handlers.values)) }
+        for handler in handlers { handler.value(value) }
+        for continuation in streams { continuation.yield(value) }
     }
 
     /// Ends every stream, now and for later subscribers, with `error` (or normally).
     public func finish(throwing error: (any Error)? = nil) {
-        let current = subscribers.withLock { subscribers in
+        let (streams, handlers) = subscribers.withLock { subscribers in
             subscribers.finished = .some(error)
-            defer { subscribers.continuations.removeAll() }
-            return Array(subscribers.continuations.values)
+            defer {
+                subscribers.continuations.removeAll()
+                subscribers.handlers.removeAll()
+            }
+            return (Array(subscribers.continuations.values), Array(subscribers.handlers.values))
         }
-        for continuation in current { continuation.finish(throwing: error) }
+        for handler in handlers { handler.end(error) }
+        for continuation in streams { continuation.finish(throwing: error) }
     }
 }
