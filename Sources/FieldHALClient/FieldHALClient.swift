@@ -1,3 +1,4 @@
+import EventLoopExecutor
 import FieldHAL
 import FieldHALAPI
 import Foundation
@@ -57,11 +58,14 @@ public struct FieldHALClient: Sendable {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
         let path = route("events", query: kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? [])
         let socketPath = socketPath
-        let task = Task {
+        // Read, parsed and decoded on the connection's own event loop: an event costs one
+        // thread woken here (the loop's) before the caller's task, not two.
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let task = Task(executorPreference: EventLoopTaskExecutor(loop)) {
             do {
                 var parser = ServerSentEvents()
                 let decoder = FieldHALAPI.decoder
-                try await Self.exchange(socketPath: socketPath, path: path, deadline: nil) { chunk in
+                try await Self.exchange(socketPath: socketPath, path: path, deadline: nil, on: loop) { chunk in
                     for (kind, data) in parser.feed(chunk) {
                         if let event = try APIEvent(kind: kind, data: Data(data.utf8), decoder: decoder) { continuation.yield(event) }
                     }
@@ -320,11 +324,12 @@ public struct FieldHALClient: Sendable {
     /// to `onChunk` as it arrives; any other status is read whole and thrown as the daemon's
     /// `APIProblem`.
     private static func exchange(socketPath: String, method: HTTPMethod = .GET, path: String, body request: Data? = nil,
-                                 deadline: ContinuousClock.Instant?, onHead: (HTTPResponseHead) throws -> Void = { _ in },
+                                 deadline: ContinuousClock.Instant?, on loop: (any EventLoop)? = nil,
+                                 onHead: (HTTPResponseHead) throws -> Void = { _ in },
                                  _ onChunk: (Data) async throws -> Void) async throws {
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            channel = try await ClientBootstrap(group: loop ?? MultiThreadedEventLoopGroup.singleton.next())
                 .connect(unixDomainSocketPath: socketPath) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()

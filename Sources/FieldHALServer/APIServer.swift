@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALAPI
+import EventLoopExecutor
 import Foundation
 import Hummingbird
 import Logging
@@ -146,7 +147,7 @@ public struct APIServer: Sendable {
                 if !present.isEmpty { kinds = present }
             }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
-            return try events(kinds)
+            return try events(kinds, on: context.channel.eventLoop)
         }
         addNFCRoutes(to: v1)
         addFeedbackRoutes(to: v1)
@@ -206,7 +207,11 @@ public struct APIServer: Sendable {
 
     /// Server-Sent Events: each capability's state first (when asked for), then fixes and
     /// changes as they come, one event per write so that a client sees each at once.
-    private func events(_ kinds: [APIEvent.Kind]) throws -> Response {
+    ///
+    /// The response runs on its connection's event loop, and fixes are encoded where the
+    /// provider hands them over (its device thread) and queued straight to it: a fix costs
+    /// one thread woken in the daemon (the loop, which writes it), not one per stage.
+    private func events(_ kinds: [APIEvent.Kind], on eventLoop: any EventLoop) throws -> Response {
         // Before the response starts: a missing location is a plain error, not a stream that ends.
         let location = kinds.contains(.fix) ? try host.location() : nil
         let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
@@ -217,54 +222,55 @@ public struct APIServer: Sendable {
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
         let tags = kinds.contains(.tag) ? try host.tagPresence() : nil
         let keepAlive = keepAlive
+        let executor = EventLoopTaskExecutor(eventLoop)
         let body = ResponseBody { writer in
-            let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
-            let tagWatch = tags?.watch()
-            try await withThrowingTaskGroup(of: Void.self) { group in
+            try await withTaskExecutorPreference(executor) {
+                let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
+                let tagWatch = tags?.watch()
                 // A source that ends (its device closed by a reload, or the daemon stopping)
                 // ends the response: the client reconnects and gets the new state.
-                if let location {
+                let encoder = FieldHALAPI.encoder
+                let fixes = location?.follow({ fix in
+                    if let text = try? APIEvent.fix(fix).serverSentEvent(encoder: encoder) { sink.yield(text) }
+                }, end: { _ in sink.finish() })
+                defer { fixes?.cancel() }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    if let changes {
+                        group.addTask {
+                            defer { sink.finish() }
+                            for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
+                        }
+                    }
+                    if let flowChanges {
+                        group.addTask {
+                            defer { sink.finish() }
+                            for try await event in flowChanges where flowKinds.contains(event.kind) { sink.yield(try event.serverSentEvent()) }
+                        }
+                    }
+                    if let changes = tagWatch?.changes {
+                        group.addTask {
+                            defer { sink.finish() }
+                            for try await change in changes { sink.yield(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
+                        }
+                    }
                     group.addTask {
-                        defer { sink.finish() }
-                        let encoder = FieldHALAPI.encoder
-                        for try await fix in location.watch() { sink.yield(try APIEvent.fix(fix).serverSentEvent(encoder: encoder)) }
+                        while true {
+                            try await Task.sleep(for: keepAlive)
+                            sink.yield(": keep-alive\n\n")
+                        }
                     }
-                }
-                if let changes {
-                    group.addTask {
-                        defer { sink.finish() }
-                        for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
+                    for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
+                    if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
+                    if let present = tagWatch?.present {
+                        try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
                     }
-                }
-                if let flowChanges {
-                    group.addTask {
-                        defer { sink.finish() }
-                        for try await event in flowChanges where flowKinds.contains(event.kind) { sink.yield(try event.serverSentEvent()) }
+                    for await text in merged {
+                        try await writer.write(ByteBuffer(string: text))
                     }
+                    group.cancelAll()
                 }
-                if let changes = tagWatch?.changes {
-                    group.addTask {
-                        defer { sink.finish() }
-                        for try await change in changes { sink.yield(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
-                    }
-                }
-                group.addTask {
-                    while true {
-                        try await Task.sleep(for: keepAlive)
-                        sink.yield(": keep-alive\n\n")
-                    }
-                }
-                for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
-                if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
-                if let present = tagWatch?.present {
-                    try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
-                }
-                for await text in merged {
-                    try await writer.write(ByteBuffer(string: text))
-                }
-                group.cancelAll()
+                try await writer.finish(nil)
             }
-            try await writer.finish(nil)
         }
         return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
     }
