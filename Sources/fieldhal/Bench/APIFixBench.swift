@@ -132,6 +132,10 @@ struct APIFixBench: AsyncParsableCommand {
 
         let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + (oneClientPerReport ? "/alone" : "/latency"))
         defer { daemon.process.kill() }
+        // Alone, the raw reader follows a daemon of its own: one daemon serving both readers
+        // would wake two connections (and, on two CPUs, compete with itself) for every fix.
+        let rawDaemon = oneClientPerReport ? try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/alone-raw") : nil
+        defer { rawDaemon?.process.kill() }
         let pipeOutput = directory + "/gpspipe.out"
         let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
                                           output: pipeOutput)
@@ -154,7 +158,7 @@ struct APIFixBench: AsyncParsableCommand {
                 overAPI.withLock { $0[key] = $0[key] ?? now }
             }
         }
-        let raw = try RawEventReader(socketPath: daemon.api.socketPath)
+        let raw = try RawEventReader(socketPath: (rawDaemon ?? daemon).api.socketPath)
         defer { raw.stop() }
         try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
         consumer.cancel()
@@ -167,13 +171,11 @@ struct APIFixBench: AsyncParsableCommand {
         var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = []
         for (key, sent) in relay.forwardTimes {
             if oneClientPerReport {
-                // Each report reached one client (the daemon's reaches both of its followers).
+                // Each report reached one client.
                 if let a = mine[key] { local.append((a - sent) * 1000) }
                 if let c = piped[key] { gpspipe.append((c - sent) * 1000) }
-                if let b = streamed[key], let d = bytes[key] {
-                    api.append((b - sent) * 1000)
-                    rawAPI.append((d - sent) * 1000)
-                }
+                if let b = streamed[key] { api.append((b - sent) * 1000) }
+                if let d = bytes[key] { rawAPI.append((d - sent) * 1000) }
                 continue
             }
             guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key] else { continue }
