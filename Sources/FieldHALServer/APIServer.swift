@@ -25,6 +25,9 @@ public struct APIServer: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// How long a connection may sit without a whole request.
     public var idleTimeout: Duration = .seconds(10)
+    /// The last fix event written, so that a fix fanned out to a hundred streams is
+    /// encoded once, not a hundred times, on the receiver's thread.
+    private let lastFixEvent = LockedValue<(fix: Fix, text: String)?>(nil)
 
     public init(socketPath: String, host: APIHost) {
         self.socketPath = socketPath
@@ -230,8 +233,14 @@ public struct APIServer: Sendable {
                 // A source that ends (its device closed by a reload, or the daemon stopping)
                 // ends the response: the client reconnects and gets the new state.
                 let encoder = FieldHALAPI.encoder
+                let lastFixEvent = lastFixEvent
                 let fixes = location?.follow({ fix in
-                    if let text = try? APIEvent.fix(fix).serverSentEvent(encoder: encoder) { sink.yield(text) }
+                    var text = lastFixEvent.withLock { $0?.fix == fix ? $0?.text : nil }
+                    if text == nil {
+                        text = try? APIEvent.fix(fix).serverSentEvent(encoder: encoder)
+                        if let text { lastFixEvent.withLock { $0 = (fix, text) } }
+                    }
+                    if let text { sink.yield(text) }
                 }, end: { _ in sink.finish() })
                 defer { fixes?.cancel() }
                 try await withThrowingTaskGroup(of: Void.self) { group in
