@@ -186,8 +186,8 @@ let package = Package(
 
         // The hardware API (issue 20): its wire values, and its server on a Unix socket.
         .target(name: "FieldHALAPI", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
-        // A SwiftNIO event loop as a task executor: the server's event stream and the client's
-        // read on the loop of their connection (no thread woken in between).
+        // A SwiftNIO event loop as a task executor: the server's event stream runs on the loop
+        // of its connection (no thread woken in between).
         .target(name: "EventLoopExecutor", dependencies: [.product(name: "NIOCore", package: "swift-nio")], swiftSettings: strictSwift),
         .target(
             name: "FieldHALServer",
@@ -199,7 +199,7 @@ let package = Package(
         // A Swift client of that API (SwiftNIO's HTTP/1.1 on the Unix socket).
         .target(
             name: "FieldHALClient",
-            dependencies: ["FieldHAL", "FieldHALAPI", "EventLoopExecutor", .product(name: "NIOCore", package: "swift-nio"),
+            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")],
             swiftSettings: strictSwift
         ),

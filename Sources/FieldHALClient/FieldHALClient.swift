@@ -1,4 +1,3 @@
-import EventLoopExecutor
 import FieldHAL
 import FieldHALAPI
 import Foundation
@@ -58,24 +57,26 @@ public struct FieldHALClient: Sendable {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
         let path = route("events", query: kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? [])
         let socketPath = socketPath
-        // Read, parsed and decoded on the connection's own event loop: an event costs one
-        // thread woken here (the loop's) before the caller's task, not two.
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        let task = Task(executorPreference: EventLoopTaskExecutor(loop)) {
+        let stop: WakeupEvent
+        do {
+            stop = try WakeupEvent()
+        } catch {
+            continuation.finish(throwing: error)
+            return stream
+        }
+        // A thread of its own, blocking: an event costs one wake-up here before the caller's
+        // task (`EventStreamReader` says why not the event loop).
+        let thread = DeviceThread(name: "fieldhal-events")
+        thread.submit {
             do {
-                var parser = ServerSentEvents()
-                let decoder = FieldHALAPI.decoder
-                try await Self.exchange(socketPath: socketPath, path: path, deadline: nil, on: loop) { chunk in
-                    for (kind, data) in parser.feed(chunk) {
-                        if let event = try APIEvent(kind: kind, data: Data(data.utf8), decoder: decoder) { continuation.yield(event) }
-                    }
-                }
+                try EventStreamReader.read(socketPath: socketPath, path: path, stop: stop) { continuation.yield($0) }
                 continuation.finish()
             } catch {
                 continuation.finish(throwing: error)
             }
         }
-        continuation.onTermination = { _ in task.cancel() }
+        thread.stop()
+        continuation.onTermination = { _ in stop.signal() }
         return stream
     }
 
@@ -324,12 +325,12 @@ public struct FieldHALClient: Sendable {
     /// to `onChunk` as it arrives; any other status is read whole and thrown as the daemon's
     /// `APIProblem`.
     private static func exchange(socketPath: String, method: HTTPMethod = .GET, path: String, body request: Data? = nil,
-                                 deadline: ContinuousClock.Instant?, on loop: (any EventLoop)? = nil,
+                                 deadline: ContinuousClock.Instant?,
                                  onHead: (HTTPResponseHead) throws -> Void = { _ in },
                                  _ onChunk: (Data) async throws -> Void) async throws {
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
-            channel = try await ClientBootstrap(group: loop ?? MultiThreadedEventLoopGroup.singleton.next())
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .connect(unixDomainSocketPath: socketPath) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
