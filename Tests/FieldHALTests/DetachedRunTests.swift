@@ -1,0 +1,40 @@
+@testable import FieldHAL
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("DetachedRun: a run that outlives its starter, and waiting for another's exit")
+struct DetachedRunTests {
+    /// A pipe the starter holds (not close-on-exec) is not the run's: its reader sees EOF
+    /// when the starter closes its end, not when the run ends.
+    @Test func theRunInheritsNothingButDevNull() throws {
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        let pid = try DetachedRun.start("/bin/sleep", name: "sleep", ["2"])
+        defer { kill(pid, SIGKILL); waitpid(pid, nil, 0) }
+        close(ends[1])
+        let started = ContinuousClock.now
+        var byte: UInt8 = 0
+        #expect(read(ends[0], &byte, 1) == 0, "EOF: nobody else holds the write end")
+        #expect(ContinuousClock.now - started < .seconds(1))
+        // Its own session: the run is not in this process's group.
+        #expect(getsid(pid) == pid)
+    }
+
+    @Test func waitingForAnExitEndsWithItOrAtTheLimit() throws {
+        let short = try DetachedRun.start("/bin/sleep", name: "sleep", ["0.2"])
+        defer { waitpid(short, nil, 0) }
+        let started = ContinuousClock.now
+        #expect(DetachedRun.waitForExit(of: short, upTo: .seconds(5)))
+        #expect(ContinuousClock.now - started < .seconds(3))
+
+        let long = try DetachedRun.start("/bin/sleep", name: "sleep", ["30"])
+        defer { kill(long, SIGKILL); waitpid(long, nil, 0) }
+        let waited = ContinuousClock.now
+        #expect(!DetachedRun.waitForExit(of: long, upTo: .milliseconds(200)))
+        #expect(ContinuousClock.now - waited >= .milliseconds(200))
+    }
+}
