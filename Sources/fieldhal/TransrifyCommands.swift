@@ -285,10 +285,11 @@ struct AfterSignInCommand: FieldHALSubcommand {
     static let configuration = CommandConfiguration(commandName: "after-signin", shouldDisplay: false)
     @OptionGroup var global: GlobalOptions
     @Flag(help: "After an unlock of the lock rather than a sign-in.") var unlock = false
-    @Option(help: "Start once this process (the command that started the run) has exited.") var afterExitOf: Int32?
+    /// The pid of the command that started this run: the work waits for its exit.
+    static let starterVariable = "FIELDHAL_STARTER_PID"
 
     func execute(_ environment: Environment) async throws {
-        if let starter = afterExitOf {
+        if let starter = ProcessInfo.processInfo.environment[Self.starterVariable].flatMap(Int32.init) {
             // Bounded: a starter that hangs on its way out must not cost the evidence.
             _ = try? await DeviceThread.runOnce(name: "fieldhal-starter-exit") { DetachedRun.waitForExit(of: starter, upTo: .seconds(10)) }
         }
@@ -411,10 +412,12 @@ extension GlobalOptions {
 /// else inherited), so that work can go on after the command has answered and exited.
 enum BackgroundRun {
     static func start(_ arguments: [String]) {
-        // It starts its work once this process has exited (`--after-exit-of`): what it does
-        // differs by verdict, and on a loaded machine work beside this process's last
+        // It starts its work once this process has exited (`FIELDHAL_STARTER_PID`): what it
+        // does differs by verdict, and on a loaded machine work beside this process's last
         // moments would show in how long the command takes (a stealth test saw a duress
-        // sign-in 0.1 s slower at the median under a full test run).
-        _ = try? DetachedRun.start("/proc/self/exe", name: "fieldhal", arguments + ["--after-exit-of", String(getpid())])
+        // sign-in 0.1 s slower at the median under a full test run). In the environment,
+        // not the arguments: `ps` shows the same command line after every sign-in.
+        _ = try? DetachedRun.start("/proc/self/exe", name: "fieldhal", arguments,
+                                   extraEnvironment: [AfterSignInCommand.starterVariable: String(getpid())])
     }
 }

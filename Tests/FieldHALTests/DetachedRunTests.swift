@@ -24,6 +24,17 @@ struct DetachedRunTests {
         #expect(getsid(pid) == pid)
     }
 
+    @Test func theRunGetsThisEnvironmentAndTheExtra() throws {
+        setenv("FIELDHAL_DETACHED_TEST_INHERITED", "kept", 1)
+        defer { unsetenv("FIELDHAL_DETACHED_TEST_INHERITED") }
+        let pid = try DetachedRun.start("/bin/sh", name: "sh",
+                                        ["-c", #"[ "$FIELDHAL_DETACHED_TEST_INHERITED" = kept ] && [ "$FIELDHAL_DETACHED_TEST_EXTRA" = given ]"#],
+                                        extraEnvironment: ["FIELDHAL_DETACHED_TEST_EXTRA": "given"])
+        var status: Int32 = 0
+        #expect(waitpid(pid, &status, 0) == pid)
+        #expect((status >> 8) & 0xff == 0, "exit \((status >> 8) & 0xff)")
+    }
+
     @Test func waitingForAnExitEndsWithItOrAtTheLimit() throws {
         let short = try DetachedRun.start("/bin/sleep", name: "sleep", ["0.2"])
         defer { waitpid(short, nil, 0) }

@@ -10,9 +10,11 @@ public enum DetachedRun {
     /// glibc's POSIX_SPAWN_SETSID (spawn.h, __USE_GNU), which Swift's Glibc does not export.
     private static let spawnSetSID: Int16 = 0x80
 
-    /// Starts `executable` with `arguments` (argv[0] is `name`) and this process's environment.
+    /// Starts `executable` with `arguments` (argv[0] is `name`) and this process's environment
+    /// plus `extraEnvironment`.
     @discardableResult
-    public static func start(_ executable: String, name: String, _ arguments: [String]) throws(SpawnError) -> Int32 {
+    public static func start(_ executable: String, name: String, _ arguments: [String],
+                             extraEnvironment: [String: String] = [:]) throws(SpawnError) -> Int32 {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -33,9 +35,17 @@ public enum DetachedRun {
         // or the caller would wait for this run instead.
         posix_spawn_file_actions_addclosefrom_np(&actions, 3)
         let argv = ([name] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
+        var inherited: [UnsafeMutablePointer<CChar>?] = []
+        var entry = environ
+        while let variable = entry.pointee {
+            let text = String(cString: variable)
+            if let equals = text.firstIndex(of: "="), extraEnvironment[String(text[..<equals])] == nil { inherited.append(strdup(variable)) }
+            entry += 1
+        }
+        let envp = inherited + extraEnvironment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
         var pid: pid_t = 0
-        let failed = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+        let failed = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
         guard failed == 0 else { throw SpawnError(step: "posix_spawn", code: failed) }
         return pid
     }
