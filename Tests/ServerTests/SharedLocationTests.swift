@@ -23,17 +23,8 @@ final class PushedLocation: LocationProvider {
     func watch() -> AsyncThrowingStream<Fix, any Error> { fixes.subscribe() }
 
     func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
-        guard !streamOnly else {
-            // What a backend without its own thread gets from the core.
-            let stream = watch()
-            let task = Task {
-                do {
-                    for try await fix in stream { handler(fix) }
-                    if !Task.isCancelled { end(nil) }
-                } catch { if !Task.isCancelled { end(error) } }
-            }
-            return Subscription(task: task) {}
-        }
+        // What a backend without its own thread gets from the core.
+        if streamOnly { return followByPumpingWatch(handler, end: end) }
         return fixes.subscribe(handler, end: end)
     }
 

@@ -141,6 +141,11 @@ public protocol LocationProvider: Device {
 
 extension LocationProvider {
     public func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
+        followByPumpingWatch(handler, end: end)
+    }
+
+    /// `follow` for a backend without a thread of its own: a task pumps `watch()`.
+    public func followByPumpingWatch(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
         let stream = watch()
         let task = Task {
             do {
