@@ -65,38 +65,50 @@ public struct AlertChannel: Sendable {
         try? await loop.next().submit { Self.nameThread("fieldhal-alerts") }.get()
         let opened = NIOLockedValueBox(false)
         let timedOut = NIOLockedValueBox(false)
+        let stop = AsyncStream<Void>.makeStream()
+        // The connection runs in a task of its own, out of reach of the caller's
+        // cancellation, and is stopped by `stop` instead. Cancelled, swift-websocket closes
+        // its channel from a detached task, which can run after the loop below is shut
+        // down; SwiftNIO then prints an error to standard error — the daemon's journal, on
+        // one sign-in and not on the next.
+        let connection = Task {
+            try await connect(on: loop, stop: stop.stream, onOpen: {
+                opened.withLockedValue { $0 = true }
+                await onOpen()
+            }, onAlerts: onAlerts)
+        }
         let closed: WebSocketCloseFrame?
         do {
-            closed = try await withThrowingTaskGroup(of: WebSocketCloseFrame?.self) { group in
-                group.addTask {
-                    try await connect(on: loop, onOpen: {
-                        opened.withLockedValue { $0 = true }
-                        await onOpen()
-                    }, onAlerts: onAlerts)
-                }
-                group.addTask {
-                    // The watchdog: cut short by cancellation (the connection ended, or the
-                    // caller stopped listening). Not opened by then, the loop goes down with
-                    // the connection: an upgrade in progress ignores cancellation.
-                    try? await Task.sleep(for: openTimeout)
-                    if !opened.withLockedValue({ $0 }) {
-                        if !Task.isCancelled { timedOut.withLockedValue { $0 = true } }
-                        try? await loop.shutdownGracefully()
+            closed = try await withTaskCancellationHandler {
+                try await withThrowingTaskGroup(of: WebSocketCloseFrame?.self) { group in
+                    group.addTask { try await connection.value }
+                    group.addTask {
+                        // The watchdog: cut short by cancellation (the connection ended, or
+                        // the caller stopped listening). Not opened by then, the loop goes down
+                        // with the connection: an upgrade in progress ignores cancellation.
+                        try? await Task.sleep(for: openTimeout)
+                        if !opened.withLockedValue({ $0 }) {
+                            if !Task.isCancelled { timedOut.withLockedValue { $0 = true } }
+                            try? await loop.shutdownGracefully()
+                        }
+                        // Opened in time: stay out of the way until the connection ends.
+                        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+                        return nil
                     }
-                    // Opened in time: stay out of the way until the connection ends.
-                    while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
-                    return nil
+                    // The connection's result comes first: the watchdog ends only when cancelled.
+                    let result = try await group.next() ?? nil
+                    group.cancelAll()
+                    return result
                 }
-                // The connection's result comes first: the watchdog ends only when cancelled.
-                let result = try await group.next() ?? nil
-                group.cancelAll()
-                return result
+            } onCancel: {
+                stop.continuation.finish()
             }
         } catch {
             try? await loop.shutdownGracefully()
             if timedOut.withLockedValue({ $0 }) {
                 throw AlertChannelError.connectionFailed(url.absoluteString, "no upgrade within \(openTimeout)")
             }
+            if Task.isCancelled { return }
             throw error
         }
         try? await loop.shutdownGracefully()
@@ -105,7 +117,9 @@ public struct AlertChannel: Sendable {
         }
     }
 
-    private func connect(on loop: MultiThreadedEventLoopGroup, onOpen: @escaping @Sendable () async -> Void,
+    /// One connection. It listens until the server closes the channel or `stop` ends; then
+    /// the handler returns, and swift-websocket closes the channel in this task.
+    private func connect(on loop: MultiThreadedEventLoopGroup, stop: AsyncStream<Void>, onOpen: @escaping @Sendable () async -> Void,
                          onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws -> WebSocketCloseFrame? {
         var logger = Logger(label: "fieldhal.alert-channel")
         logger.logLevel = .critical  // failures are thrown to the caller, which reports them once
@@ -114,16 +128,27 @@ public struct AlertChannel: Sendable {
             return try await WebSocketClient.connect(url: connectURL, configuration: configuration, eventLoopGroup: loop,
                                                      logger: logger) { inbound, outbound, _ in
                 await onOpen()
-                try await withTaskCancellationHandler {
-                    for try await message in inbound.messages(maxSize: Self.maxMessageBytes) {
-                        guard case .text(let text) = message,
-                              let decoded = try? JSONDecoder().decode(AlertChannelMessage.self, from: Data(text.utf8)) else {
-                            throw AlertChannelError.malformedMessage(String(describing: message).prefix(80).description)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for try await message in inbound.messages(maxSize: Self.maxMessageBytes) {
+                            guard case .text(let text) = message,
+                                  let decoded = try? JSONDecoder().decode(AlertChannelMessage.self, from: Data(text.utf8)) else {
+                                throw AlertChannelError.malformedMessage(String(describing: message).prefix(80).description)
+                            }
+                            await onAlerts(decoded)
                         }
-                        await onAlerts(decoded)
                     }
-                } onCancel: {
-                    Task { try? await outbound.close(.goingAway, reason: "kit stopped listening") }
+                    group.addTask {
+                        for await _ in stop {}
+                        // Cancelled, the server's side ended first and swift-websocket says why.
+                        // (A close frame written from a cancelled task is not sent, and the
+                        // close handshake would then wait its whole timeout for the answer.)
+                        if Task.isCancelled { return }
+                        try? await outbound.close(.goingAway, reason: "kit stopped listening")
+                    }
+                    // Whichever ends first, the server's side or the caller's stop, ends both.
+                    try await group.next()
+                    group.cancelAll()
                 }
             }
         } catch let error as AlertChannelError {
@@ -131,7 +156,6 @@ public struct AlertChannel: Sendable {
         } catch let error as WebSocketClientError where error == .webSocketUpgradeFailed {
             throw AlertChannelError.refused(connectURL.redactingSecrets)
         } catch {
-            if Task.isCancelled { return nil }
             throw AlertChannelError.connectionFailed(url.absoluteString, String(describing: error))
         }
     }

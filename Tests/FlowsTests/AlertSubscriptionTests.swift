@@ -172,6 +172,33 @@ struct AlertSubscriptionTests {
         #expect(throws: AlertChannelError.invalidURL("http://x/ws")) { try AlertChannel.validated("http://x/ws") }
         #expect(try AlertChannel.validated("wss://alerts.example/v1/alerts/ws").scheme == "wss")
     }
+    /// A sign-in restarts the alert subscription, so a listening channel is stopped by
+    /// cancellation on every sign-in. Stopping must leave nothing to run on the connection's
+    /// event loop once `listen` has shut it down: SwiftNIO says so on standard error, which
+    /// is the daemon's journal, and a stealth run saw that line after one sign-in and not
+    /// after the other (a cancelled connection used to close itself from detached tasks).
+    @Test func stoppingAChannelLeavesNothingBehindOnItsLoop() async throws {
+        let lab = try await Lab.start()
+        defer { Task { await lab.running.stop() } }
+        let channel = AlertChannel(url: lab.channelURL, tenantKey: "tenant+key/1")
+        let said = try await capturingStandardError {
+            for _ in 0..<200 {
+                let opened = AsyncStream<Void>.makeStream()
+                let listening = Task {
+                    try await channel.listen(onOpen: { opened.continuation.yield() }, onAlerts: { _ in })
+                }
+                var iterator = opened.stream.makeAsyncIterator()
+                await iterator.next()
+                let stopped = ContinuousClock.now
+                listening.cancel()
+                if case .failure(let error) = await listening.result { Issue.record("a stopped channel threw \(error)") }
+                #expect(ContinuousClock.now - stopped < .seconds(3))
+            }
+            try await Task.sleep(for: .milliseconds(500))  // time for anything left over to run
+        }
+        #expect(!said.contains("EventLoop"), "\(said)")
+    }
+
     /// A server that accepts the connection and never answers the upgrade: the channel gives
     /// up within its open timeout (and the subscription polls); a cancel while the upgrade
     /// hangs returns at once. Before, both waited for ever and the kit heard no alerts at all.
@@ -210,6 +237,27 @@ struct AlertSubscriptionTests {
         #expect(fallback != nil, "\(log.lines)")
         #expect(log.lines.first?.contains("no upgrade within") == true, "\(log.lines)")
     }
+}
+
+/// Runs `body` with standard error (the descriptor: C and Swift writers alike) going to
+/// a file, and returns what was written there; it is copied to the real standard error
+/// too, so that nothing another test said meanwhile is lost.
+func capturingStandardError(_ body: () async throws -> Void) async throws -> String {
+    let path = scratchDirectory("stderr")
+    let file = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600)
+    let saved = dup(2)
+    guard file >= 0, saved >= 0 else { throw POSIXError(.EBADF) }
+    dup2(file, 2)
+    close(file)
+    var failure: (any Error)?
+    do { try await body() } catch { failure = error }
+    dup2(saved, 2)
+    close(saved)
+    let said = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    FileHandle.standardError.write(Data(said.utf8))
+    unlink(path)
+    if let failure { throw failure }
+    return said
 }
 
 extension AlertChannel {
