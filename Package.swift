@@ -98,7 +98,8 @@ let package = Package(
                 swiftSettings: strictSwift),
         // External plugins (issue 21): their manifests, the plugin directories, the plugin
         // protocol's host side.
-        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
 
@@ -237,7 +238,8 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "TestSupport"],
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "TestSupport",
+                                                       .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),

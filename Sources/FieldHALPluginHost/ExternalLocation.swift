@@ -1,5 +1,6 @@
 import FieldHAL
 import Foundation
+import Logging
 
 /// Location from an external plugin: the plugin's `gps.watch` stream, shared by every
 /// watcher, and the plugin restarted with backoff when it fails.
@@ -16,6 +17,9 @@ final class ExternalLocation: LocationProvider {
     final class Link: Sendable {
         let manifest: PluginManifest
         let parameters: JSONValue
+        /// Where the supervision is said: a plugin's failures and restarts (the daemon's
+        /// journal). Watchers hear them too, as lost fixes, but only while they watch.
+        let logger: Logger
         let fixes = Broadcaster<Fix>(bufferLimit: 8)
         let last = LockedValue<ReceivedFix?>(nil)
         let session = LockedValue<PluginSession?>(nil)
@@ -29,9 +33,10 @@ final class ExternalLocation: LocationProvider {
         let generation = LockedValue(0)
         let established = LockedValue<Int?>(nil)
 
-        init(manifest: PluginManifest, parameters: JSONValue) {
+        init(manifest: PluginManifest, parameters: JSONValue, logger: Logger) {
             self.manifest = manifest
             self.parameters = parameters
+            self.logger = logger
         }
 
         /// Starts a session, opens the receiver and starts its fix stream. Returns the
@@ -96,21 +101,31 @@ final class ExternalLocation: LocationProvider {
             stream.withLock { $0 = nil }
             guard !closed.value else { return }
             fixes.yield(.lost("\(error)"))
+            var delay = Duration.milliseconds(500)
+            logger.error("\(error) — starting it again in \(Self.seconds(delay))")
             let task = Task { [self] in
-                var delay = Duration.milliseconds(500)
+                var attempts = 0
                 while !Task.isCancelled, !closed.value {
                     try? await Task.sleep(for: delay)
                     guard !Task.isCancelled, !closed.value else { return }
+                    attempts += 1
                     do {
                         _ = try await connect()
+                        logger.notice("plugin \(manifest.name) serves \(Capability.location) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
                         return
                     } catch {
                         fixes.yield(.lost("\(error)"))
                         delay = min(delay * 2, .seconds(30))
+                        logger.warning("\(error) — restart \(attempts) failed; the next in \(Self.seconds(delay))")
                     }
                 }
             }
             restarting.withLock { $0 = task }
+        }
+
+        private static func seconds(_ delay: Duration) -> String {
+            let value = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
+            return value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
         }
 
         func close() async {
@@ -127,8 +142,8 @@ final class ExternalLocation: LocationProvider {
         self.link = link
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters) async throws -> ExternalLocation {
-        let link = Link(manifest: manifest, parameters: JSONValue(parameters.values))
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalLocation {
+        let link = Link(manifest: manifest, parameters: JSONValue(parameters.values), logger: logger)
         let device = try await link.connect()
         return ExternalLocation(deviceName: "\(device) (plugin \(manifest.name))", link: link)
     }
@@ -207,13 +222,14 @@ extension JSONValue {
 
 extension PluginManifest {
     /// The plugin as the registry holds it: the configuration is checked against the
-    /// manifest's parameters, and opening a capability starts the plugin.
-    public var descriptor: PluginDescriptor {
+    /// manifest's parameters, and opening a capability starts the plugin. Its failures and
+    /// restarts go to `logger`.
+    public func descriptor(logger: Logger = Logger(label: "fieldhal.plugins")) -> PluginDescriptor {
         let manifest = self
         return PluginDescriptor(name: name, summary: summary, capabilities: parameterSpecs) { capability, parameters, _ in
             switch capability {
             case .location:
-                return .location(try await ExternalLocation.open(manifest, parameters))
+                return .location(try await ExternalLocation.open(manifest, parameters, logger: logger))
             default:
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
                                     detail: "this FieldHAL serves gps from external plugins; \(capability) through the plugin protocol is not built yet",
@@ -225,10 +241,12 @@ extension PluginManifest {
 
 extension PluginRegistry {
     /// The built-in plugins and the external ones the plugin directories hold (the first of
-    /// a name; never one named like a built-in), and what the search found wrong.
-    public static func adding(externalPluginsTo builtIn: PluginRegistry,
-                              directories: [String] = PluginDirectories.searched()) -> (PluginRegistry, PluginDirectories.Discovery) {
+    /// a name; never one named like a built-in), and what the search found wrong. External
+    /// plugins' failures and restarts go to `logger` (the process's logging system's, made
+    /// now: the daemon sets its journal up before).
+    public static func adding(externalPluginsTo builtIn: PluginRegistry, directories: [String] = PluginDirectories.searched(),
+                              logger: Logger = Logger(label: "fieldhal.plugins")) -> (PluginRegistry, PluginDirectories.Discovery) {
         let discovery = PluginDirectories.discover(in: directories, builtIn: Set(builtIn.all.map(\.name)))
-        return (PluginRegistry(builtIn.all + discovery.plugins.map(\.descriptor)), discovery)
+        return (PluginRegistry(builtIn.all + discovery.plugins.map { $0.descriptor(logger: logger) }), discovery)
     }
 }

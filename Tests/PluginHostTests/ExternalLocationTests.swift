@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALPluginHost
 import Foundation
+import Logging
 import TestSupport
 import Testing
 
@@ -11,10 +12,11 @@ import Testing
         let fixtures: PluginFixtures
     }
 
-    func load(_ mode: String, section: String = "device = \"/dev/ttyFIXTURE\"") async throws -> Loaded {
+    func load(_ mode: String, section: String = "device = \"/dev/ttyFIXTURE\"", log: CapturedLog = CapturedLog()) async throws -> Loaded {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("probe", mode: mode)
-        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
+        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root],
+                                                          logger: log.logger)
         #expect(discovery.problems.isEmpty)
         let configuration = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\n\(section)\n", file: "kit.toml",
                                                        directory: fixtures.root, registry: registry)
@@ -65,7 +67,8 @@ import Testing
     }
 
     @Test func aCrashedPluginIsALostSourceThenComesBack() async throws {
-        let loaded = try await load("die-after-fixes")
+        let log = CapturedLog()
+        let loaded = try await load("die-after-fixes", log: log)
         let location = try loaded.kit.location()
         var lost: Fix?
         var after = 0
@@ -80,6 +83,12 @@ import Testing
         #expect(problem.contains("exit status 3"), "\(problem)")
         #expect(problem.contains("receiver fell over"), "the stderr's tail: \(problem)")
         #expect(ContinuousClock.now - start < .seconds(10), "restarted within the first backoff steps")
+        // The supervision is said where the daemon keeps its journal, watched or not.
+        let said = log.lines
+        let failed = try #require(said.first { $0.hasPrefix("error ") }, "\(said)")
+        #expect(failed.contains("plugin probe") && failed.contains("exit status 3") && failed.hasSuffix("starting it again in 0.5 s"),
+                "\(failed)")
+        #expect(said.contains { $0.hasPrefix("notice plugin probe serves gps again") }, "\(said)")
         await loaded.kit.close()
         #expect(try await settled(loaded.fixtures).isEmpty)
     }
@@ -193,5 +202,29 @@ import Testing
         try await Task.sleep(for: .seconds(2))
         let later = try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
         #expect(later == stopped, "no restart after the kit is closed")
+    }
+}
+
+/// Log lines as "level message", kept for a test to read.
+final class CapturedLog: Sendable {
+    private let kept = LockedValue<[String]>([])
+    var lines: [String] { kept.value }
+
+    var logger: Logger {
+        Logger(label: "test.plugins") { [kept] _ in Handler(kept: kept) }
+    }
+
+    struct Handler: LogHandler {
+        let kept: LockedValue<[String]>
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            kept.withLock { $0.append("\(event.level) \(event.message)") }
+        }
     }
 }
