@@ -39,6 +39,8 @@ let package = Package(
         .library(name: "FieldHALAPI", targets: ["FieldHALAPI"]),
         .library(name: "FieldHALServer", targets: ["FieldHALServer"]),
         .library(name: "FieldHALClient", targets: ["FieldHALClient"]),
+        // A plugin executable in Swift: serves any PluginDescriptor over the plugin protocol.
+        .library(name: "FieldHALPluginSDK", targets: ["FieldHALPluginSDK"]),
     ],
     traits: [
         .trait(name: "NFC", description: "NFC reader and tag emulation through libnfc (libnfc-dev)"),
@@ -98,7 +100,10 @@ let package = Package(
                 swiftSettings: strictSwift),
         // External plugins (issue 21): their manifests, the plugin directories, the plugin
         // protocol's host side.
-        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", .product(name: "Logging", package: "swift-log")],
+        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALPluginProtocol",
+                                                           .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
@@ -223,7 +228,7 @@ let package = Package(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "CMalloc",
+                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -243,7 +248,7 @@ let package = Package(
                     exclude: ["fixture-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
-        .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "TestSupport"],
+        .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALPluginProtocol
 import Foundation
 import Logging
 
@@ -75,7 +76,7 @@ final class ExternalLocation: LocationProvider {
             switch method {
             case "gps.fix":
                 do {
-                    let fix = try ExternalLocation.fix(from: parameters["fix"] ?? .null, plugin: manifest.name)
+                    let fix = try PluginProtocol.fix(from: parameters["fix"] ?? .null, plugin: manifest.name)
                     if fix.hasPosition { last.withLock { $0 = ReceivedFix(fix: fix) } }
                     fixes.yield(fix)
                 } catch {
@@ -158,66 +159,6 @@ final class ExternalLocation: LocationProvider {
     func lastKnownFix() async -> ReceivedFix? { link.last.value }
 
     func close() async { await link.close() }
-
-    /// A fix as the protocol carries it (the API's `Fix`: `mode`, degrees, metres, an ISO
-    /// 8601 `time`), checked: a plugin's nonsense is its error, never the kit's position.
-    static func fix(from value: JSONValue, plugin: String) throws(FieldHALError) -> Fix {
-        func wrong(_ detail: String) -> FieldHALError {
-            FieldHALError(.protocolError, subject: "plugin \(plugin)", detail: "sent a gps.fix " + detail,
-                          advice: "docs/plugin-protocol.md gives a fix's fields")
-        }
-        guard let object = value.object else { throw wrong("that is not an object") }
-        guard let modeName = object["mode"]?.string, let mode = FixMode(rawValue: modeName) else {
-            throw wrong("without a mode of no-fix, 2d or 3d")
-        }
-        guard let timeText = object["time"]?.string, let time = Self.date(timeText) else {
-            throw wrong("without an ISO 8601 time")
-        }
-        func number(_ key: String, _ range: ClosedRange<Double>? = nil) throws(FieldHALError) -> Double? {
-            guard let field = object[key], field != .null else { return nil }
-            let value: Double
-            switch field {
-            case .integer(let whole): value = Double(whole)
-            case .number(let real): value = real
-            default: throw wrong("whose \(key) is not a number")
-            }
-            guard value.isFinite, range.map({ $0.contains(value) }) ?? true else { throw wrong("whose \(key) is out of range: \(value)") }
-            return value
-        }
-        var fix = Fix(mode: mode, latitude: try number("latitude", -90...90), longitude: try number("longitude", -180...180),
-                      altitude: try number("altitude"), horizontalAccuracy: try number("horizontalAccuracy", 0...1e7),
-                      verticalAccuracy: try number("verticalAccuracy", 0...1e7), speed: try number("speed", 0...1e4),
-                      course: try number("course", 0...360), time: time)
-        if let satellites = object["satellitesUsed"]?.integer, satellites >= 0, satellites < 1000 { fix.satellitesUsed = Int(satellites) }
-        if let problem = object["sourceProblem"]?.string { fix.sourceProblem = "plugin \(plugin): \(problem)" }
-        if mode >= .twoD && (fix.latitude == nil || fix.longitude == nil) { throw wrong("of mode \(modeName) without a position") }
-        return fix
-    }
-
-    private static func date(_ text: String) -> Date? {
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text) ?? ISO8601DateFormatter().date(from: text)
-    }
-}
-
-extension JSONValue {
-    /// A configuration section's values, as the plugin receives them in `open`.
-    init(_ values: [String: ConfigValue]) {
-        self = .object(values.mapValues(JSONValue.init))
-    }
-
-    init(_ value: ConfigValue) {
-        switch value {
-        case .string(let text): self = .string(text)
-        case .integer(let number): self = .integer(Int64(number))
-        case .float(let number): self = number.isFinite ? .number(number) : .null
-        case .boolean(let flag): self = .bool(flag)
-        case .array(let items): self = .array(items.map(JSONValue.init))
-        case .table(let table): self = .object(table.mapValues(JSONValue.init))
-        case .dateTime(let text): self = .string(text)
-        }
-    }
 }
 
 extension PluginManifest {

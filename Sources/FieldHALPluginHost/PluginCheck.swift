@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALPluginProtocol
 import Foundation
 
 /// `fieldhal plugin check`: a manifest read and checked, the plugin started, the handshake

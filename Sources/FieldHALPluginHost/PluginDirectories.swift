@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALPluginProtocol
 import Foundation
 
 /// Where external plugins are found, and what is found there.

@@ -1,4 +1,6 @@
 import FieldHAL
+// The protocol's values (JSONValue, versions) are part of the host's API.
+@_exported import FieldHALPluginProtocol
 import Foundation
 
 /// What an external plugin says about itself in its `plugin.json`, before anything runs:
@@ -47,7 +49,7 @@ public struct PluginManifest: Sendable, Equatable {
     /// and the field, and saying what to write instead.
     public static func load(_ path: String) throws(FieldHALError) -> PluginManifest {
         // Absolute, so that the executable it names is found from any working directory.
-        let file = path.hasPrefix("/") ? path : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path)
+        let file = ((path.hasPrefix("/") ? path : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path)) as NSString).standardizingPath
         let data: Data
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: file))
@@ -199,5 +201,37 @@ private struct FieldReader {
             result.append(.init(name: name, type: type, required: required, help: help, fields: fields))
         }
         return result
+    }
+}
+
+extension PluginManifest {
+    /// A manifest's JSON for a plugin described in Swift (`fieldhal plugin manifest`): the
+    /// descriptor's capabilities and parameters, the executable that serves it (relative to
+    /// the manifest's directory, or absolute). `load` reads back what this writes.
+    public static func json(for descriptor: PluginDescriptor, name: String, version: String, executable: String) -> JSONValue {
+        func parameter(_ spec: ParameterSpec) -> JSONValue {
+            var entry: [String: JSONValue] = ["name": .string(spec.name), "help": .string(spec.help)]
+            switch spec.type {
+            case .string: entry["type"] = .string("string")
+            case .integer: entry["type"] = .string("integer")
+            case .number: entry["type"] = .string("number")
+            case .boolean: entry["type"] = .string("boolean")
+            case .strings: entry["type"] = .string("strings")
+            case .records(let fields):
+                entry["type"] = .string("records")
+                entry["fields"] = .array(fields.map(parameter))
+            }
+            if spec.isRequired { entry["required"] = .bool(true) }
+            return .object(entry)
+        }
+        let capabilities = descriptor.capabilities.map { capability, specs in
+            (capability.rawValue, JSONValue.object(["parameters": .array(specs.map(parameter))]))
+        }
+        return .object([
+            "name": .string(name), "version": .string(version), "summary": .string(descriptor.summary),
+            "protocol": .object(["major": .integer(Int64(PluginProtocol.version.major)), "minor": .integer(Int64(PluginProtocol.version.minor))]),
+            "executable": .string(executable),
+            "capabilities": .object(Dictionary(uniqueKeysWithValues: capabilities)),
+        ])
     }
 }

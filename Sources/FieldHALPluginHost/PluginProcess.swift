@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALPluginProtocol
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -70,7 +71,7 @@ public final class PluginProcess {
         let deadline = ContinuousClock.now + timeout
         let identifier = nextIdentifier
         nextIdentifier += 1
-        try sendAll(Self.request(identifier, method, parameters), deadline: deadline, doing: method, timeout: timeout)
+        try sendAll(PluginProtocol.request(identifier, method, parameters), deadline: deadline, doing: method, timeout: timeout)
         while true {
             switch try next(until: deadline, doing: method) {
             case .message(let message):
@@ -91,7 +92,7 @@ public final class PluginProcess {
 
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) throws(FieldHALError) {
-        try sendAll(Self.notification(method, parameters), deadline: .now + timeout, doing: method, timeout: timeout)
+        try sendAll(PluginProtocol.notification(method, parameters), deadline: .now + timeout, doing: method, timeout: timeout)
     }
 
     /// `shutdown`, then `exit`, then up to `grace` for the process to end; killed after that
@@ -120,21 +121,6 @@ public final class PluginProcess {
     }
 
     // MARK: - Messages
-
-    public static func request(_ identifier: Int64, _ method: String, _ parameters: JSONValue) -> [UInt8] {
-        encode(.object(["jsonrpc": .string("2.0"), "id": .integer(identifier), "method": .string(method), "params": parameters]))
-    }
-
-    public static func notification(_ method: String, _ parameters: JSONValue) -> [UInt8] {
-        encode(.object(["jsonrpc": .string("2.0"), "method": .string(method), "params": parameters]))
-    }
-
-    private static func encode(_ message: JSONValue) -> [UInt8] {
-        // A JSONValue always encodes (no non-finite numbers reach one from a plugin or a host).
-        var bytes = (try? Array(JSONEncoder().encode(message))) ?? Array(#"{"jsonrpc":"2.0"}"#.utf8)
-        bytes.append(10)
-        return bytes
-    }
 
     /// A response's result, or its error as a `FieldHALError`.
     public func result(of message: JSONValue, method: String) throws(FieldHALError) -> JSONValue {
@@ -192,8 +178,7 @@ public final class PluginProcess {
                 let line = Array(received[..<newline])
                 received.removeSubrange(...newline)
                 if line.allSatisfy({ $0 == 32 || $0 == 13 || $0 == 9 }) { continue }
-                guard let message = try? JSONDecoder().decode(JSONValue.self, from: Data(line)), message.object != nil,
-                      message["jsonrpc"] == .string("2.0") else {
+                guard let message = PluginProtocol.message(line) else {
                     let quoted = String(decoding: line.prefix(80), as: UTF8.self)
                     throw failure(.protocolError, "sent something that is not a JSON-RPC 2.0 message during \(method): \"\(quoted)\"")
                 }

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALPluginProtocol
 import Foundation
 import Synchronization
 
@@ -85,7 +86,7 @@ public final class PluginSession: Sendable {
                     if state.stopping { return .cancelled("plugin \(manifest.name)") }
                     state.pending[identifier] = Pending(continuation: continuation, method: method, timeout: timeout,
                                                         deadline: .now + timeout)
-                    state.outgoing += PluginProcess.request(identifier, method, parameters)
+                    state.outgoing += PluginProtocol.request(identifier, method, parameters)
                     return nil
                 }
                 if let refused { continuation.resume(throwing: refused) } else { wakeup.signal() }
@@ -94,7 +95,7 @@ public final class PluginSession: Sendable {
             let waiting = state.withLock { state -> Pending? in
                 guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
                 if state.ended == nil && !state.stopping {
-                    state.outgoing += PluginProcess.notification("$/cancel", .object(["id": .integer(identifier)]))
+                    state.outgoing += PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))
                 }
                 return pending
             }
@@ -107,7 +108,7 @@ public final class PluginSession: Sendable {
     public func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
         state.withLock { state in
             guard state.ended == nil, !state.stopping else { return }
-            state.outgoing += PluginProcess.notification(method, parameters)
+            state.outgoing += PluginProtocol.notification(method, parameters)
         }
         wakeup.signal()
     }

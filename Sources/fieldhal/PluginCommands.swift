@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALCommandLine
 import FieldHALPluginHost
+import FieldHALPluginSDK
 import FieldHALPlugins
 import Foundation
 
@@ -80,8 +81,9 @@ struct PluginsCommand: AsyncParsableCommand {
 
 /// `fieldhal plugin check PATH`.
 struct PluginCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "plugin", abstract: "Check external plugins.",
-                                                    subcommands: [Check.self])
+    static let configuration = CommandConfiguration(commandName: "plugin",
+                                                    abstract: "Check external plugins; run a built-in one as an external plugin process.",
+                                                    subcommands: [Check.self, Manifest.self, Serve.self])
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -144,6 +146,67 @@ struct PluginCommand: AsyncParsableCommand {
                 Output.failure(error.description)
                 throw ExitCode(error.kind == .protocolError || error.kind == .unsupported ? 65 : ExitStatus.code(error.kind))
             }
+        }
+    }
+
+    /// The name a built-in plugin takes when run out of process: a built-in's own name is
+    /// never taken by an external plugin.
+    static func externalName(of plugin: String) -> String { "\(plugin)-process" }
+
+    static func builtIn(_ plugin: String) throws -> PluginDescriptor {
+        guard let descriptor = BuiltinPlugins.registry.plugin(named: plugin) else {
+            let names = BuiltinPlugins.registry.all.map(\.name).sorted().joined(separator: ", ")
+            Output.failure("no built-in plugin \(plugin) in this build; the built-in plugins are \(names)")
+            throw ExitCode(64)
+        }
+        return descriptor
+    }
+
+    struct Manifest: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the plugin.json that runs a built-in plugin out of process.",
+            discussion: """
+            A built-in plugin runs as an external plugin process (its own process, restarted \
+            when it fails, the daemon unharmed) through `fieldhal plugin serve`. Put this \
+            manifest in a plugin directory with an executable that runs \
+            `fieldhal plugin serve PLUGIN --name NAME`, and name NAME in the configuration. \
+            docs/plugins.md shows it start to finish.
+            """)
+        @Argument(help: "The built-in plugin (fieldhal plugins lists them).") var plugin: String
+        @Option(help: "The external plugin's name (default: PLUGIN-process).") var name: String?
+        @Option(help: "The executable the manifest names, relative to its directory.") var executable = "run"
+
+        func run() async throws {
+            let descriptor = try PluginCommand.builtIn(plugin)
+            let manifest = PluginManifest.json(for: descriptor, name: name ?? PluginCommand.externalName(of: plugin),
+                                               version: FieldHALVersion.current, executable: executable)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(manifest), as: UTF8.self))
+        }
+    }
+
+    struct Serve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Serve a built-in plugin over the plugin protocol on standard input and output.",
+            discussion: """
+            What an external plugin's executable runs to serve a built-in plugin out of \
+            process (see `fieldhal plugin manifest`). It speaks JSON-RPC on standard input \
+            and output (docs/plugin-protocol.md) and is started by FieldHAL, not by hand. \
+            Exit status 0 after the host's `exit` or the end of the input; 1 when the host \
+            sent something that is not the protocol.
+            """)
+        @Argument(help: "The built-in plugin (fieldhal plugins lists them).") var plugin: String
+        @Option(help: "The name to answer the handshake with: the manifest's (default: PLUGIN-process).") var name: String?
+
+        func run() async throws {
+            let descriptor = try PluginCommand.builtIn(plugin)
+            if isatty(0) != 0 {
+                FileHandle.standardError.write(Data("fieldhal plugin serve: speaks the plugin protocol (JSON-RPC lines) on this terminal; FieldHAL starts it from a manifest (fieldhal plugin manifest \(plugin))\n".utf8))
+            }
+            let status = await PluginServer(descriptor, name: name ?? PluginCommand.externalName(of: plugin),
+                                            version: FieldHALVersion.current).serve()
+            if status != 0 { throw ExitCode(status) }
         }
     }
 }

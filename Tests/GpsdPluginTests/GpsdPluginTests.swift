@@ -1,18 +1,31 @@
 #if GPS
 import FieldHAL
+import FieldHALPluginHost
 import Foundation
 import GpsdPlugin
 import TestSupport
 import Testing
 
 /// The gpsd plugin against a real gpsd (started by gpsfake) replaying logs that
-/// Logs/make-logs.py wrote; every expected value below is read from those logs.
+/// Logs/make-logs.py wrote; every expected value below is read from those logs. Every test
+/// runs both ways: in process, and out of process as an external plugin (`fieldhal plugin
+/// serve gpsd` behind a manifest, through the plugin protocol), which is what proves the
+/// protocol carries everything the backend says.
 @Suite(.serialized, .timeLimit(.minutes(2)))
 struct GpsdPluginTests {
     static let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
 
-    func open(port: Int, _ extra: [String: ConfigValue] = [:]) async throws -> any LocationProvider {
-        let descriptor = try #require(GpsdPlugin.descriptor)
+    enum Way: String, CaseIterable, CustomTestStringConvertible {
+        case inProcess = "in process"
+        case outOfProcess = "out of process"
+        var testDescription: String { rawValue }
+    }
+
+    func open(port: Int, _ extra: [String: ConfigValue] = [:], way: Way) async throws -> any LocationProvider {
+        var descriptor = try #require(GpsdPlugin.descriptor)
+        if way == .outOfProcess {
+            descriptor = try PluginManifest.load(try await ExternalBuiltin.install("gpsd", as: "gpsd-process")).descriptor()
+        }
         var values: [String: ConfigValue] = ["port": .integer(port)]
         values.merge(extra) { $1 }
         guard case .location(let provider) = try await descriptor.open(.location, PluginParameters(values), Self.context) else {
@@ -42,10 +55,10 @@ struct GpsdPluginTests {
 
     // MARK: - Values, against the logs
 
-    @Test func moving3DFixReportsWhatTheReceiverSent() async throws {
+    @Test(arguments: Way.allCases) func moving3DFixReportsWhatTheReceiverSent(way: Way) async throws {
         let gpsd = try await startGpsd("moving-3d.nmea")
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
         defer { Task { await gps.close() } }
 
         // The log loops; gather one fix for each of its ten seconds.
@@ -67,10 +80,10 @@ struct GpsdPluginTests {
         }
     }
 
-    @Test func twoDimensionalFixHasNoAltitude() async throws {
+    @Test(arguments: Way.allCases) func twoDimensionalFixHasNoAltitude(way: Way) async throws {
         let gpsd = try await startGpsd("fix-2d.nmea")
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
         defer { Task { await gps.close() } }
 
         let fixes = try await collect(gps) { $0.contains { $0.time == Self.logDate.addingTimeInterval(5) } }
@@ -89,10 +102,10 @@ struct GpsdPluginTests {
         }
     }
 
-    @Test func receiverWithoutFixReportsNoFixAndCurrentFixFailsInTime() async throws {
+    @Test(arguments: Way.allCases) func receiverWithoutFixReportsNoFixAndCurrentFixFailsInTime(way: Way) async throws {
         let gpsd = try await startGpsd("no-fix.nmea")
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
         defer { Task { await gps.close() } }
 
         let fixes = try await collect(gps) { $0.count >= 5 }
@@ -101,16 +114,17 @@ struct GpsdPluginTests {
         let start = ContinuousClock.now
         await #expect { try await gps.currentFix(FixRequest(timeout: .seconds(1.5))) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
-            return error.kind == .noFix && error.subject == "gps gpsd localhost:\(gpsd.port)"
+            // Out of process the host names the plugin after the device the plugin named.
+            return error.kind == .noFix && error.subject == "gps gpsd localhost:\(gpsd.port)" + (way == .outOfProcess ? " (plugin gpsd-process)" : "")
         }
         #expect(ContinuousClock.now - start < .seconds(4))
         #expect(await gps.lastKnownFix() == nil)
     }
 
-    @Test func fixGainedLateIsReportedLive() async throws {
+    @Test(arguments: Way.allCases) func fixGainedLateIsReportedLive(way: Way) async throws {
         let gpsd = try await startGpsd("late-fix.nmea", cycle: 0.05)
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
         defer { Task { await gps.close() } }
 
         // The receiver reports no fix, then gains one: watch sees the change.
@@ -129,11 +143,11 @@ struct GpsdPluginTests {
         #expect(abs(try #require(reading.fix.longitude) - 11.5167) < 1e-7)
     }
 
-    @Test func lastFixIsCachedWhenTheReceiverGoes() async throws {
+    @Test(arguments: Way.allCases) func lastFixIsCachedWhenTheReceiverGoes(way: Way) async throws {
         // Played once: gpsd then reports the receiver gone.
         let gpsd = try await startGpsd("moving-3d.nmea", once: true, cycle: 0.05)
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
         defer { Task { await gps.close() } }
 
         let fixes = try await collect(gps) { $0.last?.sourceProblem != nil }
@@ -151,11 +165,11 @@ struct GpsdPluginTests {
 
     // MARK: - Faults
 
-    @Test func gpsdKilledMidWatchIsReportedAndRecovered() async throws {
+    @Test(arguments: Way.allCases) func gpsdKilledMidWatchIsReportedAndRecovered(way: Way) async throws {
         var gpsd = try await startGpsd("moving-3d.nmea", cycle: 0.02)
         defer { gpsd.kill() }
         let port = gpsd.port
-        let gps = try await open(port: port, ["reconnect_max_ms": .integer(500)])
+        let gps = try await open(port: port, ["reconnect_max_ms": .integer(500)], way: way)
         defer { Task { await gps.close() } }
 
         let events = LockedValue<[(ContinuousClock.Instant, Fix)]>([])
@@ -178,22 +192,22 @@ struct GpsdPluginTests {
         #expect(!watcher.isCancelled, "the same watch carried on across the restart")
     }
 
-    @Test func gpsdNotRunningFailsOpenWithAdvice() async throws {
+    @Test(arguments: Way.allCases) func gpsdNotRunningFailsOpenWithAdvice(way: Way) async throws {
         let port = try GPSFake.freePort()
-        await #expect { try await open(port: port) } throws: { error in
+        await #expect { try await open(port: port, way: way) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .unavailable && error.detail.contains("cannot connect to gpsd")
                 && error.advice?.contains("start gpsd") == true
         }
     }
 
-    @Test(arguments: ["garbage-lines", "endless-line"])
-    func garbageFromThePeerIsALostSourceNotACrash(behaviour: String) async throws {
+    @Test(arguments: ["garbage-lines", "endless-line"], Way.allCases)
+    func garbageFromThePeerIsALostSourceNotACrash(behaviour: String, way: Way) async throws {
         let port = try GPSFake.freePort()
         let peer = try ScriptPeer(script: GPSFake.logPath("hostile-gpsd.py"), arguments: [String(port), behaviour])
         defer { peer.stop() }
         try await waitFor(timeout: .seconds(10)) { GPSFake.canConnect(port: port) }
-        let gps = try await open(port: port, ["silence_timeout_ms": .integer(1000)])
+        let gps = try await open(port: port, ["silence_timeout_ms": .integer(1000)], way: way)
         defer { Task { await gps.close() } }
 
         let start = ContinuousClock.now
@@ -204,10 +218,10 @@ struct GpsdPluginTests {
 
     // MARK: - Cancellation and closing
 
-    @Test func cancelledWatchEndsAndCloseReturnsPromptly() async throws {
+    @Test(arguments: Way.allCases) func cancelledWatchEndsAndCloseReturnsPromptly(way: Way) async throws {
         let gpsd = try await startGpsd("no-fix.nmea", cycle: 0.2)
         defer { gpsd.kill() }
-        let gps = try await open(port: gpsd.port)
+        let gps = try await open(port: gpsd.port, way: way)
 
         let watcher = Task {
             var count = 0
@@ -229,8 +243,8 @@ struct GpsdPluginTests {
         #expect(afterClose == 0)
     }
 
-    @Test func badSettingsAreRejected() async throws {
-        await #expect { try await open(port: 70000) } throws: {
+    @Test(arguments: Way.allCases) func badSettingsAreRejected(way: Way) async throws {
+        await #expect { try await open(port: 70000, way: way) } throws: {
             ($0 as? FieldHALError)?.kind == .invalidArgument && "\($0)".contains("port")
         }
     }

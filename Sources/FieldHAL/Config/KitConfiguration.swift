@@ -237,3 +237,15 @@ func errnoDescription(of error: any Error) -> String {
     }
     return nsError.localizedDescription
 }
+
+extension PluginParameters {
+    /// Values checked against `specs` as a configuration file's section is (types, required
+    /// keys, no unknown keys), for values that reach a plugin another way: an external
+    /// plugin's `open` checks its parameters again, since its manifest may disagree with it.
+    /// `section` names them in errors (`gps`), `source` says where they came from.
+    public static func checked(_ values: [String: ConfigValue], against specs: [ParameterSpec], section: String,
+                               source: String) throws(ConfigError) -> PluginParameters {
+        let checker = Checker(file: source, locator: TOMLKeyLocator(source: ""))
+        return PluginParameters(try checker.check(values, against: specs, at: [section]))
+    }
+}

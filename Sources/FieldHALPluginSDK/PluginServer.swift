@@ -1,0 +1,284 @@
+import FieldHAL
+import FieldHALPluginProtocol
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Serves one `PluginDescriptor` as an external plugin process: the plugin side of
+/// docs/plugin-protocol.md, on standard input and output.
+///
+/// A plugin executable in Swift is this, with its descriptor:
+///
+/// ```swift
+/// let status = await PluginServer(MyPlugin.descriptor, version: "1.0.0").serve()
+/// exit(status)
+/// ```
+///
+/// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
+/// section's parameters (checked against the descriptor's specs here too), location
+/// (`gps.watch`, `gps.fix`, `gps.lost`), `$/cancel`, `shutdown` and `exit`, and the end of
+/// standard input. A failed request answers with the `FieldHALError` in `data`, so the host
+/// reports the same typed error, advice and all. Other capabilities' methods are not in the
+/// protocol yet: their `open` answers `unsupported`.
+///
+/// Threads: standard input is read, and messages are written, on threads of their own
+/// (`DeviceThread`), never on Swift's cooperative pool; fixes are written from wherever the
+/// provider hands them over.
+public final class PluginServer: Sendable {
+    public let descriptor: PluginDescriptor
+    /// The name the plugin says in `initialize`: its manifest's name.
+    public let name: String
+    public let version: String
+    private let input: Int32
+    private let output: Int32
+    private let writer = DeviceThread(name: "plugin output")
+    private let state = LockedValue(State())
+
+    private struct State {
+        var opened: CapabilityProvider?
+        /// Running requests (for `$/cancel`) and streams, by the request's id.
+        var requests: [Int64: Task<Void, Never>] = [:]
+        var streams: [Int64: Subscription] = [:]
+        var outputBroken = false
+    }
+
+    /// `name` defaults to the descriptor's; `input` and `output` to standard input and output.
+    public init(_ descriptor: PluginDescriptor, name: String? = nil, version: String, input: Int32 = 0, output: Int32 = 1) {
+        self.descriptor = descriptor
+        self.name = name ?? descriptor.name
+        self.version = version
+        self.input = input
+        self.output = output
+    }
+
+    /// Serves until `exit` or the end of the input; returns the process's exit status
+    /// (0, or 1 when the host sent something that is not the protocol).
+    public func serve() async -> Int32 {
+        let messages = AsyncStream<LineReader.Line>.makeStream()
+        let reader = DeviceThread(name: "plugin input")
+        reader.submit { [input] in
+            var lines = LineReader(descriptor: input, limit: PluginProtocol.maximumMessage)
+            while let line = lines.next() {
+                messages.continuation.yield(line)
+                if case .tooLong = line { break }
+            }
+            messages.continuation.finish()
+        }
+        defer { reader.stop() }
+        var status: Int32 = 0
+        reading: for await line in messages.stream {
+            switch line {
+            case .tooLong:
+                FileHandle.standardError.write(Data("\(name): a message over \(PluginProtocol.maximumMessage) bytes from the host\n".utf8))
+                status = 1
+                break reading
+            case .text(let bytes):
+                guard let message = PluginProtocol.message(bytes) else {
+                    FileHandle.standardError.write(Data("\(name): the host sent something that is not JSON-RPC 2.0\n".utf8))
+                    status = 1
+                    break reading
+                }
+                if await handle(message) == .exit { break reading }
+            }
+        }
+        await shutDown()
+        writer.stop()
+        return status
+    }
+
+    private enum Next { case goOn, exit }
+
+    private func handle(_ message: JSONValue) async -> Next {
+        guard let method = message["method"]?.string else { return .goOn }  // a response: the host asks, it never answers
+        let parameters = message["params"] ?? .object([:])
+        guard let id = message["id"], id != .null else {
+            switch method {
+            case "exit": return .exit
+            case "$/cancel":
+                if let cancelled = parameters["id"]?.integer { cancel(cancelled) }
+            default: break  // notifications not known are ignored
+            }
+            return .goOn
+        }
+        switch method {
+        case "initialize":
+            let capabilities = descriptor.capabilities.keys.sorted().map { JSONValue.string($0.rawValue) }
+            send(PluginProtocol.response(id, result: .object([
+                "name": .string(name), "version": .string(version),
+                "protocol": .object(["major": .integer(Int64(PluginProtocol.version.major)),
+                                     "minor": .integer(Int64(PluginProtocol.version.minor))]),
+                "capabilities": .array(capabilities)])))
+        case "open":
+            track(id) { [self] in await open(id, parameters) }
+        case "gps.watch":
+            watchLocation(id)
+        case "shutdown":
+            await shutDown()
+            send(PluginProtocol.response(id, result: .null))
+        default:
+            send(PluginProtocol.response(id, code: -32601, message: "method not found: \(method)"))
+        }
+        return .goOn
+    }
+
+    /// Runs a request in a task of its own, so that `$/cancel` can reach it and the input
+    /// is read on meanwhile.
+    private func track(_ id: JSONValue, _ work: @escaping @Sendable () async -> Void) {
+        guard let number = id.integer else {
+            Task { await work() }
+            return
+        }
+        let task = Task { [state] in
+            await work()
+            state.withLock { _ = $0.requests.removeValue(forKey: number) }
+        }
+        state.withLock { $0.requests[number] = task }
+    }
+
+    private func cancel(_ id: Int64) {
+        let (task, stream) = state.withLock { ($0.requests.removeValue(forKey: id), $0.streams.removeValue(forKey: id)) }
+        task?.cancel()
+        stream?.cancel()
+    }
+
+    private func open(_ id: JSONValue, _ parameters: JSONValue) async {
+        do throws(FieldHALError) {
+            guard let capabilityName = parameters["capability"]?.string, let capability = Capability(rawValue: capabilityName) else {
+                throw FieldHALError(.invalidArgument, subject: name, detail: "open without a capability this plugin knows")
+            }
+            guard let specs = descriptor.capabilities[capability] else {
+                throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
+            }
+            guard capability == .location else {
+                throw FieldHALError(.unsupported, subject: "\(capability) plugin \(name)",
+                                    detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
+                                    advice: "use the built-in plugin in process")
+            }
+            guard state.withLock({ $0.opened == nil }) else {
+                throw FieldHALError(.busy, subject: name, detail: "already open: one process serves one capability")
+            }
+            // The host checked the section against the manifest; the plugin checks again,
+            // since a manifest and its executable can disagree.
+            let values = (parameters["parameters"]?.object ?? [:]).compactMapValues(ConfigValue.init)
+            let checked: PluginParameters
+            do {
+                checked = try PluginParameters.checked(values, against: specs, section: capability.rawValue, source: "open from the host")
+            } catch {
+                throw FieldHALError(.invalidArgument, subject: "plugin \(name)", detail: "\(error)",
+                                    advice: "the plugin's manifest and its executable disagree on [\(capability)]'s parameters")
+            }
+            let provider: CapabilityProvider
+            do {
+                provider = try await descriptor.open(capability, checked,
+                                                     PluginContext(configDirectory: FileManager.default.currentDirectoryPath,
+                                                                   stateDirectory: FileManager.default.currentDirectoryPath))
+            } catch let error as FieldHALError {
+                throw error
+            } catch {
+                throw FieldHALError(.unavailable, subject: name, detail: "\(error)")
+            }
+            if Task.isCancelled {
+                await provider.device.close()
+                throw FieldHALError.cancelled(name)
+            }
+            state.withLock { $0.opened = provider }
+            send(PluginProtocol.response(id, result: .object(["device": .string(provider.device.deviceName)])))
+        } catch {
+            send(PluginProtocol.response(id, error: error))
+        }
+    }
+
+    /// `gps.watch`: the stream's number is the request's id; every fix the provider hands
+    /// over is a `gps.fix`, a source it lost a `gps.lost`.
+    private func watchLocation(_ id: JSONValue) {
+        guard case .location(let location)? = state.value.opened, let number = id.integer else {
+            send(PluginProtocol.response(id, error: FieldHALError(.notConfigured, subject: name, detail: "gps.watch before gps is open")))
+            return
+        }
+        send(PluginProtocol.response(id, result: .object(["stream": .integer(number)])))
+        let subscription = location.follow({ [self] fix in
+            if fix.mode == .noFix, let problem = fix.sourceProblem {
+                send(PluginProtocol.notification("gps.lost", .object(["stream": .integer(number), "reason": .string(problem)])))
+            } else {
+                send(PluginProtocol.notification("gps.fix", .object(["stream": .integer(number), "fix": PluginProtocol.value(of: fix)])))
+            }
+        }, end: { [self] error in
+            let reason = error.map { "\($0)" } ?? "the receiver's stream ended"
+            send(PluginProtocol.notification("gps.lost", .object(["stream": .integer(number), "reason": .string(reason)])))
+        })
+        state.withLock { $0.streams[number] = subscription }
+    }
+
+    /// Ends the streams and running requests and releases the device (`shutdown`, `exit`,
+    /// the end of the input). Safe to call twice.
+    private func shutDown() async {
+        let (requests, streams, opened) = state.withLock { state in
+            defer { state.requests = [:]; state.streams = [:]; state.opened = nil }
+            return (Array(state.requests.values), Array(state.streams.values), state.opened)
+        }
+        for stream in streams { stream.cancel() }
+        for request in requests { request.cancel() }
+        for request in requests { await request.value }
+        await opened?.device.close()
+    }
+
+    /// Writes a message on the writer thread, in order. Once the host has gone (EPIPE), the
+    /// rest is dropped: the end of the input follows.
+    private func send(_ bytes: [UInt8]) {
+        writer.submit { [output, state] in
+            guard !state.value.outputBroken else { return }
+            var rest = bytes[...]
+            while !rest.isEmpty {
+                let written = rest.withUnsafeBytes { Glibc.send(output, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if written > 0 { rest = rest.dropFirst(written); continue }
+                if written < 0 && errno == EINTR { continue }
+                if written < 0 && errno == ENOTSOCK {
+                    // Output is not a socket (run by hand at a terminal, or piped): a plain write.
+                    let plain = rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+                    if plain > 0 { rest = rest.dropFirst(plain); continue }
+                    if plain < 0 && errno == EINTR { continue }
+                }
+                state.withLock { $0.outputBroken = true }
+                return
+            }
+        }
+    }
+}
+
+/// Lines from a descriptor with blocking reads, each at most `limit` bytes.
+struct LineReader {
+    enum Line: Sendable {
+        case text([UInt8])
+        case tooLong
+    }
+
+    let descriptor: Int32
+    let limit: Int
+    private var buffered: [UInt8] = []
+    private var ended = false
+
+    init(descriptor: Int32, limit: Int) {
+        self.descriptor = descriptor
+        self.limit = limit
+    }
+
+    /// The next non-empty line, `.tooLong`, or nil at the end of the input.
+    mutating func next() -> Line? {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            if let newline = buffered.firstIndex(of: 10) {
+                let line = Array(buffered[..<newline])
+                buffered.removeSubrange(...newline)
+                if line.allSatisfy({ $0 == 32 || $0 == 13 || $0 == 9 }) { continue }
+                return line.count > limit ? .tooLong : .text(line)
+            }
+            if buffered.count > limit { return .tooLong }
+            if ended { return nil }
+            let count = read(descriptor, &chunk, chunk.count)
+            if count > 0 { buffered += chunk[..<count]; continue }
+            if count < 0 && errno == EINTR { continue }
+            ended = true  // the end of the input, or the host gone: a last line without a newline is dropped
+        }
+    }
+}
