@@ -243,7 +243,7 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "TestSupport",
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport",
                                                        .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
