@@ -39,10 +39,13 @@ extension PluginProtocol {
         return fix
     }
 
+    // Format styles are values, made once: a date formatter made per fix cost more than
+    // the rest of a fix's trip between processes.
+    private static let fractionalTime = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+    private static let wholeTime = Date.ISO8601FormatStyle()
+
     private static func date(_ text: String) -> Date? {
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text) ?? ISO8601DateFormatter().date(from: text)
+        (try? fractionalTime.parse(text)) ?? (try? wholeTime.parse(text))
     }
 
     /// A fix as a plugin sends it in `gps.fix`: what `fix(from:plugin:)` reads back.
@@ -64,8 +67,6 @@ extension PluginProtocol {
     }
 
     private static func timeText(_ time: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: time)
+        fractionalTime.format(time)
     }
 }

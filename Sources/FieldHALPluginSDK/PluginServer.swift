@@ -22,9 +22,10 @@ import Glibc
 /// reports the same typed error, advice and all. Other capabilities' methods are not in the
 /// protocol yet: their `open` answers `unsupported`.
 ///
-/// Threads: standard input is read, and messages are written, on threads of their own
-/// (`DeviceThread`), never on Swift's cooperative pool; fixes are written from wherever the
-/// provider hands them over.
+/// Threads: standard input is read on a thread of its own (`DeviceThread`), never on
+/// Swift's cooperative pool. A message is written at once, without waiting, by whoever
+/// sends it (a fix on the receiver's thread); what the socket cannot take at once is
+/// written by a writer thread that waits for room.
 public final class PluginServer: Sendable {
     public let descriptor: PluginDescriptor
     /// The name the plugin says in `initialize`: its manifest's name.
@@ -33,6 +34,7 @@ public final class PluginServer: Sendable {
     private let input: Int32
     private let output: Int32
     private let writer = DeviceThread(name: "plugin output")
+    private let outbox = LockedValue(Outbox())
     private let state = LockedValue(State())
 
     private struct State {
@@ -40,7 +42,6 @@ public final class PluginServer: Sendable {
         /// Running requests (for `$/cancel`) and streams, by the request's id.
         var requests: [Int64: Task<Void, Never>] = [:]
         var streams: [Int64: Subscription] = [:]
-        var outputBroken = false
     }
 
     /// `name` defaults to the descriptor's; `input` and `output` to standard input and output.
@@ -223,26 +224,73 @@ public final class PluginServer: Sendable {
         await opened?.device.close()
     }
 
-    /// Writes a message on the writer thread, in order. Once the host has gone (EPIPE), the
-    /// rest is dropped: the end of the input follows.
+    /// What is still to be written, in order, and whether the host has gone.
+    private struct Outbox {
+        var queued: [UInt8] = []
+        var broken = false
+    }
+
+    private enum Sent {
+        case all
+        case part(ArraySlice<UInt8>)
+        case broken
+    }
+
+    /// Writes a message. The caller's thread writes it at once when the socket takes it
+    /// (never waiting: a fix goes out from the receiver's thread with no hop); what the
+    /// socket cannot take now is queued for the writer thread, which waits for room. One
+    /// lock keeps messages whole and in order. Once the host has gone (EPIPE), the rest is
+    /// dropped: the end of the input follows.
     private func send(_ bytes: [UInt8]) {
-        writer.submit { [output, state] in
-            guard !state.value.outputBroken else { return }
-            var rest = bytes[...]
-            while !rest.isEmpty {
-                let written = rest.withUnsafeBytes { Glibc.send(output, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if written > 0 { rest = rest.dropFirst(written); continue }
-                if written < 0 && errno == EINTR { continue }
-                if written < 0 && errno == ENOTSOCK {
-                    // Output is not a socket (run by hand at a terminal, or piped): a plain write.
-                    let plain = rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-                    if plain > 0 { rest = rest.dropFirst(plain); continue }
-                    if plain < 0 && errno == EINTR { continue }
-                }
-                state.withLock { $0.outputBroken = true }
-                return
+        let wakeWriter = outbox.withLock { box -> Bool in
+            guard !box.broken else { return false }
+            guard box.queued.isEmpty else {
+                box.queued += bytes  // the writer is on it
+                return false
+            }
+            switch write(bytes[...]) {
+            case .all: return false
+            case .broken: box.broken = true; return false
+            case .part(let rest): box.queued = Array(rest); return true
             }
         }
+        if wakeWriter { writer.submit { [self] in flushQueued() } }
+    }
+
+    /// On the writer thread: waits for room and writes until nothing is queued.
+    private func flushQueued() {
+        while true {
+            let done = outbox.withLock { box -> Bool in
+                guard !box.broken, !box.queued.isEmpty else { return true }
+                switch write(box.queued[...]) {
+                case .all: box.queued = []; return true
+                case .broken: box.broken = true; box.queued = []; return true
+                case .part(let rest): box.queued = Array(rest); return false
+                }
+            }
+            if done { return }
+            var room = pollfd(fd: output, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&room, 1, 1000)
+        }
+    }
+
+    /// As much of `bytes` as the output takes without waiting.
+    private func write(_ bytes: ArraySlice<UInt8>) -> Sent {
+        var rest = bytes
+        while !rest.isEmpty {
+            let written = rest.withUnsafeBytes { Glibc.send(output, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if written > 0 { rest = rest.dropFirst(written); continue }
+            if written < 0 && errno == EINTR { continue }
+            if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .part(rest) }
+            if written < 0 && errno == ENOTSOCK {
+                // Not a socket: run by hand, its output a terminal or a pipe. A plain write.
+                let plain = rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+                if plain > 0 { rest = rest.dropFirst(plain); continue }
+                if plain < 0 && errno == EINTR { continue }
+            }
+            return .broken
+        }
+        return .all
     }
 }
 

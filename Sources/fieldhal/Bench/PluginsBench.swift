@@ -1,0 +1,188 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALCommandLine
+import FieldHALPluginHost
+import FieldHALPlugins
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `fieldhal bench plugins`: what running a backend out of process costs. The gpsd backend
+/// in this process and the same backend in a plugin process (`fieldhal plugin serve gpsd`
+/// behind a manifest, through the plugin protocol) are fed the same gpsd reports.
+struct PluginsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "plugins",
+        abstract: "Fix latency of the gpsd backend in process vs out of process (a plugin process), its memory, and its CPU at rest.",
+        discussion: """
+        Needs gpsd and gpsd-clients (gpsfake); no receiver. A private gpsd replays a generated \
+        NMEA log through a relay that stamps each report as it hands it on, to two clients: \
+        the gpsd plugin's watch() in this process, and the same plugin in a plugin process of \
+        its own (a scratch plugin directory whose executable runs `fieldhal plugin serve \
+        gpsd`), whose fixes reach this process over the plugin protocol. Twice: each report \
+        to one client in turn (each path alone), then to both at once. Then the plugin \
+        process at rest: connected to a gpsd with no receiver, its CPU time over \
+        --rest-seconds, and its peak memory. Issue 21's goals: out of process at most 1.2× \
+        in process; no CPU at rest.
+        """)
+
+    @Option(help: "Epochs (one TPV report each) per phase.") var epochs = 300
+    @Option(help: "Seconds gpsfake waits between sentences (3 sentences an epoch).") var cycle = 0.01
+    @Option(help: "Seconds the plugin process is watched at rest.") var restSeconds = 10.0
+    @Flag(help: "Print the result as JSON.") var json = false
+
+    struct Report: Encodable {
+        struct Latency: Encodable {
+            var samples: Int
+            var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, ratio: Double
+        }
+        struct Rest: Encodable { var seconds: Double; var pluginCPUSeconds: Double; var pluginCPUPercent: Double }
+        var machine: String
+        var alone: Latency
+        var atOnce: Latency
+        var rest: Rest
+        var pluginPeakRSSKiB: Int
+        var pluginRSSKiB: Int
+    }
+
+    func run() async throws {
+        try await reportingFailures { try await measure() }
+    }
+
+    func measure() async throws {
+        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
+            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the GPS trait")
+        }
+        for tool in ["/usr/bin/gpsfake", "/usr/sbin/gpsd"] where !FileManager.default.isExecutableFile(atPath: tool) {
+            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
+        }
+        let directory = try ScratchDirectory.make("fieldhal-bench-plugins")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = directory + "/bench.nmea"
+        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+        let external = try installExternal(gpsd, in: directory)
+
+        let alone = try await measureLatency(gpsd, external, log: log, oneClientPerReport: true)
+        let atOnce = try await measureLatency(gpsd, external, log: log, oneClientPerReport: false)
+        let (rest, peak, resident) = try await measureRest(external, directory: directory)
+        let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident)
+        try Output.emit(report, json: json) {
+            func line(_ name: String, _ latency: Report.Latency) -> String {
+                """
+                \(name) (\(latency.samples) reports):
+                  in process      median \(format(latency.inProcessMedianMs)) ms  p95 \(format(latency.inProcessP95Ms)) ms
+                  out of process  median \(format(latency.outOfProcessMedianMs)) ms  p95 \(format(latency.outOfProcessP95Ms)) ms
+                  ratio (out / in medians)  \(format(latency.ratio))
+                """
+            }
+            return """
+            machine: \(report.machine)
+            fix latency, gpsd report to consumer, the gpsd backend
+            \(line("each alone", alone))
+            \(line("at once", atOnce))
+            the plugin process: RSS \(resident) KiB (peak \(peak) KiB); at rest for \(format(rest.seconds)) s: \
+            CPU \(format(rest.pluginCPUSeconds)) s (\(format(rest.pluginCPUPercent)) %)
+            """
+        }
+    }
+
+    private func format(_ value: Double) -> String { String(format: "%.3f", value) }
+
+    /// A plugin directory serving the built-in gpsd plugin through this very binary.
+    private func installExternal(_ gpsd: PluginDescriptor, in directory: String) throws -> PluginDescriptor {
+        let plugin = directory + "/gpsd-process"
+        try FileManager.default.createDirectory(atPath: plugin, withIntermediateDirectories: true)
+        let manifest = PluginManifest.json(for: gpsd, name: "gpsd-process", version: FieldHALVersion.current, executable: "run")
+        try JSONEncoder().encode(manifest).write(to: URL(fileURLWithPath: plugin + "/plugin.json"))
+        let binary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        try "#!/bin/sh\nexec '\(binary)' plugin serve gpsd --name gpsd-process\n".write(toFile: plugin + "/run", atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: plugin + "/run")
+        return try PluginManifest.load(plugin + "/plugin.json").descriptor()
+    }
+
+    private func measureLatency(_ gpsd: PluginDescriptor, _ external: PluginDescriptor, log: String,
+                                oneClientPerReport: Bool) async throws -> Report.Latency {
+        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
+        defer { feed.kill() }
+        let gpsdPort = Int(feed.arguments[feed.arguments.firstIndex(of: "-P")! + 1])!
+        try await GPSBench.waitForListener(port: gpsdPort)
+        let relay = try LineRelay(upstreamPort: gpsdPort, oneClientPerReport: oneClientPerReport)
+        relay.start()
+        let inside = try await GPSBench.openLocation(gpsd, port: relay.port)
+        let outside = try await GPSBench.openLocation(external, port: relay.port)
+        let received = LockedValue<[Int: [String: Double]]>([0: [:], 1: [:]])
+        // Each consumer stamps a fix where it is handed over: on the provider's own thread.
+        let subscriptions = [inside, outside].enumerated().map { index, provider in
+            provider.follow({ fix in
+                let now = Date().timeIntervalSince1970
+                let key = TPVKey.of(fix.time)
+                received.withLock { $0[index]![key] = $0[index]![key] ?? now }
+            }, end: { _ in })
+        }
+        try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
+        for subscription in subscriptions { subscription.cancel() }
+        await inside.close()
+        await outside.close()
+
+        var inProcess: [Double] = [], outOfProcess: [Double] = []
+        let seen = received.value
+        for (key, sent) in relay.forwardTimes {
+            if let at = seen[0]?[key] { inProcess.append((at - sent) * 1000) }
+            if let at = seen[1]?[key] { outOfProcess.append((at - sent) * 1000) }
+        }
+        let least = oneClientPerReport ? max(5, epochs / 4) : max(10, epochs / 2)
+        guard inProcess.count >= least, outOfProcess.count >= least else {
+            throw FieldHALError(.timeout, subject: "bench plugins",
+                                detail: "only \(inProcess.count) and \(outOfProcess.count) of \(epochs) reports reached the two consumers")
+        }
+        let ours = GPSBench.percentile(inProcess, 0.5), theirs = GPSBench.percentile(outOfProcess, 0.5)
+        return .init(samples: min(inProcess.count, outOfProcess.count),
+                     inProcessMedianMs: ours, inProcessP95Ms: GPSBench.percentile(inProcess, 0.95),
+                     outOfProcessMedianMs: theirs, outOfProcessP95Ms: GPSBench.percentile(outOfProcess, 0.95),
+                     ratio: ours > 0 ? theirs / ours : .nan)
+    }
+
+    /// The plugin process watching a gpsd that has no receiver: nothing to say, so it
+    /// should sleep. Its CPU time over `restSeconds`, from /proc.
+    private func measureRest(_ external: PluginDescriptor, directory: String) async throws -> (Report.Rest, Int, Int) {
+        let port = try TCP.freePort()
+        let daemon = try BenchProcess.start("/usr/sbin/gpsd", ["-N", "-S", String(port), "-F", directory + "/gpsd.sock"])
+        defer { daemon.kill() }
+        try await GPSBench.waitForListener(port: port)
+        let provider = try await GPSBench.openLocation(external, port: port)
+        let watching = provider.follow({ _ in }, end: { _ in })
+        try await Task.sleep(for: .seconds(3))  // past the plugin's silence report (2 s)
+        guard let pid = Self.pluginProcess() else {
+            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "no plugin process among this process's children")
+        }
+        let start = GPSBench.cpuSeconds(of: pid), wallStart = ContinuousClock.now
+        try await Task.sleep(for: .seconds(restSeconds))
+        let cpu = GPSBench.cpuSeconds(of: pid) - start, wall = (ContinuousClock.now - wallStart).seconds
+        let peak = GPSBench.peakRSSKiB(of: "\(pid)"), resident = Self.residentKiB(of: pid)
+        watching.cancel()
+        await provider.close()
+        return (.init(seconds: wall, pluginCPUSeconds: cpu, pluginCPUPercent: cpu / wall * 100), peak, resident)
+    }
+
+    /// The child of this process running `plugin serve`.
+    private static func pluginProcess() -> Int32? {
+        let me = getpid()
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry),
+                  let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let afterName = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: afterName)...].split(separator: " ")
+            guard fields.count > 2, Int32(fields[1]) == me,
+                  let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline")) else { continue }
+            if String(decoding: command, as: UTF8.self).contains("plugin\0serve\0gpsd") { return pid }
+        }
+        return nil
+    }
+
+    private static func residentKiB(of pid: Int32) -> Int {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return -1 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+    }
+}
