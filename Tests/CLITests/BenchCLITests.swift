@@ -22,4 +22,22 @@ struct BenchCLITests {
         #expect(load?["clients"] as? Int == 2 && (load?["daemonPeakRSSKiB"] as? Int ?? 0) > 0 && (load?["fixesPerClient"] as? Double ?? 0) >= 1,
                 "\(result.stdout)")
     }
+
+    /// The gpsd backend in process and out of process (a plugin process), and the plugin
+    /// process at rest.
+    @Test func pluginsMeasuresBothWaysAndTheProcessAtRest() async throws {
+        let result = try await CLI.run(["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        for phase in ["alone", "atOnce"] {
+            let latency = report?[phase] as? [String: Any]
+            #expect((latency?["samples"] as? Int ?? 0) >= 10, "\(phase): \(result.stdout)")
+            for key in ["inProcessMedianMs", "outOfProcessMedianMs", "ratio"] {
+                #expect((latency?[key] as? Double).map { $0 > 0 && $0.isFinite } == true, "\(phase) \(key): \(result.stdout)")
+            }
+        }
+        let rest = report?["rest"] as? [String: Any]
+        #expect((rest?["seconds"] as? Double ?? 0) >= 1 && (rest?["pluginCPUSeconds"] as? Double).map { $0 >= 0 } == true, "\(result.stdout)")
+        #expect((report?["pluginRSSKiB"] as? Int ?? 0) > 0, "\(result.stdout)")
+    }
 }
