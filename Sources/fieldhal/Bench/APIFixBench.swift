@@ -79,16 +79,9 @@ struct APIFixBench: AsyncParsableCommand {
         guard epochs >= 20, cycle > 0, followers > 0, seconds > 0 else {
             throw FieldHALError(.invalidArgument, subject: "bench api-gps", detail: "--epochs must be at least 20, --cycle, --followers and --seconds positive")
         }
-        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
-            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "this fieldhal was built without the GPS trait")
-        }
-        for tool in ["/usr/bin/gpsfake", "/usr/bin/gpspipe"] where !FileManager.default.isExecutableFile(atPath: tool) {
-            throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
-        }
-        let directory = try ScratchDirectory.make("fieldhal-bench-api-gps")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = directory + "/bench.nmea"
-        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+        let setup = try GPSBenchSetup.make("bench api-gps", tools: ["/usr/bin/gpsfake", "/usr/bin/gpspipe"], epochs: epochs)
+        defer { setup.remove() }
+        let (gpsd, directory, log) = (setup.gpsd, setup.directory, setup.log)
 
         let latency = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: false)
         let alone = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: true)

@@ -44,16 +44,9 @@ struct GPSBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
-            throw FieldHALError(.unavailable, subject: "bench gps", detail: "this fieldhal was built without the GPS trait")
-        }
-        for tool in ["/usr/bin/gpsfake", "/usr/bin/gpspipe"] where !FileManager.default.isExecutableFile(atPath: tool) {
-            throw FieldHALError(.unavailable, subject: "bench gps", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
-        }
-        let directory = try ScratchDirectory.make("fieldhal-bench-gps")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = directory + "/bench.nmea"
-        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+        let setup = try GPSBenchSetup.make("bench gps", tools: ["/usr/bin/gpsfake", "/usr/bin/gpspipe"], epochs: epochs)
+        defer { setup.remove() }
+        let (gpsd, directory, log) = (setup.gpsd, setup.directory, setup.log)
 
         let latency = try await measureLatency(gpsd, log: log, directory: directory)
         let idle = try await measureIdle(gpsd, log: log, directory: directory)
@@ -217,6 +210,29 @@ struct GPSBench: AsyncParsableCommand {
             .trimmingCharacters(in: .whitespaces) ?? "unknown CPU"
         return "\(cpu), \(ProcessInfo.processInfo.activeProcessorCount) CPUs, Linux \(release)"
     }
+}
+
+/// What every gpsd benchmark starts from: the gpsd plugin, gpsd's tools, and a scratch
+/// directory holding a generated NMEA log of `epochs` epochs.
+struct GPSBenchSetup {
+    let gpsd: PluginDescriptor
+    let directory: String
+    let log: String
+
+    static func make(_ subject: String, tools: [String], epochs: Int) throws -> GPSBenchSetup {
+        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
+            throw FieldHALError(.unavailable, subject: subject, detail: "this fieldhal was built without the GPS trait")
+        }
+        for tool in tools where !FileManager.default.isExecutableFile(atPath: tool) {
+            throw FieldHALError(.unavailable, subject: subject, detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
+        }
+        let directory = try ScratchDirectory.make("fieldhal-" + subject.replacingOccurrences(of: " ", with: "-"))
+        let log = directory + "/bench.nmea"
+        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+        return GPSBenchSetup(gpsd: gpsd, directory: directory, log: log)
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: directory) }
 }
 
 /// A child process for the benchmark, killed with SIGKILL together with its children

@@ -51,16 +51,12 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard let gpsd = BuiltinPlugins.registry.plugin(named: "gpsd") else {
-            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the GPS trait")
+        guard epochs >= 20, cycle > 0, restSeconds > 0 else {
+            throw FieldHALError(.invalidArgument, subject: "bench plugins", detail: "--epochs must be at least 20, --cycle and --rest-seconds positive")
         }
-        for tool in ["/usr/bin/gpsfake", "/usr/sbin/gpsd"] where !FileManager.default.isExecutableFile(atPath: tool) {
-            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "\(tool) is missing", advice: "apt install gpsd gpsd-clients")
-        }
-        let directory = try ScratchDirectory.make("fieldhal-bench-plugins")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = directory + "/bench.nmea"
-        try BenchNMEA.log(epochs: epochs).write(toFile: log, atomically: true, encoding: .utf8)
+        let setup = try GPSBenchSetup.make("bench plugins", tools: ["/usr/bin/gpsfake", "/usr/sbin/gpsd"], epochs: epochs)
+        defer { setup.remove() }
+        let (gpsd, directory, log) = (setup.gpsd, setup.directory, setup.log)
         let external = try installExternal(gpsd, in: directory)
 
         let alone = try await measureLatency(gpsd, external, log: log, oneClientPerReport: true)
