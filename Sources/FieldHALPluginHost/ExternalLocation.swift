@@ -103,7 +103,7 @@ final class ExternalLocation: LocationProvider {
             guard !closed.value else { return }
             fixes.yield(.lost("\(error)"))
             var delay = Duration.milliseconds(500)
-            logger.error("\(error) — starting it again in \(Self.seconds(delay))")
+            logger.error("\(error) — starting it again in \(delay.secondsDescription)")
             let task = Task { [self] in
                 var attempts = 0
                 while !Task.isCancelled, !closed.value {
@@ -117,16 +117,11 @@ final class ExternalLocation: LocationProvider {
                     } catch {
                         fixes.yield(.lost("\(error)"))
                         delay = min(delay * 2, .seconds(30))
-                        logger.warning("\(error) — restart \(attempts) failed; the next in \(Self.seconds(delay))")
+                        logger.warning("\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
                     }
                 }
             }
             restarting.withLock { $0 = task }
-        }
-
-        private static func seconds(_ delay: Duration) -> String {
-            let value = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
-            return value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
         }
 
         func close() async {

@@ -39,8 +39,7 @@ public enum PluginCheck {
     /// What the host says about itself in `initialize`.
     static var initializeParameters: JSONValue {
         .object([
-            "protocol": .object(["major": .integer(Int64(PluginProtocol.version.major)),
-                                 "minor": .integer(Int64(PluginProtocol.version.minor))]),
+            "protocol": PluginProtocol.version.json,
             "host": .object(["name": .string("fieldhal")]),
         ])
     }

@@ -229,7 +229,7 @@ extension PluginManifest {
         }
         return .object([
             "name": .string(name), "version": .string(version), "summary": .string(descriptor.summary),
-            "protocol": .object(["major": .integer(Int64(PluginProtocol.version.major)), "minor": .integer(Int64(PluginProtocol.version.minor))]),
+            "protocol": PluginProtocol.version.json,
             "executable": .string(executable),
             "capabilities": .object(Dictionary(uniqueKeysWithValues: capabilities)),
         ])

@@ -14,6 +14,9 @@ public enum PluginProtocol {
 
         public var description: String { "\(major).\(minor)" }
 
+        /// As messages and manifests carry it: `{"major": 1, "minor": 0}`.
+        public var json: JSONValue { .object(["major": .integer(Int64(major)), "minor": .integer(Int64(minor))]) }
+
         public static func < (lhs: Version, rhs: Version) -> Bool {
             (lhs.major, lhs.minor) < (rhs.major, rhs.minor)
         }

@@ -107,8 +107,7 @@ public final class PluginServer: Sendable {
             let capabilities = descriptor.capabilities.keys.sorted().map { JSONValue.string($0.rawValue) }
             send(PluginProtocol.response(id, result: .object([
                 "name": .string(name), "version": .string(version),
-                "protocol": .object(["major": .integer(Int64(PluginProtocol.version.major)),
-                                     "minor": .integer(Int64(PluginProtocol.version.minor))]),
+                "protocol": PluginProtocol.version.json,
                 "capabilities": .array(capabilities)])))
         case "open":
             track(id) { [self] in await open(id, parameters) }
