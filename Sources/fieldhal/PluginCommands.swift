@@ -193,8 +193,9 @@ struct PluginCommand: AsyncParsableCommand {
             What an external plugin's executable runs to serve a built-in plugin out of \
             process (see `fieldhal plugin manifest`). It speaks JSON-RPC on standard input \
             and output (docs/plugin-protocol.md) and is started by FieldHAL, not by hand. \
-            Exit status 0 after the host's `exit` or the end of the input; 1 when the host \
-            sent something that is not the protocol.
+            Exit status 0 after the host's `exit` or the end of the input; 76 (EX_PROTOCOL) \
+            when the host sent something that is not the protocol; 64 for a plugin this \
+            build does not have.
             """)
         @Argument(help: "The built-in plugin (fieldhal plugins lists them).") var plugin: String
         @Option(help: "The name to answer the handshake with: the manifest's (default: PLUGIN-process).") var name: String?
@@ -206,7 +207,7 @@ struct PluginCommand: AsyncParsableCommand {
             }
             let status = await PluginServer(descriptor, name: name ?? PluginCommand.externalName(of: plugin),
                                             version: FieldHALVersion.current).serve()
-            if status != 0 { throw ExitCode(status) }
+            if status != 0 { throw ExitCode(76) }  // EX_PROTOCOL: the host broke the protocol (said on stderr)
         }
     }
 }

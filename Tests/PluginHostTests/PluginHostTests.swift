@@ -278,6 +278,21 @@ final class PluginFixtures: @unchecked Sendable {
         #expect(absent.status == 66)
     }
 
+    /// A built-in plugin out of process from the command line: the manifest `plugin
+    /// manifest` prints, with `plugin serve` as its executable, passes the check; a plugin
+    /// the build does not have is a usage error; garbage from the host, a protocol error.
+    @Test func aBuiltInServedOutOfProcessPassesTheCheck() async throws {
+        let manifest = try await ExternalBuiltin.install("fake", as: "fake-process")
+        let checked = try await CLI.run(["plugin", "check", manifest])
+        #expect(checked.status == 0, "\(checked.stdout)\(checked.stderr)")
+        #expect(checked.stdout.contains("plugin fake-process"), "\(checked.stdout)")
+        let unknown = try await CLI.run(["plugin", "serve", "no-such-plugin"])
+        #expect(unknown.status == 64 && unknown.stderr.contains("no built-in plugin no-such-plugin"), "\(unknown.stderr)")
+        let garbled = try await CLI.run(["plugin", "serve", "fake"], input: "this is not JSON\n")
+        #expect(garbled.status == 76, "\(garbled.stderr)")
+        #expect(garbled.stderr.contains("not JSON-RPC 2.0"), "\(garbled.stderr)")
+    }
+
     /// docs/plugins.md's manifest and smallest plugin, taken from the page as written.
     @Test func theDocumentedPluginPassesItsCheck() async throws {
         let page = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("docs/plugins.md"), encoding: .utf8)
