@@ -17,6 +17,8 @@ public final class PluginProcess {
     private let wakeup: WakeupEvent
     private var nextIdentifier: Int64 = 1
     private var received: [UInt8] = []
+    /// Where each read lands: made once, not per message (a fix is one read).
+    private var chunk = [UInt8](repeating: 0, count: 65536)
     private var errorTail: [UInt8] = []
     private var errorsOpen = true
     private var subject: String { "plugin \(manifest.name)" }
@@ -207,7 +209,6 @@ public final class PluginProcess {
             let exitedNow = entries[2].revents != 0 || (child.exitDescriptor == nil && child.hasExited)
             guard entries[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 || exitedNow else { continue }
             // Read what is there first: a plugin's last words come before its exit.
-            var chunk = [UInt8](repeating: 0, count: 65536)
             let count = recv(child.connection!, &chunk, chunk.count, Int32(MSG_DONTWAIT))
             if count > 0 { received += chunk[..<count]; continue }
             if count < 0 && (errno == EAGAIN || errno == EINTR) {

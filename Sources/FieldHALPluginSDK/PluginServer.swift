@@ -304,6 +304,8 @@ struct LineReader {
     let limit: Int
     private var buffered: [UInt8] = []
     private var ended = false
+    /// Where each read lands: made once, not per line.
+    private var chunk = [UInt8](repeating: 0, count: 65536)
 
     init(descriptor: Int32, limit: Int) {
         self.descriptor = descriptor
@@ -312,7 +314,6 @@ struct LineReader {
 
     /// The next non-empty line, `.tooLong`, or nil at the end of the input.
     mutating func next() -> Line? {
-        var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
             if let newline = buffered.firstIndex(of: 10) {
                 let line = Array(buffered[..<newline])

@@ -195,9 +195,12 @@ struct GPSBench: AsyncParsableCommand {
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    static func peakRSSKiB(of pid: String) -> Int {
+    static func peakRSSKiB(of pid: String) -> Int { statusKiB("VmHWM", of: pid) }
+
+    /// A field of /proc/PID/status in KiB (`VmHWM`: peak RSS, `VmRSS`: RSS now); -1 if absent.
+    static func statusKiB(_ field: String, of pid: String) -> Int {
         let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }) else { return -1 }
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return -1 }
         return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
     }
 

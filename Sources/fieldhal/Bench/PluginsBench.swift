@@ -155,7 +155,7 @@ struct PluginsBench: AsyncParsableCommand {
         let start = GPSBench.cpuSeconds(of: pid), wallStart = ContinuousClock.now
         try await Task.sleep(for: .seconds(restSeconds))
         let cpu = GPSBench.cpuSeconds(of: pid) - start, wall = (ContinuousClock.now - wallStart).seconds
-        let peak = GPSBench.peakRSSKiB(of: "\(pid)"), resident = Self.residentKiB(of: pid)
+        let peak = GPSBench.peakRSSKiB(of: "\(pid)"), resident = GPSBench.statusKiB("VmRSS", of: "\(pid)")
         watching.cancel()
         await provider.close()
         return (.init(seconds: wall, pluginCPUSeconds: cpu, pluginCPUPercent: cpu / wall * 100), peak, resident)
@@ -174,11 +174,5 @@ struct PluginsBench: AsyncParsableCommand {
             if String(decoding: command, as: UTF8.self).contains("plugin\0serve\0gpsd") { return pid }
         }
         return nil
-    }
-
-    private static func residentKiB(of pid: Int32) -> Int {
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return -1 }
-        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
     }
 }
