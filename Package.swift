@@ -251,7 +251,7 @@ let package = Package(
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
-        .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),

@@ -24,7 +24,7 @@ public enum PluginProtocol {
 
     /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
     /// changes or removes something.
-    public static let version = Version(major: 1, minor: 0)
+    public static let version = Version(major: 1, minor: 1)
 
     /// The longest message either side may send (a line, without its newline). Bulk data
     /// (frames, PCM) does not travel in messages.

@@ -17,8 +17,8 @@ import Glibc
 ///
 /// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
 /// section's parameters (checked against the descriptor's specs here too), location
-/// (`gps.watch`, `gps.fix`, `gps.lost`), `$/cancel`, `shutdown` and `exit`, and the end of
-/// standard input. A failed request answers with the `FieldHALError` in `data`, so the host
+/// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
+/// `$/cancel`, `shutdown` and `exit`, and the end of standard input. A failed request answers with the `FieldHALError` in `data`, so the host
 /// reports the same typed error, advice and all. Other capabilities' methods are not in the
 /// protocol yet: their `open` answers `unsupported`.
 ///
@@ -113,6 +113,8 @@ public final class PluginServer: Sendable {
             track(id) { [self] in await open(id, parameters) }
         case "gps.watch":
             watchLocation(id)
+        case PluginProtocol.NFCMethod.read, PluginProtocol.NFCMethod.write, PluginProtocol.NFCMethod.emulate:
+            track(id) { [self] in await nfc(method, id, parameters) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -150,7 +152,7 @@ public final class PluginServer: Sendable {
             guard let specs = descriptor.capabilities[capability] else {
                 throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
             }
-            guard capability == .location else {
+            guard [.location, .nfcReader, .nfcEmulator].contains(capability) else {
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(name)",
                                     detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
                                     advice: "use the built-in plugin in process")
@@ -208,6 +210,39 @@ public final class PluginServer: Sendable {
             send(PluginProtocol.notification("gps.lost", .object(["stream": .integer(number), "reason": .string(reason)])))
         })
         state.withLock { $0.streams[number] = subscription }
+    }
+
+    /// `nfc.read`, `nfc.write`, `nfc.emulate`: one operation of the open reader or emulator,
+    /// answered with its tag or outcome, or its typed error. `$/cancel` cancels the task
+    /// it runs in, and with it the device's wait.
+    private func nfc(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
+        let subject = "\(method) from the host"
+        do {
+            let result: JSONValue
+            switch (method, state.value.opened) {
+            case (PluginProtocol.NFCMethod.read, .nfcReader(let reader)?):
+                let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
+                result = .object(["tag": try PluginProtocol.value(of: try await reader.readTag(timeout: timeout))])
+            case (PluginProtocol.NFCMethod.write, .nfcReader(let reader)?):
+                let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
+                let message = try PluginProtocol.message(from: parameters["message"], subject: subject)
+                result = .object(["tag": try PluginProtocol.value(of: try await reader.write(message, timeout: timeout))])
+            case (PluginProtocol.NFCMethod.emulate, .nfcEmulator(let emulator)?):
+                let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
+                let message = try PluginProtocol.message(from: parameters["message"], subject: subject)
+                result = PluginProtocol.value(of: try await emulator.emulate(message, timeout: timeout))
+            default:
+                let wanted: Capability = method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader
+                throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before \(wanted) is open")
+            }
+            send(PluginProtocol.response(id, result: result))
+        } catch let error as FieldHALError {
+            send(PluginProtocol.response(id, error: error))
+        } catch is CancellationError {
+            send(PluginProtocol.response(id, error: FieldHALError.cancelled(name)))
+        } catch {
+            send(PluginProtocol.response(id, error: FieldHALError(.io, subject: name, detail: "\(error)")))
+        }
     }
 
     /// Ends the streams and running requests and releases the device (`shutdown`, `exit`,

@@ -37,7 +37,7 @@ import Testing
         let receiver = Receiver()
         private var buffered: [UInt8] = []
 
-        init() throws {
+        init(_ custom: PluginDescriptor? = nil) throws {
             var pair: [Int32] = [0, 0]
             guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
                 throw POSIXError(.EMFILE)
@@ -56,7 +56,7 @@ import Testing
                 }
                 return .location(receiver)
             }
-            served = Task { await PluginServer(descriptor, version: "2.1.0", input: plugin, output: plugin).serve() }
+            served = Task { await PluginServer(custom ?? descriptor, version: "2.1.0", input: plugin, output: plugin).serve() }
         }
 
         func send(_ text: String) {
@@ -106,7 +106,7 @@ import Testing
         #expect(hello?["capabilities"] == .array([.string("gps")]))
         #expect(hello?["protocol"]?["major"] == .integer(1))
 
-        #expect(try await channel.call(2, "nfc.read")["error"]?["code"] == .integer(-32601))
+        #expect(try await channel.call(2, "camera.still")["error"]?["code"] == .integer(-32601))
         // The section is checked again here: the manifest may disagree with the executable.
         let unknown = try await channel.call(3, "open", #"{"capability":"gps","parameters":{"device":"/dev/x","baud":9600}}"#)
         #expect(unknown["error"]?["data"]?["kind"] == .string("invalidArgument"), "\(unknown)")
@@ -136,6 +136,78 @@ import Testing
         #expect(channel.receiver.closed.value, "shutdown releases the device")
         channel.send(#"{"jsonrpc":"2.0","method":"exit","params":{}}"# + "\n")
         #expect(await channel.served.value == 0)
+    }
+
+    /// A reader with one tag; a read asking for more than 10 s waits until cancelled.
+    final class TagReader: NFCReader {
+        let deviceName = "test reader"
+        static let tag = NFCTag(type: .type2, uid: [0x04, 0xA1, 0xB2, 0xC3, 0xD4, 0xE5, 0xF6], atqa: 0x0044, sak: 0x00,
+                                ndef: try? NDEFMessage.text("trf:duress:alert-1"))
+        func readTag(timeout: Duration) async throws -> NFCTag {
+            if timeout > .seconds(10) { try await Task.sleep(for: timeout) }
+            return Self.tag
+        }
+        func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
+            var written = Self.tag
+            written.ndef = message
+            return written
+        }
+        func close() async {}
+    }
+
+    @Test func nfcRequestsCarryTagsMessagesErrorsAndCancellation() async throws {
+        let descriptor = PluginDescriptor(name: "probe", summary: "a test reader", capabilities: [.nfcReader: []]) { _, _, _ in
+            .nfcReader(TagReader())
+        }
+        let channel = try Channel(descriptor)
+        let early = try await channel.call(1, "nfc.read", #"{"timeoutMs":100}"#)
+        #expect(early["error"]?["data"]?["kind"] == .string("notConfigured"), "\(early)")
+        #expect(try await channel.call(2, "open", #"{"capability":"nfc","parameters":{}}"#)["result"]?["device"] == .string("test reader"))
+
+        let read = try await channel.call(3, "nfc.read", #"{"timeoutMs":1000}"#)["result"]?["tag"]
+        #expect(read?["uid"] == .string("04:A1:B2:C3:D4:E5:F6") && read?["atqa"] == .string("0044") && read?["sak"] == .string("00"), "\(String(describing: read))")
+        #expect(try PluginProtocol.tag(from: read, plugin: "probe") == TagReader.tag)
+
+        let uri = NDEFMessage.uri("https://example.org/a")
+        let message = try PluginProtocol.value(of: uri)
+        let written = try await channel.call(4, "nfc.write", #"{"timeoutMs":1000,"message":"\#(message.string ?? "")"}"#)["result"]?["tag"]
+        #expect(try PluginProtocol.tag(from: written, plugin: "probe").ndef == uri)
+
+        let garbled = try await channel.call(5, "nfc.write", #"{"timeoutMs":1000,"message":"not base64!"}"#)
+        #expect(garbled["error"]?["data"]?["kind"] == .string("malformedData"), "\(garbled)")
+        let noTimeout = try await channel.call(6, "nfc.read", "{}")
+        #expect(noTimeout["error"]?["data"]?["kind"] == .string("invalidArgument"), "\(noTimeout)")
+        let emulate = try await channel.call(7, "nfc.emulate", #"{"timeoutMs":1000,"message":"\#(message.string ?? "")"}"#)
+        #expect(emulate["error"]?["data"]?["kind"] == .string("notConfigured"), "\(emulate)")
+
+        // A long read, cancelled: the operation itself ends (its answer says so) at once.
+        channel.send(#"{"jsonrpc":"2.0","id":8,"method":"nfc.read","params":{"timeoutMs":60000}}"# + "\n")
+        try await Task.sleep(for: .milliseconds(200))
+        let cancelled = ContinuousClock.now
+        channel.send(#"{"jsonrpc":"2.0","method":"$/cancel","params":{"id":8}}"# + "\n")
+        let answer = try await channel.next()
+        #expect(answer?["id"] == .integer(8) && answer?["error"]?["data"]?["kind"] == .string("cancelled"), "\(String(describing: answer))")
+        #expect(ContinuousClock.now - cancelled < .seconds(1))
+    }
+
+    /// The host checks a plugin's tag as strictly as a tag read in process.
+    @Test(arguments: [
+        (#"{"type":"type9","uid":"04:A1:B2:C3"}"#, "type"),
+        (#"{"type":"type2","uid":"zz"}"#, "uid"),
+        (#"{"type":"type2","uid":"04"}"#, "uid"),
+        (#"{"type":"type2","uid":"04:A1:B2:C3","atqa":"44"}"#, "atqa"),
+        (#"{"type":"type2","uid":"04:A1:B2:C3","ndef":"AAAA"}"#, "NDEF"),
+        (#"{"type":"type2","uid":"04:A1:B2:C3","ndef":7}"#, "NDEF"),
+        (#"["type2"]"#, "not an object"),
+    ])
+    func aPluginsMalformedTagIsItsProtocolError(json: String, named: String) throws {
+        let value = try JSONDecoder().decode(JSONValue.self, from: Data(json.utf8))
+        #expect {
+            try PluginProtocol.tag(from: value, plugin: "probe")
+        } throws: { error in
+            let error = error as? FieldHALError
+            return error?.kind == .protocolError && error?.description.contains(named) == true && error?.subject == "plugin probe"
+        }
     }
 
     @Test func theEndOfInputEndsItAndGarbageIsAnError() async throws {

@@ -81,10 +81,24 @@ for line in sys.stdin:
         params = request["params"]
         if mode == "hang-open":
             continue
-        if params["capability"] != "gps":
-            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps"}})
+        if params["capability"] not in ("gps", "nfc"):
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps and nfc"}})
             continue
         send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
+    elif method == "nfc.read":
+        # "die-in-read": the first process dies during its first read; later ones serve.
+        if mode == "die-in-read" and first_start:
+            sys.stderr.write("fixture: reader fell over mid-read\n")
+            sys.stderr.flush()
+            os._exit(5)
+        if mode == "hang-read":
+            continue
+        tag = {"type": "type2", "uid": "04:A1:B2:C3:D4:E5:F6", "atqa": "0044", "sak": "00",
+               # One NDEF Text record, "en", "fixture".
+               "ndef": "0QEKVAJlbmZpeHR1cmU="}
+        if mode == "bad-tag":
+            tag["uid"] = "zz"
+        send({"jsonrpc": "2.0", "id": ident, "result": {"tag": tag}})
     elif method == "gps.watch":
         if mode == "die-in-watch":
             os._exit(4)

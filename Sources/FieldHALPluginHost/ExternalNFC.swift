@@ -1,0 +1,60 @@
+import FieldHAL
+import FieldHALPluginProtocol
+import Foundation
+import Logging
+
+/// An NFC reader in an external plugin: each read and write is a request (`nfc.read`,
+/// `nfc.write`) whose answer the host checks as it checks a tag read in process.
+final class ExternalNFCReader: NFCReader {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalNFCReader {
+        let link = RequestLink(manifest: manifest, capability: .nfcReader, parameters: JSONValue(parameters.values), logger: logger)
+        let device = try await link.start()
+        return ExternalNFCReader(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+    }
+
+    func readTag(timeout: Duration) async throws -> NFCTag {
+        let answer = try await link.call(PluginProtocol.NFCMethod.read, try PluginProtocol.nfcParameters(timeout: timeout), timeout: timeout)
+        return try PluginProtocol.tag(from: answer["tag"], plugin: link.manifest.name)
+    }
+
+    func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
+        let parameters = try PluginProtocol.nfcParameters(timeout: timeout, message: message)
+        let answer = try await link.call(PluginProtocol.NFCMethod.write, parameters, timeout: timeout)
+        return try PluginProtocol.tag(from: answer["tag"], plugin: link.manifest.name)
+    }
+
+    func close() async { await link.close() }
+}
+
+/// A tag emulator in an external plugin: each emulation is an `nfc.emulate` request.
+final class ExternalTagEmulator: NFCTagEmulator {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalTagEmulator {
+        let link = RequestLink(manifest: manifest, capability: .nfcEmulator, parameters: JSONValue(parameters.values), logger: logger)
+        let device = try await link.start()
+        return ExternalTagEmulator(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+    }
+
+    func emulate(_ message: NDEFMessage, timeout: Duration) async throws -> EmulationOutcome {
+        let parameters = try PluginProtocol.nfcParameters(timeout: timeout, message: message)
+        let answer = try await link.call(PluginProtocol.NFCMethod.emulate, parameters, timeout: timeout)
+        return try PluginProtocol.outcome(from: answer, plugin: link.manifest.name)
+    }
+
+    func close() async { await link.close() }
+}

@@ -1,0 +1,113 @@
+import FieldHAL
+import FieldHALPluginHost
+import Foundation
+import Logging
+import TestSupport
+import Testing
+
+/// NFC from an external plugin process (the Python fixture), through the kit as any
+/// configuration loads it: a tag carried by `nfc.read`, a plugin's bad tag, a plugin that
+/// dies mid-read and is started again by the next read, one that never answers.
+@Suite(.timeLimit(.minutes(1))) struct ExternalNFCTests {
+    static let manifest = PluginFixtures.manifest(
+        name: "probe", capabilities: #"{"nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#)
+
+    func load(_ mode: String, log: CapturedLog = CapturedLog()) async throws -> (Kit, PluginFixtures) {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe", mode: mode, manifest: Self.manifest)
+        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root],
+                                                          logger: log.logger)
+        #expect(discovery.problems.isEmpty)
+        let configuration = try KitConfiguration.parse("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", file: "kit.toml",
+                                                       directory: fixtures.root, registry: registry)
+        let kit = await Kit.load(configuration, registry: registry,
+                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
+        return (kit, fixtures)
+    }
+
+    func failure(_ body: () async throws -> Void) async -> FieldHALError? {
+        do {
+            try await body()
+            Issue.record("expected an error")
+            return nil
+        } catch {
+            return error as? FieldHALError
+        }
+    }
+
+    func starts(_ fixtures: PluginFixtures) throws -> Int {
+        try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
+    }
+
+    @Test func aTagComesThroughTheProtocol() async throws {
+        let (kit, fixtures) = try await load("good")
+        let reader = try kit.nfcReader()
+        #expect(reader.deviceName == "fixture /dev/ttyFIXTURE (plugin probe)")
+        let tag = try await reader.readTag(timeout: .seconds(2))
+        #expect(tag.type == .type2 && tag.uidString == "04:A1:B2:C3:D4:E5:F6" && tag.atqa == 0x0044 && tag.sak == 0)
+        #expect(try tag.ndef?.records.first?.content() == .text("fixture", language: "en"))
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aBadTagIsThePluginsProtocolErrorAndThePluginServesOn() async throws {
+        let (kit, fixtures) = try await load("bad-tag")
+        let reader = try kit.nfcReader()
+        for _ in 0..<2 {
+            let error = await failure { _ = try await reader.readTag(timeout: .seconds(2)) }
+            #expect(error?.kind == .protocolError && error?.subject == "plugin probe", "\(String(describing: error))")
+            #expect(error?.description.contains("uid") == true, "\(String(describing: error))")
+        }
+        #expect(try starts(fixtures) == 1, "a bad answer is not a failed process")
+        await kit.close()
+    }
+
+    @Test func aPluginThatDiesMidReadIsATypedErrorAndTheNextReadStartsItAgain() async throws {
+        let log = CapturedLog()
+        let (kit, fixtures) = try await load("die-in-read", log: log)
+        let reader = try kit.nfcReader()
+        let error = await failure { _ = try await reader.readTag(timeout: .seconds(5)) }
+        #expect(error?.kind == .unavailable, "\(String(describing: error))")
+        #expect(error?.description.contains("plugin probe") == true && error?.description.contains("exit status 5") == true,
+                "\(String(describing: error))")
+        #expect(error?.description.contains("fell over mid-read") == true, "the stderr's tail: \(String(describing: error))")
+        // Within the backoff the next read waits for the start (0.5 s) and is served.
+        let tag = try await reader.readTag(timeout: .seconds(2))
+        #expect(tag.uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try starts(fixtures) == 2)
+        let said = log.lines
+        #expect(said.contains { $0.hasPrefix("error ") && $0.contains("exit status 5") && $0.contains("at the next nfc request") }, "\(said)")
+        #expect(said.contains { $0.hasPrefix("notice plugin probe serves nfc again") }, "\(said)")
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func aPluginThatNeverAnswersAReadIsATimeoutAndIsStopped() async throws {
+        let (kit, fixtures) = try await load("hang-read")
+        let reader = try kit.nfcReader()
+        let started = ContinuousClock.now
+        let error = await failure { _ = try await reader.readTag(timeout: .milliseconds(200)) }
+        let elapsed = ContinuousClock.now - started
+        #expect(error?.kind == .timeout && error?.description.contains("no answer to nfc.read") == true, "\(String(describing: error))")
+        #expect(elapsed >= .seconds(5) && elapsed < .seconds(8), "the read's bound plus the host's 5 s grace: \(elapsed)")
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    @Test func cancellingAReadReturnsAtOnce() async throws {
+        let (kit, _) = try await load("hang-read")
+        let reader = try kit.nfcReader()
+        let wait = Task { try await reader.readTag(timeout: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let cancelled = ContinuousClock.now
+        wait.cancel()
+        let result = await wait.result
+        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        if case .failure(let error) = result {
+            #expect((error as? FieldHALError)?.kind == .cancelled, "\(error)")
+        } else {
+            Issue.record("a cancelled read returned a tag")
+        }
+        await kit.close()
+    }
+}
