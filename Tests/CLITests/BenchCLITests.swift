@@ -23,10 +23,12 @@ struct BenchCLITests {
                 "\(result.stdout)")
     }
 
-    /// The gpsd backend in process and out of process (a plugin process), and the plugin
-    /// process at rest.
+    /// The gpsd and libnfc backends in process and out of process (a plugin process), and
+    /// the plugin process at rest.
     @Test func pluginsMeasuresBothWaysAndTheProcessAtRest() async throws {
-        let result = try await CLI.run(["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--json"])
+        let emulator = CLI.repositoryRoot.appendingPathComponent("Tests/TestSupport/Peers/pn532-emulator.py").path
+        let result = try await CLI.run(["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--nfc-reads", "10",
+                                        "--emulator", emulator, "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         for phase in ["alone", "atOnce"] {
@@ -39,5 +41,10 @@ struct BenchCLITests {
         let rest = report?["rest"] as? [String: Any]
         #expect((rest?["seconds"] as? Double ?? 0) >= 1 && (rest?["pluginCPUSeconds"] as? Double).map { $0 >= 0 } == true, "\(result.stdout)")
         #expect((report?["pluginRSSKiB"] as? Int ?? 0) > 0, "\(result.stdout)")
+        let nfc = report?["nfc"] as? [String: Any]
+        #expect(nfc?["samples"] as? Int == 10, "\(result.stdout)")
+        for key in ["inProcessMedianMs", "outOfProcessMedianMs"] {
+            #expect((nfc?[key] as? Double).map { $0 > 0 && $0 < 1000 } == true, "nfc \(key): \(result.stdout)")
+        }
     }
 }

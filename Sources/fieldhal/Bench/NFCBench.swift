@@ -58,7 +58,7 @@ struct NFCBench: AsyncParsableCommand {
         let events = directory + "/events.jsonl"
         let chip = try BenchProcess.start("/usr/bin/python3", [emulator, "--text", "trf:duress:bench-alert-0001"], output: events)
         defer { chip.kill() }
-        let connstring = "pn532_uart:" + (try await firstLine(of: events))
+        let connstring = "pn532_uart:" + (try await Self.firstLine(of: events))
 
         let fieldhal = try await measurePlugin(libnfc, connstring: connstring, events: events)
         let baseline = try await measureTool(tool, connstring: connstring, events: events, directory: directory)
@@ -86,7 +86,7 @@ struct NFCBench: AsyncParsableCommand {
         guard case .nfcReader(let reader) = try await libnfc.open(.nfcReader, PluginParameters(["connstring": .string(connstring)]), context) else {
             throw FieldHALError(.unavailable, subject: "bench nfc", detail: "the libnfc plugin opened no reader")
         }
-        let before = try selections(in: events).count
+        let before = try Self.selections(in: events).count
         var finished: [UInt64] = []
         for _ in 0..<samples {
             let tag = try await reader.readTag(timeout: .seconds(5))
@@ -96,7 +96,7 @@ struct NFCBench: AsyncParsableCommand {
             }
         }
         await reader.close()
-        let selected = Array(try await settledSelections(in: events, count: before + samples).dropFirst(before))
+        let selected = Array(try await Self.settledSelections(in: events, count: before + samples).dropFirst(before))
         return zip(selected, finished).map { Double($1 - $0) / 1e6 }
     }
 
@@ -108,13 +108,13 @@ struct NFCBench: AsyncParsableCommand {
         environment["LIBNFC_LOG_LEVEL"] = "0"
         var latencies: [Double] = []
         for run in 0..<toolRuns {
-            let before = try selections(in: events).count
+            let before = try Self.selections(in: events).count
             let status = try await runTool(tool, ["r", directory + "/dump-\(run).mfd"], environment: environment)
             let exited = Self.monotonicNanoseconds()
             guard status == 0 else {
                 throw FieldHALError(.protocolError, subject: "bench nfc", detail: "\(tool) exited \(status)")
             }
-            let selected = try await settledSelections(in: events, count: before + 1)
+            let selected = try await Self.settledSelections(in: events, count: before + 1)
             latencies.append(Double(exited - selected[before]) / 1e6)
         }
         return latencies
@@ -134,7 +134,7 @@ struct NFCBench: AsyncParsableCommand {
     }
 
     /// The emulator's "selected" stamps so far (CLOCK_MONOTONIC ns).
-    private func selections(in events: String) throws -> [UInt64] {
+    static func selections(in events: String) throws -> [UInt64] {
         let text = try String(contentsOfFile: events, encoding: .utf8)
         return text.split(whereSeparator: \.isNewline).compactMap { line -> UInt64? in
             guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
@@ -145,16 +145,16 @@ struct NFCBench: AsyncParsableCommand {
 
     /// Waits until the emulator has written at least `count` stamps (it writes each one
     /// before it answers, but the file may lag the answer by a scheduling slice).
-    private func settledSelections(in events: String, count: Int) async throws -> [UInt64] {
+    static func settledSelections(in events: String, count: Int) async throws -> [UInt64] {
         for _ in 0..<200 {
-            let stamps = try selections(in: events)
+            let stamps = try Self.selections(in: events)
             if stamps.count >= count { return stamps }
             try await Task.sleep(for: .milliseconds(10))
         }
         throw FieldHALError(.protocolError, subject: "bench nfc", detail: "the emulator stamped fewer selections than reads")
     }
 
-    private func firstLine(of path: String) async throws -> String {
+    static func firstLine(of path: String) async throws -> String {
         for _ in 0..<500 {
             if let text = try? String(contentsOfFile: path, encoding: .utf8), let newline = text.firstIndex(of: "\n") {
                 return String(text[..<newline])

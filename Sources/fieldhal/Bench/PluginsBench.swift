@@ -14,7 +14,7 @@ import Glibc
 struct PluginsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "plugins",
-        abstract: "Fix latency of the gpsd backend in process vs out of process (a plugin process), its memory, and its CPU at rest.",
+        abstract: "The gpsd and libnfc backends in process vs out of process (a plugin process): fix latency, NFC read time, memory, CPU at rest.",
         discussion: """
         Needs gpsd and gpsd-clients (gpsfake); no receiver. A private gpsd replays a generated \
         NMEA log through a relay that stamps each report as it hands it on, to two clients: \
@@ -23,13 +23,19 @@ struct PluginsBench: AsyncParsableCommand {
         gpsd`), whose fixes reach this process over the plugin protocol. Twice: each report \
         to one client in turn (each path alone), then to both at once. Then the plugin \
         process at rest: connected to a gpsd with no receiver, its CPU time over \
-        --rest-seconds, and its peak memory. Issue 21's goals: out of process at most 1.2× \
-        in process; no CPU at rest.
+        --rest-seconds, and its peak memory. Then NFC: two PN532 emulators on ptys \
+        (Tests/TestSupport/Peers/pn532-emulator.py; needs python3), one read by the libnfc \
+        plugin in this process and one by the same plugin in a plugin process, read by turns, \
+        each read timed from the emulator's stamp of the tag's selection to the decoded tag in \
+        this process. Issue 21's goals: fixes out of process at most 1.2× in process; at most \
+        1 ms added per NFC read; no CPU at rest.
         """)
 
     @Option(help: "Epochs (one TPV report each) per phase.") var epochs = 300
     @Option(help: "Seconds gpsfake waits between sentences (3 sentences an epoch).") var cycle = 0.01
     @Option(help: "Seconds the plugin process is watched at rest.") var restSeconds = 10.0
+    @Option(help: "NFC reads per path (in process, out of process).") var nfcReads = 100
+    @Option(help: "The PN532 emulator script (the NFC phase).") var emulator = "Tests/TestSupport/Peers/pn532-emulator.py"
     @Flag(help: "Print the result as JSON.") var json = false
 
     struct Report: Encodable {
@@ -38,12 +44,17 @@ struct PluginsBench: AsyncParsableCommand {
             var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, ratio: Double
         }
         struct Rest: Encodable { var seconds: Double; var pluginCPUSeconds: Double; var pluginCPUPercent: Double }
+        struct NFCReads: Encodable {
+            var samples: Int
+            var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, addedMedianMs: Double
+        }
         var machine: String
         var alone: Latency
         var atOnce: Latency
         var rest: Rest
         var pluginPeakRSSKiB: Int
         var pluginRSSKiB: Int
+        var nfc: NFCReads
     }
 
     func run() async throws {
@@ -51,18 +62,28 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard epochs >= 20, cycle > 0, restSeconds > 0 else {
-            throw FieldHALError(.invalidArgument, subject: "bench plugins", detail: "--epochs must be at least 20, --cycle and --rest-seconds positive")
+        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10 else {
+            throw FieldHALError(.invalidArgument, subject: "bench plugins",
+                                detail: "--epochs and --nfc-reads must be at least 20 and 10, --cycle and --rest-seconds positive")
+        }
+        guard let libnfc = BuiltinPlugins.registry.plugin(named: "libnfc") else {
+            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the NFC trait")
+        }
+        guard FileManager.default.fileExists(atPath: emulator) else {
+            throw FieldHALError(.unavailable, subject: "bench plugins", detail: "no PN532 emulator at \(emulator)",
+                                advice: "run from the repository's root or pass --emulator PATH")
         }
         let setup = try GPSBenchSetup.make("bench plugins", tools: ["/usr/bin/gpsfake", "/usr/sbin/gpsd"], epochs: epochs)
         defer { setup.remove() }
         let (gpsd, directory, log) = (setup.gpsd, setup.directory, setup.log)
-        let external = try installExternal(gpsd, in: directory)
+        let external = try installExternal(gpsd, serving: "gpsd", in: directory)
 
         let alone = try await measureLatency(gpsd, external, log: log, oneClientPerReport: true)
         let atOnce = try await measureLatency(gpsd, external, log: log, oneClientPerReport: false)
         let (rest, peak, resident) = try await measureRest(external, directory: directory)
-        let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident)
+        let nfc = try await measureNFC(libnfc, try installExternal(libnfc, serving: "libnfc", in: directory), directory: directory)
+        let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
+                            nfc: nfc)
         try Output.emit(report, json: json) {
             func line(_ name: String, _ latency: Report.Latency) -> String {
                 """
@@ -79,20 +100,24 @@ struct PluginsBench: AsyncParsableCommand {
             \(line("at once", atOnce))
             the plugin process: RSS \(resident) KiB (peak \(peak) KiB); at rest for \(format(rest.seconds)) s: \
             CPU \(format(rest.pluginCPUSeconds)) s (\(format(rest.pluginCPUPercent)) %)
+            NFC read, tag selected → tag decoded here, the libnfc backend on the PN532 emulator (\(nfc.samples) reads each):
+              in process      median \(format(nfc.inProcessMedianMs)) ms  p95 \(format(nfc.inProcessP95Ms)) ms
+              out of process  median \(format(nfc.outOfProcessMedianMs)) ms  p95 \(format(nfc.outOfProcessP95Ms)) ms
+              added out of process (medians)  \(format(nfc.addedMedianMs)) ms
             """
         }
     }
 
     private func format(_ value: Double) -> String { String(format: "%.3f", value) }
 
-    /// A plugin directory serving the built-in gpsd plugin through this very binary.
-    private func installExternal(_ gpsd: PluginDescriptor, in directory: String) throws -> PluginDescriptor {
-        let plugin = directory + "/gpsd-process"
+    /// A plugin directory serving a built-in plugin through this very binary.
+    private func installExternal(_ builtIn: PluginDescriptor, serving name: String, in directory: String) throws -> PluginDescriptor {
+        let plugin = directory + "/\(name)-process"
         try FileManager.default.createDirectory(atPath: plugin, withIntermediateDirectories: true)
-        let manifest = PluginManifest.json(for: gpsd, name: "gpsd-process", version: FieldHALVersion.current, executable: "run")
+        let manifest = PluginManifest.json(for: builtIn, name: "\(name)-process", version: FieldHALVersion.current, executable: "run")
         try JSONEncoder().encode(manifest).write(to: URL(fileURLWithPath: plugin + "/plugin.json"))
         let binary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        try "#!/bin/sh\nexec '\(binary)' plugin serve gpsd --name gpsd-process\n".write(toFile: plugin + "/run", atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nexec '\(binary)' plugin serve \(name) --name \(name)-process\n".write(toFile: plugin + "/run", atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: plugin + "/run")
         return try PluginManifest.load(plugin + "/plugin.json").descriptor()
     }
@@ -137,6 +162,51 @@ struct PluginsBench: AsyncParsableCommand {
                      inProcessMedianMs: ours, inProcessP95Ms: GPSBench.percentile(inProcess, 0.95),
                      outOfProcessMedianMs: theirs, outOfProcessP95Ms: GPSBench.percentile(outOfProcess, 0.95),
                      ratio: ours > 0 ? theirs / ours : .nan)
+    }
+
+    /// Two PN532 emulators, one per path, read by turns so that both meet the same machine;
+    /// each read from the emulator's stamp of its selection (CLOCK_MONOTONIC) to the decoded
+    /// tag in this process.
+    private func measureNFC(_ libnfc: PluginDescriptor, _ external: PluginDescriptor, directory: String) async throws -> Report.NFCReads {
+        var chips: [BenchProcess] = []
+        defer { for chip in chips { chip.kill() } }
+        var readers: [any NFCReader] = []
+        var events: [String] = []
+        let context = PluginContext(configDirectory: "/", stateDirectory: directory)
+        for (index, descriptor) in [libnfc, external].enumerated() {
+            let log = directory + "/nfc-\(index).jsonl"
+            chips.append(try BenchProcess.start("/usr/bin/python3", [emulator, "--text", "trf:duress:bench-alert-0001"], output: log))
+            let connstring = "pn532_uart:" + (try await NFCBench.firstLine(of: log))
+            guard case .nfcReader(let reader) = try await descriptor.open(.nfcReader, PluginParameters(["connstring": .string(connstring)]), context) else {
+                throw FieldHALError(.unavailable, subject: "bench plugins", detail: "the libnfc plugin opened no reader")
+            }
+            readers.append(reader)
+            events.append(log)
+        }
+        // One read each first: the first read of a plugin process pays for its start.
+        for reader in readers { _ = try await reader.readTag(timeout: .seconds(5)) }
+        var before: [Int] = []
+        for log in events { before.append(try await NFCBench.settledSelections(in: log, count: 1).count) }
+        var finished: [[UInt64]] = [[], []]
+        for _ in 0..<nfcReads {
+            for (index, reader) in readers.enumerated() {
+                let tag = try await reader.readTag(timeout: .seconds(5))
+                finished[index].append(NFCBench.monotonicNanoseconds())
+                guard tag.ndef?.records.isEmpty == false else {
+                    throw FieldHALError(.protocolError, subject: "bench plugins", detail: "an NFC read returned no NDEF message")
+                }
+            }
+        }
+        for reader in readers { await reader.close() }
+        var latencies: [[Double]] = []
+        for (index, log) in events.enumerated() {
+            let selected = Array(try await NFCBench.settledSelections(in: log, count: before[index] + nfcReads).dropFirst(before[index]))
+            latencies.append(zip(selected, finished[index]).map { Double($1 - $0) / 1e6 })
+        }
+        let inside = GPSBench.percentile(latencies[0], 0.5), outside = GPSBench.percentile(latencies[1], 0.5)
+        return .init(samples: nfcReads, inProcessMedianMs: inside, inProcessP95Ms: GPSBench.percentile(latencies[0], 0.95),
+                     outOfProcessMedianMs: outside, outOfProcessP95Ms: GPSBench.percentile(latencies[1], 0.95),
+                     addedMedianMs: outside - inside)
     }
 
     /// The plugin process watching a gpsd that has no receiver: nothing to say, so it
