@@ -167,22 +167,52 @@ struct PluginCommand: AsyncParsableCommand {
             abstract: "Print the plugin.json that runs a built-in plugin out of process.",
             discussion: """
             A built-in plugin runs as an external plugin process (its own process, restarted \
-            when it fails, the daemon unharmed) through `fieldhal plugin serve`. Put this \
-            manifest in a plugin directory with an executable that runs \
-            `fieldhal plugin serve PLUGIN --name NAME`, and name NAME in the configuration. \
+            when it fails, the daemon unharmed) through `fieldhal plugin serve`. With \
+            --output DIR it installs it: DIR/plugin.json and DIR/run, an executable that runs \
+            this fieldhal's `plugin serve PLUGIN --name NAME` (DIR in a plugin directory, e.g. \
+            /etc/fieldhal/plugins.d/NAME); without, it prints the manifest. Then name NAME in \
+            the configuration's section. Exit status 73 when DIR cannot be written. \
             docs/plugins.md shows it start to finish.
             """)
         @Argument(help: "The built-in plugin (fieldhal plugins lists them).") var plugin: String
         @Option(help: "The external plugin's name (default: PLUGIN-process).") var name: String?
         @Option(help: "The executable the manifest names, relative to its directory.") var executable = "run"
+        @Option(help: "Write plugin.json and the executable into this directory (made if missing) instead of printing.")
+        var output: String?
 
         func run() async throws {
             let descriptor = try PluginCommand.builtIn(plugin)
-            let manifest = PluginManifest.json(for: descriptor, name: name ?? PluginCommand.externalName(of: plugin),
-                                               version: FieldHALVersion.current, executable: executable)
+            let external = name ?? PluginCommand.externalName(of: plugin)
+            let manifest = PluginManifest.json(for: descriptor, name: external, version: FieldHALVersion.current, executable: executable)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            print(String(decoding: try encoder.encode(manifest), as: UTF8.self))
+            let text = String(decoding: try encoder.encode(manifest), as: UTF8.self) + "\n"
+            guard let output else {
+                print(text, terminator: "")
+                return
+            }
+            guard !executable.contains("/"), !executable.hasPrefix("."), !executable.isEmpty else {
+                Output.failure("--executable must be a file name in the plugin's directory, not \(executable)")
+                throw ExitCode(64)
+            }
+            // This very binary, by its real path: /usr/bin/fieldhal may be the front.
+            let binary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+            let script = "#!/bin/sh\n# Written by fieldhal plugin manifest: serves the built-in plugin \(plugin) out of process.\n"
+                + "exec '\(binary)' plugin serve \(plugin) --name \(external)\n"
+            do {
+                try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)
+                try Data(text.utf8).write(to: URL(fileURLWithPath: output + "/plugin.json"), options: .atomic)
+                // The executable appears whole and executable, or not at all.
+                let staged = output + "/.\(executable).new"
+                try Data(script.utf8).write(to: URL(fileURLWithPath: staged))
+                try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: staged)
+                guard rename(staged, output + "/" + executable) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            } catch {
+                Output.failure("cannot write the plugin into \(output): \(error.localizedDescription) — choose a directory you may write, or run with sudo")
+                throw ExitCode(73)  // EX_CANTCREAT
+            }
+            print("wrote \(output)/plugin.json and \(output)/\(executable): plugin \(external) serves \(plugin) out of process")
+            print("use it with plugin = \"\(external)\" in the section of a capability it provides (fieldhal plugin check \(output))")
         }
     }
 

@@ -294,6 +294,29 @@ final class PluginFixtures: @unchecked Sendable {
         #expect(garbled.stderr.contains("not JSON-RPC 2.0"), "\(garbled.stderr)")
     }
 
+    @Test func manifestOutputInstallsAPluginOrSaysWhyNot() async throws {
+        let fixtures = try PluginFixtures()
+        let folder = fixtures.root + "/fake-process"
+        let installed = try await CLI.run(["plugin", "manifest", "fake", "--output", folder])
+        #expect(installed.status == 0, "\(installed.stderr)")
+        #expect(installed.stdout.contains("plugin = \"fake-process\""), "\(installed.stdout)")
+        let run = try String(contentsOfFile: folder + "/run", encoding: .utf8)
+        #expect(run.hasPrefix("#!/bin/sh\n") && run.contains("plugin serve fake --name fake-process"), "\(run)")
+        #expect(FileManager.default.isExecutableFile(atPath: folder + "/run"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).sorted() == ["plugin.json", "run"], "nothing staged is left")
+        let manifest = try PluginManifest.load(folder + "/plugin.json")
+        #expect(manifest.name == "fake-process" && manifest.parameterSpecs.keys.contains(.nfcReader), "\(manifest.parameterSpecs.keys)")
+        // Once more over it: the same two files.
+        #expect(try await CLI.run(["plugin", "manifest", "fake", "--output", folder]).status == 0)
+
+        let blocked = fixtures.root + "/a-file"
+        try "x".write(toFile: blocked, atomically: true, encoding: .utf8)
+        let refused = try await CLI.run(["plugin", "manifest", "fake", "--output", blocked + "/inside"])
+        #expect(refused.status == 73 && refused.stderr.contains("cannot write the plugin into"), "\(refused.status) \(refused.stderr)")
+        let escaping = try await CLI.run(["plugin", "manifest", "fake", "--executable", "../run", "--output", folder])
+        #expect(escaping.status == 64, "\(escaping.stderr)")
+    }
+
     /// docs/plugins.md's manifest and smallest plugin, taken from the page as written.
     @Test func theDocumentedPluginPassesItsCheck() async throws {
         let page = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("docs/plugins.md"), encoding: .utf8)
