@@ -170,9 +170,11 @@ extension PluginManifest {
                 return .nfcReader(try await ExternalNFCReader.open(manifest, parameters, logger: logger))
             case .nfcEmulator:
                 return .nfcEmulator(try await ExternalTagEmulator.open(manifest, parameters, logger: logger))
+            case .haptics:
+                return .haptics(try await ExternalHaptics.open(manifest, parameters, logger: logger))
             default:
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
-                                    detail: "this FieldHAL serves gps and nfc from external plugins; \(capability) through the plugin protocol is not built yet",
+                                    detail: "this FieldHAL serves gps, nfc and haptics from external plugins; \(capability) through the plugin protocol is not built yet",
                                     advice: "use a built-in plugin for \(capability) (fieldhal plugins lists them)")
             }
         }

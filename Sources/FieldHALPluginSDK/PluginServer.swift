@@ -18,8 +18,9 @@ import Glibc
 /// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
 /// section's parameters (checked against the descriptor's specs here too), location
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
-/// `$/cancel`, `shutdown` and `exit`, and the end of standard input. A failed request answers with the `FieldHALError` in `data`, so the host
-/// reports the same typed error, advice and all. Other capabilities' methods are not in the
+/// haptics (`haptics.play`), `$/cancel`, `shutdown` and `exit`, and the end of standard
+/// input. A failed request answers with the `FieldHALError` in `data`, so the host reports
+/// the same typed error, advice and all. Other capabilities' methods are not in the
 /// protocol yet: their `open` answers `unsupported`.
 ///
 /// Threads: standard input is read on a thread of its own (`DeviceThread`), never on
@@ -115,6 +116,8 @@ public final class PluginServer: Sendable {
             watchLocation(id)
         case PluginProtocol.NFCMethod.read, PluginProtocol.NFCMethod.write, PluginProtocol.NFCMethod.emulate:
             track(id) { [self] in await nfc(method, id, parameters) }
+        case PluginProtocol.HapticsMethod.play:
+            track(id) { [self] in await playHaptics(id, parameters) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -152,7 +155,7 @@ public final class PluginServer: Sendable {
             guard let specs = descriptor.capabilities[capability] else {
                 throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
             }
-            guard [.location, .nfcReader, .nfcEmulator].contains(capability) else {
+            guard [.location, .nfcReader, .nfcEmulator, .haptics].contains(capability) else {
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(name)",
                                     detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
                                     advice: "use the built-in plugin in process")
@@ -236,6 +239,23 @@ public final class PluginServer: Sendable {
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before \(wanted) is open")
             }
             send(PluginProtocol.response(id, result: result))
+        } catch let error as FieldHALError {
+            send(PluginProtocol.response(id, error: error))
+        } catch is CancellationError {
+            send(PluginProtocol.response(id, error: FieldHALError.cancelled(name)))
+        } catch {
+            send(PluginProtocol.response(id, error: FieldHALError(.io, subject: name, detail: "\(error)")))
+        }
+    }
+
+    /// `haptics.play`: the pattern, answered (null) when it has finished; `$/cancel` stops it.
+    private func playHaptics(_ id: JSONValue, _ parameters: JSONValue) async {
+        do {
+            guard case .haptics(let engine)? = state.value.opened else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "haptics.play before haptics is open")
+            }
+            try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
+            send(PluginProtocol.response(id, result: .null))
         } catch let error as FieldHALError {
             send(PluginProtocol.response(id, error: error))
         } catch is CancellationError {

@@ -1,5 +1,6 @@
 @testable import EvdevPlugin
 import FieldHAL
+import FieldHALPluginHost
 import Foundation
 import TestSupport
 import Testing
@@ -112,19 +113,31 @@ final class UinputPeer: @unchecked Sendable {
 
 @Suite("evdev haptics on uinput (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
 struct UinputHapticsTests {
-    func haptics(_ peer: UinputPeer, _ extra: [String: ConfigValue] = [:]) async throws -> any HapticsEngine {
+    /// In this process, and out of process as an external plugin (`fieldhal plugin serve
+    /// evdev` behind a manifest, through the plugin protocol's `haptics.play`).
+    enum Way: String, CaseIterable, CustomTestStringConvertible {
+        case inProcess = "in process"
+        case outOfProcess = "out of process"
+        var testDescription: String { rawValue }
+    }
+
+    func haptics(_ peer: UinputPeer, _ extra: [String: ConfigValue] = [:], way: Way = .inProcess) async throws -> any HapticsEngine {
         var values = extra
         values["device"] = .string(peer.node)
-        guard case .haptics(let engine) = try await EvdevPlugin.descriptor!.open(.haptics, PluginParameters(values), KernelLab.context) else {
+        var descriptor = EvdevPlugin.descriptor!
+        if way == .outOfProcess {
+            descriptor = try PluginManifest.load(try await ExternalBuiltin.install("evdev", as: "evdev-process")).descriptor()
+        }
+        guard case .haptics(let engine) = try await descriptor.open(.haptics, PluginParameters(values), KernelLab.context) else {
             throw LabError("the evdev plugin did not open haptics")
         }
         return engine
     }
 
-    @Test func warningPlaysTheThemesStepsWithTheirTimings() async throws {
+    @Test(arguments: Way.allCases) func warningPlaysTheThemesStepsWithTheirTimings(way: Way) async throws {
         try await UinputPeer.with { peer in
             #expect(EvdevHaptics.forceFeedbackDevices().contains(peer.node))
-            try await haptics(peer, ["gain": .float(0.75)]).play(.warning)
+            try await haptics(peer, ["gain": .float(0.75)], way: way).play(.warning)
             let events = try await peer.waitFor("erase")
             #expect(events.first { $0.name == "gain" }?.int("value") == 49151)
             // One upload for two identical steps: rumble 0.8/0.5 for 150 ms.
@@ -145,7 +158,7 @@ struct UinputHapticsTests {
         }
     }
 
-    @Test func customSequencesAndThemeFilesUploadWhatTheySay() async throws {
+    @Test(arguments: Way.allCases) func customSequencesAndThemeFilesUploadWhatTheySay(way: Way) async throws {
         try await UinputPeer.with { peer in
             let theme = KernelLab.scratch("theme.json")
             try """
@@ -153,7 +166,7 @@ struct UinputHapticsTests {
                 { "effect": "periodic", "magnitude": 0.5, "period-ms": 20, "duration-ms": 80, "pause-ms": 20 },
                 { "effect": "rumble", "strong": 0.2, "weak": 0.9, "duration-ms": 50 } ] } }
             """.write(toFile: theme, atomically: true, encoding: .utf8)
-            try await haptics(peer, ["theme": .string(theme)]).play(.success)
+            try await haptics(peer, ["theme": .string(theme)], way: way).play(.success)
             let events = try await peer.waitFor("erase", count: 2)
             let uploads = events.filter { $0.name == "upload" }
             #expect(uploads.map { $0.string("type") } == ["periodic", "rumble"])
@@ -163,9 +176,9 @@ struct UinputHapticsTests {
         }
     }
 
-    @Test func cancellingStopsTheMotorAndErasesTheEffect() async throws {
+    @Test(arguments: Way.allCases) func cancellingStopsTheMotorAndErasesTheEffect(way: Way) async throws {
         try await UinputPeer.with { peer in
-            let engine = try await haptics(peer)
+            let engine = try await haptics(peer, way: way)
             let long = HapticPattern.custom([HapticStep(.rumble(strong: 1, weak: 1), durationMilliseconds: 5000)])
             let playing = Task { try await engine.play(long) }
             _ = try await peer.waitFor("play")
@@ -178,9 +191,9 @@ struct UinputHapticsTests {
         }
     }
 
-    @Test func aDeviceThatVanishesMidPatternEndsWithDisconnected() async throws {
+    @Test(arguments: Way.allCases) func aDeviceThatVanishesMidPatternEndsWithDisconnected(way: Way) async throws {
         try await UinputPeer.with(["--destroy-after-plays", "1"]) { peer in
-            let engine = try await haptics(peer)
+            let engine = try await haptics(peer, way: way)
             let started = ContinuousClock.now
             await #expect { try await engine.play(.error) } throws: { error in
                 FieldHALError.Kind.disconnected.matches(error) && "\(error)".contains("the device went away")

@@ -190,6 +190,44 @@ import Testing
         #expect(ContinuousClock.now - cancelled < .seconds(1))
     }
 
+    /// An engine that records what it plays; a pattern over 1 s plays until cancelled.
+    final class Motor: HapticsEngine {
+        let deviceName = "test motor"
+        let played = LockedValue<[HapticPattern]>([])
+        func play(_ pattern: HapticPattern) async throws {
+            played.withLock { $0.append(pattern) }
+            if PluginProtocol.length(of: pattern) > .seconds(1) { try await Task.sleep(for: .seconds(60)) }
+        }
+        func close() async {}
+    }
+
+    @Test func hapticsPlayCarriesNamedAndCustomPatternsAndStopsWhenCancelled() async throws {
+        let motor = Motor()
+        let descriptor = PluginDescriptor(name: "probe", summary: "a test motor", capabilities: [.haptics: []]) { _, _, _ in .haptics(motor) }
+        let channel = try Channel(descriptor)
+        #expect(try await channel.call(1, "open", #"{"capability":"haptics","parameters":{}}"#)["result"]?["device"] == .string("test motor"))
+        #expect(try await channel.call(2, "haptics.play", #"{"pattern":"warning"}"#)["result"] == .null)
+        let custom = HapticPattern.custom([HapticStep(.periodic(magnitude: 0.5, periodMilliseconds: 20), durationMilliseconds: 80, pauseMilliseconds: 20),
+                                           HapticStep(.rumble(strong: 0.25, weak: 0.75), durationMilliseconds: 50)])
+        let encoded = String(decoding: try JSONEncoder().encode(PluginProtocol.value(of: custom)), as: UTF8.self)
+        #expect(try await channel.call(3, "haptics.play", encoded)["result"] == .null)
+        #expect(motor.played.value == [.warning, custom])
+        for (id, bad) in [(4, #"{"pattern":"purr"}"#), (5, #"{"steps":[{"effect":"rumble","strong":2,"weak":0,"durationMs":10}]}"#),
+                          (6, #"{"steps":[]}"#), (7, #"{"steps":[{"effect":"buzz","durationMs":10}]}"#)] {
+            let answer = try await channel.call(id, "haptics.play", bad)
+            #expect(answer["error"]?["data"]?["kind"] == .string("invalidArgument"), "\(bad): \(answer)")
+        }
+        #expect(motor.played.value.count == 2, "a bad pattern never reaches the motor")
+        // A long pattern, cancelled: the play itself ends at once.
+        channel.send(#"{"jsonrpc":"2.0","id":8,"method":"haptics.play","params":{"steps":[{"effect":"rumble","strong":1,"weak":1,"durationMs":5000}]}}"# + "\n")
+        try await Task.sleep(for: .milliseconds(200))
+        let cancelled = ContinuousClock.now
+        channel.send(#"{"jsonrpc":"2.0","method":"$/cancel","params":{"id":8}}"# + "\n")
+        let answer = try await channel.next()
+        #expect(answer?["id"] == .integer(8) && answer?["error"]?["data"]?["kind"] == .string("cancelled"), "\(String(describing: answer))")
+        #expect(ContinuousClock.now - cancelled < .seconds(1))
+    }
+
     /// The host checks a plugin's tag as strictly as a tag read in process.
     @Test(arguments: [
         (#"{"type":"type9","uid":"04:A1:B2:C3"}"#, "type"),

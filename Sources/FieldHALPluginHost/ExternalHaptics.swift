@@ -1,0 +1,29 @@
+import FieldHAL
+import FieldHALPluginProtocol
+import Foundation
+import Logging
+
+/// Haptics in an external plugin: each pattern is a `haptics.play` request, answered when
+/// the pattern has finished; cancelling the caller stops it (`$/cancel`).
+final class ExternalHaptics: HapticsEngine {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalHaptics {
+        let link = RequestLink(manifest: manifest, capability: .haptics, parameters: JSONValue(parameters.values), logger: logger)
+        let device = try await link.start()
+        return ExternalHaptics(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+    }
+
+    func play(_ pattern: HapticPattern) async throws {
+        try pattern.validate(subject: "haptic pattern")
+        _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.length(of: pattern))
+    }
+
+    func close() async { await link.close() }
+}
