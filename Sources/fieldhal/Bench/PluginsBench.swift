@@ -27,8 +27,10 @@ struct PluginsBench: AsyncParsableCommand {
         (Tests/TestSupport/Peers/pn532-emulator.py; needs python3), one read by the libnfc \
         plugin in this process and one by the same plugin in a plugin process, read by turns, \
         each read timed from the call to the decoded tag (and from the emulator's stamp of the \
-        tag's selection, the answer's way alone). Issue 21's goals: fixes out of process at most 1.2× in process; at most \
-        1 ms added per NFC read; no CPU at rest.
+        tag's selection, the answer's way alone). Then, where /dev/uinput exists (the \
+        kernel lab), haptics: two uinput force-feedback devices, a pattern's start timed from \
+        play() to the device's first play event. Issue 21's goals: fixes out of process at \
+        most 1.2× in process; at most 1 ms added per NFC read; no CPU at rest.
         """)
 
     @Option(help: "Epochs (one TPV report each) per phase.") var epochs = 300
@@ -36,6 +38,8 @@ struct PluginsBench: AsyncParsableCommand {
     @Option(help: "Seconds the plugin process is watched at rest.") var restSeconds = 10.0
     @Option(help: "NFC reads per path (in process, out of process).") var nfcReads = 100
     @Option(help: "The PN532 emulator script (the NFC phase).") var emulator = "Tests/TestSupport/Peers/pn532-emulator.py"
+    @Option(help: "Patterns played per path (the haptics phase; needs /dev/uinput: run it in the kernel lab).") var hapticsPlays = 50
+    @Option(help: "The uinput force-feedback peer script (the haptics phase).") var hapticsPeer = "Tests/TestSupport/Peers/uinput-ff.py"
     @Flag(help: "Print the result as JSON.") var json = false
 
     struct Report: Encodable {
@@ -44,6 +48,11 @@ struct PluginsBench: AsyncParsableCommand {
             var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, ratio: Double
         }
         struct Rest: Encodable { var seconds: Double; var pluginCPUSeconds: Double; var pluginCPUPercent: Double }
+        struct HapticsStarts: Encodable {
+            var samples: Int
+            /// play() asked → the device's first play event (the motor starts).
+            var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, addedMedianMs: Double
+        }
         struct NFCReads: Encodable {
             var samples: Int
             /// The whole call: readTag asked → the decoded tag returned.
@@ -58,6 +67,9 @@ struct PluginsBench: AsyncParsableCommand {
         var pluginPeakRSSKiB: Int
         var pluginRSSKiB: Int
         var nfc: NFCReads
+        /// Nil where there is no /dev/uinput (`skipped` says so).
+        var haptics: HapticsStarts?
+        var hapticsSkipped: String?
     }
 
     func run() async throws {
@@ -85,8 +97,16 @@ struct PluginsBench: AsyncParsableCommand {
         let atOnce = try await measureLatency(gpsd, external, log: log, oneClientPerReport: false)
         let (rest, peak, resident) = try await measureRest(external, directory: directory)
         let nfc = try await measureNFC(libnfc, try installExternal(libnfc, serving: "libnfc", in: directory), directory: directory)
+        var haptics: Report.HapticsStarts?
+        var hapticsSkipped: String?
+        if let evdev = BuiltinPlugins.registry.plugin(named: "evdev"), FileManager.default.fileExists(atPath: "/dev/uinput"),
+           FileManager.default.fileExists(atPath: hapticsPeer) {
+            haptics = try await measureHaptics(evdev, try installExternal(evdev, serving: "evdev", in: directory), directory: directory)
+        } else {
+            hapticsSkipped = "needs the evdev plugin, /dev/uinput and \(hapticsPeer): run `lab/kernel-lab .build/release/fieldhal bench plugins`"
+        }
         let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
-                            nfc: nfc)
+                            nfc: nfc, haptics: haptics, hapticsSkipped: hapticsSkipped)
         try Output.emit(report, json: json) {
             func line(_ name: String, _ latency: Report.Latency) -> String {
                 """
@@ -108,6 +128,12 @@ struct PluginsBench: AsyncParsableCommand {
               out of process  median \(format(nfc.outOfProcessMedianMs)) ms  p95 \(format(nfc.outOfProcessP95Ms)) ms
               added out of process (medians)  \(format(nfc.addedMedianMs)) ms
               tag selected → decoded (the answer's way): in \(format(nfc.selectedToDecodedInMedianMs)) ms, out \(format(nfc.selectedToDecodedOutMedianMs)) ms
+            \(haptics.map { haptics in """
+            haptics pattern start, play() asked → the motor starts, the evdev backend on uinput (\(haptics.samples) plays each):
+              in process      median \(format(haptics.inProcessMedianMs)) ms  p95 \(format(haptics.inProcessP95Ms)) ms
+              out of process  median \(format(haptics.outOfProcessMedianMs)) ms  p95 \(format(haptics.outOfProcessP95Ms)) ms
+              added out of process (medians)  \(format(haptics.addedMedianMs)) ms
+            """ } ?? "haptics pattern start: skipped (\(hapticsSkipped ?? ""))")
             """
         }
     }
@@ -217,6 +243,68 @@ struct PluginsBench: AsyncParsableCommand {
                      addedMedianMs: outside - inside,
                      selectedToDecodedInMedianMs: GPSBench.percentile(latencies[0], 0.5),
                      selectedToDecodedOutMedianMs: GPSBench.percentile(latencies[1], 0.5))
+    }
+
+    /// Two uinput force-feedback devices (the peer script), one per path, played by turns: a
+    /// one-step pattern each time, from the `play` call to the device's first play event
+    /// (CLOCK_MONOTONIC on both sides).
+    private func measureHaptics(_ evdev: PluginDescriptor, _ external: PluginDescriptor, directory: String) async throws -> Report.HapticsStarts {
+        var peers: [BenchProcess] = []
+        defer { for peer in peers { peer.kill() } }
+        var engines: [any HapticsEngine] = []
+        var logs: [String] = []
+        let context = PluginContext(configDirectory: "/", stateDirectory: directory)
+        for (index, descriptor) in [evdev, external].enumerated() {
+            let log = directory + "/uinput-\(index).jsonl"
+            peers.append(try BenchProcess.start("/usr/bin/python3", [hapticsPeer, "--name", "bench pad \(index)"], output: log))
+            let ready = try await Self.events(in: log, named: "ready", count: 1, within: .seconds(5))
+            guard let node = ready.first?["node"] as? String else {
+                throw FieldHALError(.unavailable, subject: "bench plugins", detail: "the uinput peer made no device")
+            }
+            guard case .haptics(let engine) = try await descriptor.open(.haptics, PluginParameters(["device": .string(node)]), context) else {
+                throw FieldHALError(.unavailable, subject: "bench plugins", detail: "the evdev plugin opened no haptics")
+            }
+            engines.append(engine)
+            logs.append(log)
+        }
+        let buzz = HapticPattern.custom([HapticStep(.rumble(strong: 0.5, weak: 0.5), durationMilliseconds: 20)])
+        for engine in engines { try await engine.play(buzz) }  // the first play of a plugin process pays for its start
+        var asked: [[Double]] = [[], []]
+        for _ in 0..<hapticsPlays {
+            for (index, engine) in engines.enumerated() {
+                asked[index].append(Double(NFCBench.monotonicNanoseconds()) / 1e9)
+                try await engine.play(buzz)
+            }
+        }
+        for engine in engines { await engine.close() }
+        var starts: [[Double]] = []
+        for (index, log) in logs.enumerated() {
+            let started = try await Self.events(in: log, named: "play", count: hapticsPlays + 1, within: .seconds(5)) { $0["value"] as? Int == 1 }
+            let times = started.dropFirst().compactMap { ($0["t"] as? NSNumber)?.doubleValue }
+            starts.append(zip(times, asked[index]).map { ($0 - $1) * 1000 })
+        }
+        let inside = GPSBench.percentile(starts[0], 0.5), outside = GPSBench.percentile(starts[1], 0.5)
+        return .init(samples: hapticsPlays, inProcessMedianMs: inside, inProcessP95Ms: GPSBench.percentile(starts[0], 0.95),
+                     outOfProcessMedianMs: outside, outOfProcessP95Ms: GPSBench.percentile(starts[1], 0.95), addedMedianMs: outside - inside)
+    }
+
+    /// The peer's events of one kind (JSON lines), once there are `count` of them.
+    private static func events(in log: String, named name: String, count: Int, within bound: Duration,
+                               where matches: ([String: Any]) -> Bool = { _ in true }) async throws -> [[String: Any]] {
+        let deadline = ContinuousClock.now + bound
+        while true {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let found = text.split(whereSeparator: \.isNewline).compactMap { line -> [String: Any]? in
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                      object["event"] as? String == name, matches(object) else { return nil }
+                return object
+            }
+            if found.count >= count { return found }
+            guard ContinuousClock.now < deadline else {
+                throw FieldHALError(.timeout, subject: "bench plugins", detail: "the uinput peer logged \(found.count) of \(count) \(name) events")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     /// The plugin process watching a gpsd that has no receiver: nothing to say, so it
