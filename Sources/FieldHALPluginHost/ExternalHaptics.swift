@@ -15,9 +15,8 @@ final class ExternalHaptics: HapticsEngine {
     }
 
     static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalHaptics {
-        let link = RequestLink(manifest: manifest, capability: .haptics, parameters: JSONValue(parameters.values), logger: logger)
-        let device = try await link.start()
-        return ExternalHaptics(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+        let (link, device) = try await RequestLink.started(manifest, .haptics, parameters, logger: logger)
+        return ExternalHaptics(deviceName: device, link: link)
     }
 
     func play(_ pattern: HapticPattern) async throws {

@@ -15,9 +15,8 @@ final class ExternalNFCReader: NFCReader {
     }
 
     static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalNFCReader {
-        let link = RequestLink(manifest: manifest, capability: .nfcReader, parameters: JSONValue(parameters.values), logger: logger)
-        let device = try await link.start()
-        return ExternalNFCReader(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+        let (link, device) = try await RequestLink.started(manifest, .nfcReader, parameters, logger: logger)
+        return ExternalNFCReader(deviceName: device, link: link)
     }
 
     func readTag(timeout: Duration) async throws -> NFCTag {
@@ -45,9 +44,8 @@ final class ExternalTagEmulator: NFCTagEmulator {
     }
 
     static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalTagEmulator {
-        let link = RequestLink(manifest: manifest, capability: .nfcEmulator, parameters: JSONValue(parameters.values), logger: logger)
-        let device = try await link.start()
-        return ExternalTagEmulator(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+        let (link, device) = try await RequestLink.started(manifest, .nfcEmulator, parameters, logger: logger)
+        return ExternalTagEmulator(deviceName: device, link: link)
     }
 
     func emulate(_ message: NDEFMessage, timeout: Duration) async throws -> EmulationOutcome {

@@ -45,19 +45,22 @@ final class RequestLink: Sendable {
         self.logger = logger
     }
 
-    /// The first start: the plugin runs and the capability is open, or the error says why
-    /// not (the kit then reports the capability unavailable with it). Returns the device's
-    /// name as the plugin gives it.
-    func start() async throws -> String {
-        let (session, device) = try await connect()
-        state.withLock { $0.session = session }
-        return device
+    /// A link whose plugin runs with the capability open, and the device's name for the
+    /// kit (`NAME (plugin PLUGIN)`); or the error that says why not (the kit then reports
+    /// the capability unavailable with it).
+    static func started(_ manifest: PluginManifest, _ capability: Capability, _ parameters: PluginParameters,
+                        logger: Logger) async throws -> (RequestLink, String) {
+        let link = RequestLink(manifest: manifest, capability: capability, parameters: JSONValue(parameters.values), logger: logger)
+        let (session, device) = try await link.connect()
+        link.state.withLock { $0.session = session }
+        return (link, "\(device) (plugin \(manifest.name))")
     }
 
-    /// Sends a request to the plugin, starting it first when it is down.
+    /// Sends a request to the plugin, starting it first when it is down. The plugin has
+    /// `timeout` (at most a day) plus the grace to answer.
     func call(_ method: String, _ parameters: JSONValue, timeout: Duration) async throws -> JSONValue {
         let session = try await serving()
-        return try await session.call(method, parameters, timeout: timeout + Self.grace)
+        return try await session.call(method, parameters, timeout: min(timeout, .seconds(86_400)) + Self.grace)
     }
 
     func close() async {
@@ -132,7 +135,8 @@ final class RequestLink: Sendable {
             switch step {
             case .ready(let session): return session
             case .fail(let error): throw error
-            case .wait(let left): try await Task.sleep(for: left)
+            case .wait(let left):
+                do { try await Task.sleep(for: left) } catch { throw FieldHALError.cancelled("\(capability) plugin \(manifest.name)") }
             case .join(let task):
                 let session = try await Self.cancellably(task)
                 if session.ended == nil { return session }
@@ -155,7 +159,9 @@ final class RequestLink: Sendable {
                 state.session = session
                 return state.failedStarts + 1
             }
-            logger.notice("plugin \(manifest.name) serves \(capability) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
+            if !state.value.closed {
+                logger.notice("plugin \(manifest.name) serves \(capability) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
+            }
             return session
         } catch {
             let failure = (error as? FieldHALError) ?? FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "\(error)")
@@ -167,7 +173,9 @@ final class RequestLink: Sendable {
                 state.starting = nil
                 return (state.failedStarts, state.delay)
             }
-            logger.warning("\(failure) — restart \(attempts) failed; the next at a request from \(next.secondsDescription) on")
+            if !state.value.closed {
+                logger.warning("\(failure) — restart \(attempts) failed; the next at a request from \(next.secondsDescription) on")
+            }
             throw failure
         }
     }

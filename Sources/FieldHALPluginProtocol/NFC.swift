@@ -121,9 +121,12 @@ extension PluginProtocol {
 }
 
 extension Duration {
-    /// Whole milliseconds, rounded down.
+    /// Whole milliseconds, rounded down; 0 for a negative duration and at most a day's
+    /// worth beyond the longest wait, so that no caller's duration overflows.
     var milliseconds: Int {
         let (seconds, attoseconds) = components
+        guard seconds >= 0 else { return 0 }
+        guard seconds < 1_000_000_000 else { return 1_000_000_000_000 }
         return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
     }
 }

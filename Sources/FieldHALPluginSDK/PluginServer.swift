@@ -220,42 +220,42 @@ public final class PluginServer: Sendable {
     /// it runs in, and with it the device's wait.
     private func nfc(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
         let subject = "\(method) from the host"
-        do {
-            let result: JSONValue
+        await answer(id) { [self] in
             switch (method, state.value.opened) {
             case (PluginProtocol.NFCMethod.read, .nfcReader(let reader)?):
                 let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
-                result = .object(["tag": try PluginProtocol.value(of: try await reader.readTag(timeout: timeout))])
+                return .object(["tag": try PluginProtocol.value(of: try await reader.readTag(timeout: timeout))])
             case (PluginProtocol.NFCMethod.write, .nfcReader(let reader)?):
                 let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
                 let message = try PluginProtocol.message(from: parameters["message"], subject: subject)
-                result = .object(["tag": try PluginProtocol.value(of: try await reader.write(message, timeout: timeout))])
+                return .object(["tag": try PluginProtocol.value(of: try await reader.write(message, timeout: timeout))])
             case (PluginProtocol.NFCMethod.emulate, .nfcEmulator(let emulator)?):
                 let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
                 let message = try PluginProtocol.message(from: parameters["message"], subject: subject)
-                result = PluginProtocol.value(of: try await emulator.emulate(message, timeout: timeout))
+                return PluginProtocol.value(of: try await emulator.emulate(message, timeout: timeout))
             default:
                 let wanted: Capability = method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before \(wanted) is open")
             }
-            send(PluginProtocol.response(id, result: result))
-        } catch let error as FieldHALError {
-            send(PluginProtocol.response(id, error: error))
-        } catch is CancellationError {
-            send(PluginProtocol.response(id, error: FieldHALError.cancelled(name)))
-        } catch {
-            send(PluginProtocol.response(id, error: FieldHALError(.io, subject: name, detail: "\(error)")))
         }
     }
 
     /// `haptics.play`: the pattern, answered (null) when it has finished; `$/cancel` stops it.
     private func playHaptics(_ id: JSONValue, _ parameters: JSONValue) async {
-        do {
+        await answer(id) { [self] in
             guard case .haptics(let engine)? = state.value.opened else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "haptics.play before haptics is open")
             }
             try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
-            send(PluginProtocol.response(id, result: .null))
+            return .null
+        }
+    }
+
+    /// Runs a request's work and answers with its result, or its error typed as the host
+    /// expects (a cancellation is `cancelled`; anything not a `FieldHALError` is `io`).
+    private func answer(_ id: JSONValue, _ work: () async throws -> JSONValue) async {
+        do {
+            send(PluginProtocol.response(id, result: try await work()))
         } catch let error as FieldHALError {
             send(PluginProtocol.response(id, error: error))
         } catch is CancellationError {

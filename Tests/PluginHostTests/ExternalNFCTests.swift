@@ -46,6 +46,8 @@ import Testing
         let tag = try await reader.readTag(timeout: .seconds(2))
         #expect(tag.type == .type2 && tag.uidString == "04:A1:B2:C3:D4:E5:F6" && tag.atqa == 0x0044 && tag.sak == 0)
         #expect(try tag.ndef?.records.first?.content() == .text("fixture", language: "en"))
+        // A caller's bound far past a day is carried as a day, not overflowed.
+        #expect(try await reader.readTag(timeout: .seconds(Int64.max / 2)).uidString == "04:A1:B2:C3:D4:E5:F6")
         await kit.close()
         #expect(fixtures.leftovers().isEmpty)
     }

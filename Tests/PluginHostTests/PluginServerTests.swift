@@ -71,6 +71,18 @@ import Testing
 
         func next() async throws -> JSONValue? { try await offPool { self.nextBlocking() } }
 
+        /// Sends a request that runs long, cancels it 0.2 s later, and expects the
+        /// operation's own answer, `cancelled`, within 1 s.
+        func expectCancelled(_ id: Int, _ method: String, _ parameters: String) async throws {
+            send(#"{"jsonrpc":"2.0","id":\#(id),"method":"\#(method)","params":\#(parameters)}"# + "\n")
+            try await Task.sleep(for: .milliseconds(200))
+            let cancelled = ContinuousClock.now
+            send(#"{"jsonrpc":"2.0","method":"$/cancel","params":{"id":\#(id)}}"# + "\n")
+            let answer = try await next()
+            #expect(answer?["id"] == .integer(Int64(id)) && answer?["error"]?["data"]?["kind"] == .string("cancelled"), "\(String(describing: answer))")
+            #expect(ContinuousClock.now - cancelled < .seconds(1))
+        }
+
         private func callBlocking(_ id: Int, _ method: String, _ parameters: String) -> JSONValue {
             send(#"{"jsonrpc":"2.0","id":\#(id),"method":"\#(method)","params":\#(parameters)}"# + "\n")
             while true {
@@ -181,13 +193,7 @@ import Testing
         #expect(emulate["error"]?["data"]?["kind"] == .string("notConfigured"), "\(emulate)")
 
         // A long read, cancelled: the operation itself ends (its answer says so) at once.
-        channel.send(#"{"jsonrpc":"2.0","id":8,"method":"nfc.read","params":{"timeoutMs":60000}}"# + "\n")
-        try await Task.sleep(for: .milliseconds(200))
-        let cancelled = ContinuousClock.now
-        channel.send(#"{"jsonrpc":"2.0","method":"$/cancel","params":{"id":8}}"# + "\n")
-        let answer = try await channel.next()
-        #expect(answer?["id"] == .integer(8) && answer?["error"]?["data"]?["kind"] == .string("cancelled"), "\(String(describing: answer))")
-        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        try await channel.expectCancelled(8, "nfc.read", #"{"timeoutMs":60000}"#)
     }
 
     /// An engine that records what it plays; a pattern over 1 s plays until cancelled.
@@ -219,13 +225,7 @@ import Testing
         }
         #expect(motor.played.value.count == 2, "a bad pattern never reaches the motor")
         // A long pattern, cancelled: the play itself ends at once.
-        channel.send(#"{"jsonrpc":"2.0","id":8,"method":"haptics.play","params":{"steps":[{"effect":"rumble","strong":1,"weak":1,"durationMs":5000}]}}"# + "\n")
-        try await Task.sleep(for: .milliseconds(200))
-        let cancelled = ContinuousClock.now
-        channel.send(#"{"jsonrpc":"2.0","method":"$/cancel","params":{"id":8}}"# + "\n")
-        let answer = try await channel.next()
-        #expect(answer?["id"] == .integer(8) && answer?["error"]?["data"]?["kind"] == .string("cancelled"), "\(String(describing: answer))")
-        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        try await channel.expectCancelled(8, "haptics.play", #"{"steps":[{"effect":"rumble","strong":1,"weak":1,"durationMs":5000}]}"#)
     }
 
     /// The host checks a plugin's tag as strictly as a tag read in process.
