@@ -94,16 +94,23 @@ final class RequestLink: Sendable {
     }
 
     /// The session failed while it served: the next request starts another after the backoff.
+    /// Heard from the session (`onEnd`) or noticed first by a request (a session resumes its
+    /// callers before it calls `onEnd`): whichever comes first retires it, once.
     private func ended(_ error: FieldHALError, session number: Int) {
-        let delay = state.withLock { state -> Duration? in
-            guard state.current == number, !state.closed else { return nil }
-            state.session = nil
-            state.current = nil
-            state.failure = error
-            state.retryAt = .now + state.delay
-            return state.delay
-        }
-        guard let delay else { return }
+        guard let delay = state.withLock({ Self.retire(error, session: number, in: &$0) }) else { return }
+        said(error, delay)
+    }
+
+    private static func retire(_ error: FieldHALError, session number: Int, in state: inout State) -> Duration? {
+        guard state.current == number, !state.closed else { return nil }
+        state.session = nil
+        state.current = nil
+        state.failure = error
+        state.retryAt = .now + state.delay
+        return state.delay
+    }
+
+    private func said(_ error: FieldHALError, _ delay: Duration) {
         logger.error("\(error) — FieldHAL starts it again at the next \(capability) request from \(delay.secondsDescription) on")
     }
 
@@ -112,6 +119,7 @@ final class RequestLink: Sendable {
         case join(Task<PluginSession, any Error>)
         case wait(Duration)
         case fail(FieldHALError)
+        case retired(FieldHALError, Duration)
     }
 
     /// The serving session: the current one, the one being started, or a new one.
@@ -119,7 +127,10 @@ final class RequestLink: Sendable {
         while true {
             let step = state.withLock { state -> Step in
                 if state.closed { return .fail(.cancelled("\(capability) plugin \(manifest.name)")) }
-                if let session = state.session, session.ended == nil { return .ready(session) }
+                if let session = state.session {
+                    guard let error = session.ended else { return .ready(session) }
+                    if let number = state.current, let delay = Self.retire(error, session: number, in: &state) { return .retired(error, delay) }
+                }
                 if let starting = state.starting { return .join(starting) }
                 if let retryAt = state.retryAt, retryAt > .now {
                     let left = retryAt - .now
@@ -135,6 +146,7 @@ final class RequestLink: Sendable {
             switch step {
             case .ready(let session): return session
             case .fail(let error): throw error
+            case .retired(let error, let delay): said(error, delay)
             case .wait(let left):
                 do { try await Task.sleep(for: left) } catch { throw FieldHALError.cancelled("\(capability) plugin \(manifest.name)") }
             case .join(let task):
