@@ -121,8 +121,8 @@ extension PluginProtocol {
 }
 
 extension Duration {
-    /// Whole milliseconds, rounded down; 0 for a negative duration and at most a day's
-    /// worth beyond the longest wait, so that no caller's duration overflows.
+    /// Whole milliseconds, rounded down: 0 for a negative duration, and capped at 10^12 ms
+    /// (about 31 years) so that no caller's duration overflows an `Int`.
     var milliseconds: Int {
         let (seconds, attoseconds) = components
         guard seconds >= 0 else { return 0 }

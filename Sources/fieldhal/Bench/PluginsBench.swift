@@ -77,9 +77,9 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10 else {
+        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10, hapticsPlays >= 10 else {
             throw FieldHALError(.invalidArgument, subject: "bench plugins",
-                                detail: "--epochs and --nfc-reads must be at least 20 and 10, --cycle and --rest-seconds positive")
+                                detail: "--epochs must be at least 20, --nfc-reads and --haptics-plays at least 10, --cycle and --rest-seconds positive")
         }
         guard let libnfc = BuiltinPlugins.registry.plugin(named: "libnfc") else {
             throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the NFC trait")
