@@ -60,7 +60,7 @@ final class RequestLink: Sendable {
     /// `timeout` (at most a day) plus the grace to answer.
     func call(_ method: String, _ parameters: JSONValue, timeout: Duration) async throws -> JSONValue {
         let session = try await serving()
-        return try await session.call(method, parameters, timeout: min(timeout, .seconds(86_400)) + Self.grace)
+        return try await session.call(method, parameters, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace)
     }
 
     func close() async {

@@ -16,12 +16,12 @@ extension PluginProtocol {
         public static let emulate = "nfc.emulate"
     }
 
-    /// The longest wait a request may ask for: a day (a kit's reader may wait long).
-    public static let longestNFCWait = Duration.seconds(86_400)
+    /// The longest wait a request may ask for, and the longest the host waits on one: a day.
+    public static let longestWait = Duration.seconds(86_400)
 
     /// `{"timeoutMs": N}` plus, for write and emulate, `{"message": base64}`.
     public static func nfcParameters(timeout: Duration, message: NDEFMessage? = nil) throws(FieldHALError) -> JSONValue {
-        let milliseconds = min(max(timeout.milliseconds, 1), longestNFCWait.milliseconds)
+        let milliseconds = min(max(timeout.milliseconds, 1), longestWait.milliseconds)
         var object: [String: JSONValue] = ["timeoutMs": .integer(Int64(milliseconds))]
         if let message { object["message"] = try value(of: message) }
         return .object(object)
@@ -30,8 +30,8 @@ extension PluginProtocol {
     /// The wait a request asks for: 1 ms to a day.
     public static func timeout(in parameters: JSONValue, subject: String) throws(FieldHALError) -> Duration {
         guard let milliseconds = parameters["timeoutMs"]?.integer, milliseconds >= 1,
-              milliseconds <= Int64(longestNFCWait.milliseconds) else {
-            throw FieldHALError(.invalidArgument, subject: subject, detail: "timeoutMs must be an integer from 1 to \(longestNFCWait.milliseconds)")
+              milliseconds <= Int64(longestWait.milliseconds) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "timeoutMs must be an integer from 1 to \(longestWait.milliseconds)")
         }
         return .milliseconds(milliseconds)
     }
