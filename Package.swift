@@ -257,7 +257,7 @@ let package = Package(
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
         .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
-        .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.

@@ -172,9 +172,11 @@ extension PluginManifest {
                 return .nfcEmulator(try await ExternalTagEmulator.open(manifest, parameters, logger: logger))
             case .haptics:
                 return .haptics(try await ExternalHaptics.open(manifest, parameters, logger: logger))
+            case .biometrics:
+                return .biometrics(try await ExternalBiometrics.open(manifest, parameters, logger: logger))
             default:
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
-                                    detail: "this FieldHAL serves gps, nfc and haptics from external plugins; \(capability) through the plugin protocol is not built yet",
+                                    detail: "this FieldHAL serves gps, nfc, haptics and biometrics from external plugins; \(capability) through the plugin protocol is not built yet",
                                     advice: "use a built-in plugin for \(capability) (fieldhal plugins lists them)")
             }
         }

@@ -26,6 +26,8 @@ public final class PluginSession: Sendable {
         var method: String
         var timeout: Duration
         var deadline: ContinuousClock.Instant
+        /// Where the request's `$/progress` notifications go (an enrollment's stages).
+        var progress: (@Sendable (JSONValue) -> Void)?
     }
 
     private struct State {
@@ -72,8 +74,10 @@ public final class PluginSession: Sendable {
 
     /// Sends a request; returns its result, or throws the plugin's error, a `timeout` (the
     /// plugin is then killed: a hang ends the session), or `cancelled` when the calling
-    /// task is cancelled (the plugin is told with `$/cancel`).
-    public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration) async throws -> JSONValue {
+    /// task is cancelled (the plugin is told with `$/cancel`). The plugin's `$/progress`
+    /// notifications for this request go to `progress`, in order, before its answer.
+    public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration,
+                     progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
         let identifier = state.withLock { state -> Int64 in
             defer { state.nextIdentifier += 1 }
             return state.nextIdentifier
@@ -85,7 +89,7 @@ public final class PluginSession: Sendable {
                     if Task.isCancelled { return .cancelled("plugin \(manifest.name)") }
                     if state.stopping { return .cancelled("plugin \(manifest.name)") }
                     state.pending[identifier] = Pending(continuation: continuation, method: method, timeout: timeout,
-                                                        deadline: .now + timeout)
+                                                        deadline: .now + timeout, progress: progress)
                     state.outgoing += PluginProtocol.request(identifier, method, parameters)
                     return nil
                 }
@@ -189,7 +193,18 @@ public final class PluginSession: Sendable {
 
     private func dispatch(_ message: JSONValue, _ process: PluginProcess) {
         guard let id = message["id"], id != .null else {
-            if let method = message["method"]?.string { onNotification(method, message["params"] ?? .null) }
+            guard let method = message["method"]?.string else { return }
+            let parameters = message["params"] ?? .null
+            if method == PluginProtocol.progress {
+                // A step of a running request (on this thread, before its answer is read);
+                // one for a request no longer waiting is dropped.
+                if let request = parameters["id"]?.integer, let value = parameters["value"],
+                   let progress = state.withLock({ $0.pending[request]?.progress }) {
+                    progress(value)
+                }
+                return
+            }
+            onNotification(method, parameters)
             return
         }
         guard let identifier = id.integer, let waiting = state.withLock({ $0.pending.removeValue(forKey: identifier) }) else {

@@ -58,9 +58,10 @@ final class RequestLink: Sendable {
 
     /// Sends a request to the plugin, starting it first when it is down. The plugin has
     /// `timeout` (at most a day) plus the grace to answer.
-    func call(_ method: String, _ parameters: JSONValue, timeout: Duration) async throws -> JSONValue {
+    func call(_ method: String, _ parameters: JSONValue, timeout: Duration,
+              progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
         let session = try await serving()
-        return try await session.call(method, parameters, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace)
+        return try await session.call(method, parameters, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace, progress: progress)
     }
 
     func close() async {

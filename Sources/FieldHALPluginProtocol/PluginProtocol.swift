@@ -24,7 +24,12 @@ public enum PluginProtocol {
 
     /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
     /// changes or removes something.
-    public static let version = Version(major: 1, minor: 1)
+    public static let version = Version(major: 1, minor: 2)
+
+    /// A step of a running request, from the plugin: `{"id": the request's id, "value": …}`
+    /// (protocol 1.2; an enrollment's stages). The host hands each to the request's caller,
+    /// in order, before the answer; one for a request that has ended is ignored.
+    public static let progress = "$/progress"
 
     /// The longest message either side may send (a line, without its newline). Bulk data
     /// (frames, PCM) does not travel in messages.

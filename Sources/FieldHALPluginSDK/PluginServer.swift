@@ -18,8 +18,9 @@ import Glibc
 /// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
 /// section's parameters (checked against the descriptor's specs here too), location
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
-/// haptics (`haptics.play`), `$/cancel`, `shutdown` and `exit`, and the end of standard
-/// input. A failed request answers with the `FieldHALError` in `data`, so the host reports
+/// haptics (`haptics.play`), biometrics (`biometrics.availability`, `biometrics.verify`,
+/// `biometrics.enroll` with its stages as `$/progress`), `$/cancel`, `shutdown` and
+/// `exit`, and the end of standard input. A failed request answers with the `FieldHALError` in `data`, so the host reports
 /// the same typed error, advice and all. Other capabilities' methods are not in the
 /// protocol yet: their `open` answers `unsupported`.
 ///
@@ -118,6 +119,8 @@ public final class PluginServer: Sendable {
             track(id) { [self] in await nfc(method, id, parameters) }
         case PluginProtocol.HapticsMethod.play:
             track(id) { [self] in await playHaptics(id, parameters) }
+        case PluginProtocol.BiometricsMethod.availability, PluginProtocol.BiometricsMethod.verify, PluginProtocol.BiometricsMethod.enroll:
+            track(id) { [self] in await biometrics(method, id, parameters) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -155,7 +158,7 @@ public final class PluginServer: Sendable {
             guard let specs = descriptor.capabilities[capability] else {
                 throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
             }
-            guard [.location, .nfcReader, .nfcEmulator, .haptics].contains(capability) else {
+            guard [.location, .nfcReader, .nfcEmulator, .haptics, .biometrics].contains(capability) else {
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(name)",
                                     detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
                                     advice: "use the built-in plugin in process")
@@ -248,6 +251,30 @@ public final class PluginServer: Sendable {
             }
             try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
             return .null
+        }
+    }
+
+    /// `biometrics.availability`, `biometrics.verify`, `biometrics.enroll`: one operation
+    /// of the open sensor. An enrollment's stages are `$/progress` notifications, each sent
+    /// as the sensor reports it, before the answer; `$/cancel` stops either wait.
+    private func biometrics(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
+        let subject = "\(method) from the host"
+        await answer(id) { [self] in
+            guard case .biometrics(let sensor)? = state.value.opened else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before biometrics is open")
+            }
+            switch method {
+            case PluginProtocol.BiometricsMethod.availability:
+                return PluginProtocol.value(of: try await sensor.availability())
+            case PluginProtocol.BiometricsMethod.verify:
+                return PluginProtocol.value(of: try await sensor.verify(timeout: try PluginProtocol.timeout(in: parameters, subject: subject)))
+            default:
+                let finger = try PluginProtocol.finger(in: parameters, subject: subject)
+                try await sensor.enroll(finger) { [self] stage in
+                    send(PluginProtocol.notification(PluginProtocol.progress, .object(["id": id, "value": PluginProtocol.value(of: stage)])))
+                }
+                return .null
+            }
         }
     }
 

@@ -4,16 +4,30 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import FieldHALPluginHost
 import FprintdPlugin
 import TestSupport
 import Testing
 
 /// The fprintd plugin against a real fprintd with libfprint's virtual sensor on a private
-/// system bus. Each test has a lab of its own.
+/// system bus. Each test has a lab of its own, and runs twice: the plugin in process, and
+/// out of process as an external plugin (`fieldhal plugin serve fprintd`, protocol 1.2)
+/// that the host reaches through its manifest, as a kit's daemon would.
 @Suite(.serialized, .timeLimit(.minutes(2)))
 struct FprintdPluginTests {
-    func open(_ lab: FprintdLab, _ extra: [String: ConfigValue] = [:]) async throws -> any BiometricAuthenticator {
-        let descriptor = try #require(FprintdPlugin.descriptor)
+    enum Way: String, CaseIterable, CustomTestStringConvertible {
+        case inProcess = "in process"
+        case outOfProcess = "out of process"
+        var testDescription: String { rawValue }
+    }
+
+    func descriptor(_ way: Way) async throws -> PluginDescriptor {
+        guard way == .outOfProcess else { return try #require(FprintdPlugin.descriptor) }
+        return try PluginManifest.load(try await ExternalBuiltin.install("fprintd", as: "fprintd-process")).descriptor()
+    }
+
+    func open(_ lab: FprintdLab, _ extra: [String: ConfigValue] = [:], way: Way) async throws -> any BiometricAuthenticator {
+        let descriptor = try await descriptor(way)
         var values: [String: ConfigValue] = ["bus_address": .string(lab.busAddress), "user": .string("fieldhal-test")]
         values.merge(extra) { $1 }
         let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
@@ -44,19 +58,20 @@ struct FprintdPluginTests {
         return try await sensor.verify(timeout: timeout)
     }
 
-    @Test func enrollThenAvailabilityListsTheFinger() async throws {
+    @Test(arguments: Way.allCases) func enrollThenAvailabilityListsTheFinger(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
-        #expect(sensor.deviceName == "fprintd /net/reactivated/Fprint/Device/0")
+        let sensor = try await open(lab, way: way)
+        #expect(sensor.deviceName == "fprintd /net/reactivated/Fprint/Device/0" + (way == .outOfProcess ? " (plugin fprintd-process)" : ""))
         #expect(try await sensor.availability() == BiometricAvailability(hasSensor: true, enrolledFingers: []))
         let stages = try await enroll(sensor, lab)
         #expect(stages == [.stagePassed(1), .stagePassed(2), .stagePassed(3), .stagePassed(4), .completed])
         #expect(try await sensor.availability() == BiometricAvailability(hasSensor: true, enrolledFingers: [.rightIndex]))
+        await sensor.close()
     }
 
-    @Test func matchNoMatchAndRetry() async throws {
+    @Test(arguments: Way.allCases) func matchNoMatchAndRetry(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
         #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match)
         #expect(try await verify(sensor, lab, touching: "SCAN finger-2") == .noMatch)
@@ -64,11 +79,12 @@ struct FprintdPluginTests {
         #expect(try await verify(sensor, lab, touching: "RETRY 2") == .retry(.fingerNotCentered))
         // Each ended verify released the sensor: the next one claims it again.
         #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match)
+        await sensor.close()
     }
 
-    @Test func timeoutAndCancelLeaveTheSensorFree() async throws {
+    @Test(arguments: Way.allCases) func timeoutAndCancelLeaveTheSensorFree(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
 
         let start = ContinuousClock.now
@@ -83,20 +99,22 @@ struct FprintdPluginTests {
         await #expect { try await waiting.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
 
         #expect(try await verify(sensor, lab, touching: "SCAN finger-1") == .match, "the sensor was released")
+        await sensor.close()
     }
 
-    @Test func unplugDuringVerifyIsADisconnection() async throws {
+    @Test(arguments: Way.allCases) func unplugDuringVerifyIsADisconnection(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
         await #expect { try await verify(sensor, lab, touching: "UNPLUG") } throws: {
             ($0 as? FieldHALError)?.kind == .disconnected
         }
+        await sensor.close()
     }
 
-    @Test func fprintdKilledDuringVerifyFailsPromptly() async throws {
+    @Test(arguments: Way.allCases) func fprintdKilledDuringVerifyFailsPromptly(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
         let waiting = Task { try await sensor.verify(timeout: .seconds(30)) }
         while !lab.fingerNeeded() { try await Task.sleep(for: .milliseconds(50)) }
@@ -107,20 +125,22 @@ struct FprintdPluginTests {
             return [.unavailable, .disconnected, .protocolError].contains(error.kind)
         }
         #expect(ContinuousClock.now - killedAt < .seconds(5))
+        await sensor.close()
     }
 
-    @Test func verifyWithoutEnrolledPrintsSaysWhatToDo() async throws {
+    @Test(arguments: Way.allCases) func verifyWithoutEnrolledPrintsSaysWhatToDo(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         await #expect { try await sensor.verify(timeout: .seconds(5)) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .unsupported && error.advice == "run fieldhal bio enroll"
         }
+        await sensor.close()
     }
 
-    @Test func sensorClaimedByAnotherClientIsBusy() async throws {
+    @Test(arguments: Way.allCases) func sensorClaimedByAnotherClientIsBusy(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
         // Another program holds the sensor: fprintd-verify run directly, waiting for a finger.
         let other = Process()
@@ -136,11 +156,12 @@ struct FprintdPluginTests {
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .busy && error.advice?.contains("one client at a time") == true
         }
+        await sensor.close()
     }
 
-    @Test func polkitRefusalIsPermissionDenied() async throws {
+    @Test(arguments: Way.allCases) func polkitRefusalIsPermissionDenied(way: Way) async throws {
         let lab = try await FprintdLab.start()
-        let sensor = try await open(lab)
+        let sensor = try await open(lab, way: way)
         _ = try await enroll(sensor, lab)
         try lab.gdbus(["call", "--system", "-d", "org.freedesktop.PolicyKit1", "-o", "/org/freedesktop/PolicyKit1/Authority",
                        "-m", "org.freedesktop.DBus.Mock.AllowUnknown", "false"])
@@ -150,13 +171,14 @@ struct FprintdPluginTests {
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .permissionDenied && error.advice?.contains("polkit") == true
         }
+        await sensor.close()
     }
 
-    @Test func noFprintdOnTheBusIsUnavailable() async throws {
+    @Test(arguments: Way.allCases) func noFprintdOnTheBusIsUnavailable(way: Way) async throws {
         let lab = try await FprintdLab.start()
         lab.killFprintd()
         // Activation is not configured on the private bus, so nothing answers.
-        await #expect { try await open(lab) } throws: { error in
+        await #expect { try await open(lab, way: way) } throws: { error in
             guard let error = error as? FieldHALError else { return false }
             return error.kind == .unavailable
         }

@@ -228,6 +228,76 @@ import Testing
         try await channel.expectCancelled(8, "haptics.play", #"{"steps":[{"effect":"rumble","strong":1,"weak":1,"durationMs":5000}]}"#)
     }
 
+    final class Sensor: BiometricAuthenticator {
+        let deviceName = "test sensor"
+        let enrolled = LockedValue<[Finger]>([])
+        func availability() async throws -> BiometricAvailability { BiometricAvailability(hasSensor: true, enrolledFingers: enrolled.value) }
+        func verify(timeout: Duration) async throws -> BiometricResult {
+            guard !enrolled.value.isEmpty else { throw FieldHALError(.unsupported, subject: deviceName, detail: "no finger", advice: "run fieldhal bio enroll") }
+            try await Task.sleep(for: timeout)
+            throw FieldHALError(.timeout, subject: deviceName, detail: "no finger in time")
+        }
+        func enroll(_ finger: Finger, progress: @Sendable (EnrollStage) -> Void) async throws {
+            progress(.stagePassed(1))
+            progress(.retry(.removeAndRetry))
+            progress(.completed)
+            enrolled.withLock { $0.append(finger) }
+        }
+        func close() async {}
+    }
+
+    @Test func biometricsCarryValuesStagesAsProgressErrorsAndCancellation() async throws {
+        let sensor = Sensor()
+        let descriptor = PluginDescriptor(name: "probe", summary: "a test sensor", capabilities: [.biometrics: []]) { _, _, _ in .biometrics(sensor) }
+        let channel = try Channel(descriptor)
+        #expect(try await channel.call(1, "biometrics.availability")["error"]?["data"]?["kind"] == .string("notConfigured"))
+        #expect(try await channel.call(2, "open", #"{"capability":"biometrics","parameters":{}}"#)["result"]?["device"] == .string("test sensor"))
+        let before = try await channel.call(3, "biometrics.verify", #"{"timeoutMs":1000}"#)
+        #expect(before["error"]?["data"]?["kind"] == .string("unsupported") && before["error"]?["data"]?["advice"] == .string("run fieldhal bio enroll"), "\(before)")
+        // The stages, each a $/progress naming the request, then the answer.
+        channel.send(#"{"jsonrpc":"2.0","id":4,"method":"biometrics.enroll","params":{"finger":"left-thumb"}}"# + "\n")
+        var messages: [JSONValue] = []
+        while let message = try await channel.next() {
+            messages.append(message)
+            if message["id"] == .integer(4) { break }
+        }
+        #expect(messages.map { $0["method"] } == [.string("$/progress"), .string("$/progress"), .string("$/progress"), nil], "\(messages)")
+        #expect(messages.dropLast().map { $0["params"]?["id"] } == Array(repeating: .integer(4), count: 3))
+        #expect(try messages.dropLast().map { try PluginProtocol.stage(from: $0["params"]?["value"] ?? .null, plugin: "probe") }
+                == [.stagePassed(1), .retry(.removeAndRetry), .completed])
+        #expect(messages.last?["result"] == .null)
+        let availability = try await channel.call(5, "biometrics.availability")["result"] ?? .null
+        #expect(try PluginProtocol.availability(from: availability, plugin: "probe") == BiometricAvailability(hasSensor: true, enrolledFingers: [.leftThumb]))
+        for (id, method, bad) in [(6, "biometrics.enroll", #"{"finger":"nose"}"#), (7, "biometrics.verify", #"{}"#),
+                                  (8, "biometrics.verify", #"{"timeoutMs":0}"#)] {
+            let answer = try await channel.call(id, method, bad)
+            #expect(answer["error"]?["data"]?["kind"] == .string("invalidArgument"), "\(bad): \(answer)")
+        }
+        try await channel.expectCancelled(9, "biometrics.verify", #"{"timeoutMs":30000}"#)
+    }
+
+    /// What a plugin may say about biometrics, and what it may not.
+    @Test func aPluginsBiometricsValuesAreCheckedAsTheProtocolNamesThem() throws {
+        func value(_ json: String) throws -> JSONValue { try JSONDecoder().decode(JSONValue.self, from: Data(json.utf8)) }
+        for stage in [EnrollStage.stagePassed(3), .retry(.retryScan), .completed] {
+            #expect(try PluginProtocol.stage(from: PluginProtocol.value(of: stage), plugin: "probe") == stage)
+        }
+        for result in [BiometricResult.match, .noMatch, .retry(.swipeTooShort)] {
+            #expect(try PluginProtocol.result(from: PluginProtocol.value(of: result), plugin: "probe") == result)
+        }
+        for bad in [#"{"stage":"passed"}"#, #"{"stage":"passed","number":0}"#, #"{"stage":"retry","reason":"sneeze"}"#, #"{"stage":7}"#] {
+            #expect(throws: FieldHALError.self, "\(bad)") { try PluginProtocol.stage(from: try value(bad), plugin: "probe") }
+        }
+        for bad in [#"{"result":"maybe"}"#, #"{"result":"retry"}"#, #"[]"#] {
+            #expect(throws: FieldHALError.self, "\(bad)") { try PluginProtocol.result(from: try value(bad), plugin: "probe") }
+        }
+        for bad in [#"{"hasSensor":true}"#, #"{"hasSensor":true,"enrolledFingers":["left-toe"]}"#, #"{"hasSensor":"yes","enrolledFingers":[]}"#] {
+            #expect {
+                try PluginProtocol.availability(from: try value(bad), plugin: "probe")
+            } throws: { ($0 as? FieldHALError)?.kind == .protocolError && ($0 as? FieldHALError)?.subject == "plugin probe" }
+        }
+    }
+
     /// The host checks a plugin's tag as strictly as a tag read in process.
     @Test(arguments: [
         (#"{"type":"type9","uid":"04:A1:B2:C3"}"#, "type"),

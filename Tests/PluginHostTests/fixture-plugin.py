@@ -81,8 +81,8 @@ for line in sys.stdin:
         params = request["params"]
         if mode == "hang-open":
             continue
-        if params["capability"] not in ("gps", "nfc"):
-            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps and nfc"}})
+        if params["capability"] not in ("gps", "nfc", "biometrics"):
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps, nfc and biometrics"}})
             continue
         send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
     elif method == "nfc.read":
@@ -99,13 +99,32 @@ for line in sys.stdin:
         if mode == "bad-tag":
             tag["uid"] = "zz"
         send({"jsonrpc": "2.0", "id": ident, "result": {"tag": tag}})
+    elif method == "biometrics.availability":
+        send({"jsonrpc": "2.0", "id": ident, "result": {"hasSensor": True, "enrolledFingers": ["right-index-finger"]}})
+    elif method == "biometrics.verify":
+        result = {"result": "retry", "reason": "finger-not-centered"} if mode == "retry" else {"result": "match"}
+        send({"jsonrpc": "2.0", "id": ident, "result": result})
+    elif method == "biometrics.enroll":
+        def progress(request, value):
+            send({"jsonrpc": "2.0", "method": "$/progress", "params": {"id": request, "value": value}})
+        # A step for a request that is not running: the host must ignore it.
+        progress(ident + 1000, {"stage": "passed", "number": 9})
+        progress(ident, {"stage": "passed", "number": 1})
+        progress(ident, {"stage": "retry", "reason": "swipe-too-short"})
+        if mode == "bad-stage":
+            progress(ident, {"stage": "halfway"})
+            continue  # and never answers: the host must cancel it
+        progress(ident, {"stage": "passed", "number": 2})
+        progress(ident, {"stage": "completed"})
+        send({"jsonrpc": "2.0", "id": ident, "result": None})
     elif method == "gps.watch":
         if mode == "die-in-watch":
             os._exit(4)
         send({"jsonrpc": "2.0", "id": ident, "result": {"stream": 1}})
         threading.Thread(target=stream_fixes, args=(1,), daemon=True).start()
     elif method == "$/cancel":
-        pass
+        with open(os.path.join(os.path.dirname(sys.argv[2]), "cancels"), "a") as cancels:
+            cancels.write("%d\n" % request["params"]["id"])
     elif method == "shutdown":
         stop_streams.set()
         send({"jsonrpc": "2.0", "id": ident, "result": None})
