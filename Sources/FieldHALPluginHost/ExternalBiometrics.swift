@@ -15,8 +15,8 @@ final class ExternalBiometrics: BiometricAuthenticator {
         self.link = link
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalBiometrics {
-        let (link, device) = try await RequestLink.started(manifest, .biometrics, parameters, logger: logger)
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalBiometrics {
+        let (link, device) = try await RequestLink.started(manifest, .biometrics, parameters, in: links, logger: logger)
         return ExternalBiometrics(deviceName: device, link: link)
     }
 
@@ -68,5 +68,5 @@ final class ExternalBiometrics: BiometricAuthenticator {
         }
     }
 
-    func close() async { await link.close() }
+    func close() async { await link.detach(.biometrics) }
 }

@@ -14,8 +14,8 @@ final class ExternalHaptics: HapticsEngine {
         self.link = link
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalHaptics {
-        let (link, device) = try await RequestLink.started(manifest, .haptics, parameters, logger: logger)
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalHaptics {
+        let (link, device) = try await RequestLink.started(manifest, .haptics, parameters, in: links, logger: logger)
         return ExternalHaptics(deviceName: device, link: link)
     }
 
@@ -24,5 +24,5 @@ final class ExternalHaptics: HapticsEngine {
         _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.length(of: pattern))
     }
 
-    func close() async { await link.close() }
+    func close() async { await link.detach(.haptics) }
 }

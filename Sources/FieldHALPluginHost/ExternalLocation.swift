@@ -162,18 +162,19 @@ extension PluginManifest {
     /// restarts go to `logger`.
     public func descriptor(logger: Logger = Logger(label: "fieldhal.plugins")) -> PluginDescriptor {
         let manifest = self
+        let links = RequestLinks()
         return PluginDescriptor(name: name, summary: summary, capabilities: parameterSpecs) { capability, parameters, _ in
             switch capability {
             case .location:
                 return .location(try await ExternalLocation.open(manifest, parameters, logger: logger))
             case .nfcReader:
-                return .nfcReader(try await ExternalNFCReader.open(manifest, parameters, logger: logger))
+                return .nfcReader(try await ExternalNFCReader.open(manifest, parameters, in: links, logger: logger))
             case .nfcEmulator:
-                return .nfcEmulator(try await ExternalTagEmulator.open(manifest, parameters, logger: logger))
+                return .nfcEmulator(try await ExternalTagEmulator.open(manifest, parameters, in: links, logger: logger))
             case .haptics:
-                return .haptics(try await ExternalHaptics.open(manifest, parameters, logger: logger))
+                return .haptics(try await ExternalHaptics.open(manifest, parameters, in: links, logger: logger))
             case .biometrics:
-                return .biometrics(try await ExternalBiometrics.open(manifest, parameters, logger: logger))
+                return .biometrics(try await ExternalBiometrics.open(manifest, parameters, in: links, logger: logger))
             default:
                 throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
                                     detail: "this FieldHAL serves gps, nfc, haptics and biometrics from external plugins; \(capability) through the plugin protocol is not built yet",

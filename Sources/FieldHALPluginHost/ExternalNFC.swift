@@ -14,8 +14,8 @@ final class ExternalNFCReader: NFCReader {
         self.link = link
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalNFCReader {
-        let (link, device) = try await RequestLink.started(manifest, .nfcReader, parameters, logger: logger)
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalNFCReader {
+        let (link, device) = try await RequestLink.started(manifest, .nfcReader, parameters, in: links, logger: logger)
         return ExternalNFCReader(deviceName: device, link: link)
     }
 
@@ -30,7 +30,7 @@ final class ExternalNFCReader: NFCReader {
         return try PluginProtocol.tag(from: answer["tag"], plugin: link.manifest.name)
     }
 
-    func close() async { await link.close() }
+    func close() async { await link.detach(.nfcReader) }
 }
 
 /// A tag emulator in an external plugin: each emulation is an `nfc.emulate` request.
@@ -43,8 +43,8 @@ final class ExternalTagEmulator: NFCTagEmulator {
         self.link = link
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalTagEmulator {
-        let (link, device) = try await RequestLink.started(manifest, .nfcEmulator, parameters, logger: logger)
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalTagEmulator {
+        let (link, device) = try await RequestLink.started(manifest, .nfcEmulator, parameters, in: links, logger: logger)
         return ExternalTagEmulator(deviceName: device, link: link)
     }
 
@@ -54,5 +54,5 @@ final class ExternalTagEmulator: NFCTagEmulator {
         return try PluginProtocol.outcome(from: answer, plugin: link.manifest.name)
     }
 
-    func close() async { await link.close() }
+    func close() async { await link.detach(.nfcEmulator) }
 }

@@ -3,10 +3,13 @@ import FieldHALPluginProtocol
 import Foundation
 import Logging
 
-/// A plugin process serving a capability that works by request (the NFC reader, the tag
-/// emulator): started when the kit opens the capability and, after it fails, started again
-/// by the next request once the backoff has passed (0.5 s after a failure, doubling to 30 s
-/// while starts keep failing).
+/// A plugin process serving capabilities that work by request (the NFC reader, the tag
+/// emulator, haptics, biometrics): started when the kit opens the first of them and, after
+/// it fails, started again by the next request once the backoff has passed (0.5 s after a
+/// failure, doubling to 30 s while starts keep failing), with every capability it served
+/// opened again. A plugin of protocol 1.2 or later serves all such capabilities a kit opens
+/// from it in this one process (an NFC chip's reader and emulator share its device, as in
+/// process); an older one gets a process per capability.
 ///
 /// A request never waits long on a plugin that is down: within 2 s of the next start it
 /// waits for that start; later it gets the failure at once (typed, naming the plugin, with
@@ -14,8 +17,6 @@ import Logging
 /// running instead (`ExternalLocation`): its stream has watchers whether they ask or not.
 final class RequestLink: Sendable {
     let manifest: PluginManifest
-    let capability: Capability
-    let parameters: JSONValue
     let logger: Logger
     private let state = LockedValue(State())
 
@@ -36,24 +37,91 @@ final class RequestLink: Sendable {
         var retryAt: ContinuousClock.Instant?
         var failedStarts = 0
         var closed = false
+        /// The capabilities this process serves, with their sections' parameters: opened
+        /// again, in this order, by every start after a failure.
+        var opened: [(Capability, JSONValue)] = []
+        /// Those opened or being opened: a capability is claimed once per link.
+        var claimed: Set<Capability> = []
     }
 
-    init(manifest: PluginManifest, capability: Capability, parameters: JSONValue, logger: Logger) {
+    init(manifest: PluginManifest, logger: Logger) {
         self.manifest = manifest
-        self.capability = capability
-        self.parameters = parameters
         self.logger = logger
     }
 
-    /// A link whose plugin runs with the capability open, and the device's name for the
-    /// kit (`NAME (plugin PLUGIN)`); or the error that says why not (the kit then reports
-    /// the capability unavailable with it).
+    /// Whether a plugin serves several capabilities in one process (protocol 1.2's `close`).
+    static func shares(_ manifest: PluginManifest) -> Bool {
+        manifest.protocolVersion >= PluginProtocol.Version(major: 1, minor: 2)
+    }
+
+    /// A link whose plugin runs with `capability` open, and the device's name for the kit
+    /// (`NAME (plugin PLUGIN)`); or the error that says why not (the kit then reports the
+    /// capability unavailable with it). The plugin's process for this kit is joined when
+    /// it shares one and does not serve `capability` yet; else a process is started.
     static func started(_ manifest: PluginManifest, _ capability: Capability, _ parameters: PluginParameters,
-                        logger: Logger) async throws -> (RequestLink, String) {
-        let link = RequestLink(manifest: manifest, capability: capability, parameters: JSONValue(parameters.values), logger: logger)
-        let (session, device) = try await link.connect()
-        link.state.withLock { $0.session = session }
-        return (link, "\(device) (plugin \(manifest.name))")
+                        in links: RequestLinks, logger: Logger) async throws -> (RequestLink, String) {
+        let link = links.claim(capability) { RequestLink(manifest: manifest, logger: logger) }
+        do {
+            let device = try await link.attach(capability, JSONValue(parameters.values))
+            return (link, "\(device) (plugin \(manifest.name))")
+        } catch {
+            await link.detach(capability)
+            throw error
+        }
+    }
+
+    /// Claims `capability` on this link unless it is claimed or the link closed.
+    fileprivate func claim(_ capability: Capability) -> Bool {
+        state.withLock { state in
+            guard !state.closed, !state.claimed.contains(capability) else { return false }
+            state.claimed.insert(capability)
+            return true
+        }
+    }
+
+    /// Opens a claimed capability in the serving process (starting it when it is down).
+    private func attach(_ capability: Capability, _ parameters: JSONValue) async throws -> String {
+        while true {
+            let session = try await serving()
+            let opened = try await session.call("open", Self.openParameters(capability, parameters), timeout: .seconds(10))
+            // A restart between the open and now would not have opened it: open it again there.
+            let kept = state.withLock { state -> Bool in
+                guard state.session === session, session.ended == nil else { return false }
+                state.opened.append((capability, parameters))
+                return true
+            }
+            if kept { return opened["device"]?.string ?? manifest.name }
+        }
+    }
+
+    /// The kit closed `capability`: the plugin releases its device (`close`); with the last
+    /// one the process stops.
+    /// A second close of the same capability does nothing.
+    func detach(_ capability: Capability) async {
+        let (held, last, session) = state.withLock { state -> (Bool, Bool, PluginSession?) in
+            guard state.claimed.remove(capability) != nil else { return (false, false, nil) }
+            state.opened.removeAll { $0.0 == capability }
+            if state.claimed.isEmpty { state.closed = true }
+            return (true, state.claimed.isEmpty, state.session)
+        }
+        guard held else { return }
+        if last {
+            await close()
+        } else if let session, session.ended == nil {
+            _ = try? await session.call("close", .object(["capability": .string(capability.rawValue)]), timeout: .seconds(5))
+        }
+    }
+
+    private static func openParameters(_ capability: Capability, _ parameters: JSONValue) -> JSONValue {
+        .object(["capability": .string(capability.rawValue), "parameters": parameters])
+    }
+
+    fileprivate var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// What this process serves, for the journal: `nfc, nfc_emulator`.
+    private var serves: String {
+        let names = state.withLock { $0.claimed.map(\.rawValue).sorted() }
+        return names.isEmpty ? "nothing" : names.joined(separator: ", ")
     }
 
     /// Sends a request to the plugin, starting it first when it is down. The plugin has
@@ -64,7 +132,7 @@ final class RequestLink: Sendable {
         return try await session.call(method, parameters, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace, progress: progress)
     }
 
-    func close() async {
+    private func close() async {
         let (session, starting) = state.withLock { state in
             state.closed = true
             defer { state.session = nil; state.starting = nil }
@@ -77,17 +145,19 @@ final class RequestLink: Sendable {
 
     // MARK: - Starting
 
-    private func connect() async throws -> (PluginSession, String) {
-        let number = state.withLock { state -> Int in
+    /// A started plugin with every capability it served open again.
+    private func connect() async throws -> PluginSession {
+        let (number, opened) = state.withLock { state -> (Int, [(Capability, JSONValue)]) in
             state.generation += 1
             state.current = state.generation
-            return state.generation
+            return (state.generation, state.opened)
         }
         let session = try await PluginSession.start(manifest, onEnd: { [weak self] error in self?.ended(error, session: number) })
         do {
-            let opened = try await session.call("open", .object(["capability": .string(capability.rawValue), "parameters": parameters]),
-                                                timeout: .seconds(10))
-            return (session, opened["device"]?.string ?? manifest.name)
+            for (capability, parameters) in opened {
+                _ = try await session.call("open", Self.openParameters(capability, parameters), timeout: .seconds(10))
+            }
+            return session
         } catch {
             await session.stop()
             throw error
@@ -112,7 +182,7 @@ final class RequestLink: Sendable {
     }
 
     private func said(_ error: FieldHALError, _ delay: Duration) {
-        logger.error("\(error) — FieldHAL starts it again at the next \(capability) request from \(delay.secondsDescription) on")
+        logger.error("\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on")
     }
 
     private enum Step {
@@ -127,7 +197,7 @@ final class RequestLink: Sendable {
     private func serving() async throws -> PluginSession {
         while true {
             let step = state.withLock { state -> Step in
-                if state.closed { return .fail(.cancelled("\(capability) plugin \(manifest.name)")) }
+                if state.closed { return .fail(.cancelled("plugin \(manifest.name)")) }
                 if let session = state.session {
                     guard let error = session.ended else { return .ready(session) }
                     if let number = state.current, let delay = Self.retire(error, session: number, in: &state) { return .retired(error, delay) }
@@ -149,7 +219,7 @@ final class RequestLink: Sendable {
             case .fail(let error): throw error
             case .retired(let error, let delay): said(error, delay)
             case .wait(let left):
-                do { try await Task.sleep(for: left) } catch { throw FieldHALError.cancelled("\(capability) plugin \(manifest.name)") }
+                do { try await Task.sleep(for: left) } catch { throw FieldHALError.cancelled("plugin \(manifest.name)") }
             case .join(let task):
                 let session = try await Self.cancellably(task)
                 if session.ended == nil { return session }
@@ -159,8 +229,10 @@ final class RequestLink: Sendable {
 
     /// One start after a failure; its outcome goes to the state and the journal.
     private func restart() async throws -> PluginSession {
+        // The first start of a link is not a recovery: its failure is the open's to report.
+        let recovering = state.withLock { $0.failure != nil || $0.failedStarts > 0 }
         do {
-            let (session, _) = try await connect()
+            let session = try await connect()
             let attempts = state.withLock { state -> Int in
                 defer {
                     state.failedStarts = 0
@@ -172,8 +244,8 @@ final class RequestLink: Sendable {
                 state.session = session
                 return state.failedStarts + 1
             }
-            if !state.value.closed {
-                logger.notice("plugin \(manifest.name) serves \(capability) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
+            if recovering, !state.value.closed {
+                logger.notice("plugin \(manifest.name) serves \(serves) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
             }
             return session
         } catch {
@@ -186,7 +258,7 @@ final class RequestLink: Sendable {
                 state.starting = nil
                 return (state.failedStarts, state.delay)
             }
-            if !state.value.closed {
+            if recovering, !state.value.closed {
                 logger.warning("\(failure) — restart \(attempts) failed; the next at a request from \(next.secondsDescription) on")
             }
             throw failure
@@ -210,6 +282,25 @@ final class RequestLink: Sendable {
             }
         } onCancel: {
             waiter.withLock { $0.take() }?.resume(throwing: FieldHALError.cancelled("a plugin's start"))
+        }
+    }
+}
+
+/// The request-driven plugin processes of one external plugin (one descriptor), so that a
+/// kit's capabilities from a plugin that shares (protocol 1.2) meet in one process.
+final class RequestLinks: Sendable {
+    private let links = LockedValue<[RequestLink]>([])
+
+    /// A link on which `capability` is now claimed: a sharing one that does not serve it
+    /// yet, or a new one (`make`). Links that closed are forgotten here.
+    fileprivate func claim(_ capability: Capability, make: () -> RequestLink) -> RequestLink {
+        links.withLock { links in
+            links.removeAll { $0.isClosed }
+            if let shared = links.first(where: { RequestLink.shares($0.manifest) && $0.claim(capability) }) { return shared }
+            let link = make()
+            _ = link.claim(capability)
+            links.append(link)
+            return link
         }
     }
 }

@@ -16,7 +16,8 @@ import Glibc
 /// ```
 ///
 /// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
-/// section's parameters (checked against the descriptor's specs here too), location
+/// section's parameters (checked against the descriptor's specs here too; each capability
+/// once, several in one process since 1.2) and `close`, location
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
 /// haptics (`haptics.play`), biometrics (`biometrics.availability`, `biometrics.verify`,
 /// `biometrics.enroll` with its stages as `$/progress`), `$/cancel`, `shutdown` and
@@ -40,7 +41,9 @@ public final class PluginServer: Sendable {
     private let state = LockedValue(State())
 
     private struct State {
-        var opened: CapabilityProvider?
+        /// What the host opened: one device per capability (since 1.2 a process may serve
+        /// several, e.g. an NFC chip's reader and emulator sharing one device).
+        var opened: [Capability: CapabilityProvider] = [:]
         /// Running requests (for `$/cancel`) and streams, by the request's id.
         var requests: [Int64: Task<Void, Never>] = [:]
         var streams: [Int64: Subscription] = [:]
@@ -113,6 +116,8 @@ public final class PluginServer: Sendable {
                 "capabilities": .array(capabilities)])))
         case "open":
             track(id) { [self] in await open(id, parameters) }
+        case "close":
+            track(id) { [self] in await close(id, parameters) }
         case "gps.watch":
             watchLocation(id)
         case PluginProtocol.NFCMethod.read, PluginProtocol.NFCMethod.write, PluginProtocol.NFCMethod.emulate:
@@ -163,8 +168,9 @@ public final class PluginServer: Sendable {
                                     detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
                                     advice: "use the built-in plugin in process")
             }
-            guard state.withLock({ $0.opened == nil }) else {
-                throw FieldHALError(.busy, subject: name, detail: "already open: one process serves one capability")
+            guard state.withLock({ $0.opened[capability] == nil }) else {
+                throw FieldHALError(.busy, subject: name, detail: "\(capability) is already open in this process",
+                                    advice: "close it first (the host's close)")
             }
             // The host checked the section against the manifest; the plugin checks again,
             // since a manifest and its executable can disagree.
@@ -190,17 +196,32 @@ public final class PluginServer: Sendable {
                 await provider.device.close()
                 throw FieldHALError.cancelled(name)
             }
-            state.withLock { $0.opened = provider }
+            state.withLock { $0.opened[capability] = provider }
             send(PluginProtocol.response(id, result: .object(["device": .string(provider.device.deviceName)])))
         } catch {
             send(PluginProtocol.response(id, error: error))
         }
     }
 
+    /// `close` (1.2): releases one capability's device; the others stay open. A request
+    /// still running on it ends with the device's own error (closed under it).
+    private func close(_ id: JSONValue, _ parameters: JSONValue) async {
+        await answer(id) { [self] in
+            guard let capability = parameters["capability"]?.string.flatMap(Capability.init(rawValue:)) else {
+                throw FieldHALError(.invalidArgument, subject: name, detail: "close without a capability")
+            }
+            guard let provider = state.withLock({ $0.opened.removeValue(forKey: capability) }) else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "close of \(capability), which is not open")
+            }
+            await provider.device.close()
+            return .null
+        }
+    }
+
     /// `gps.watch`: the stream's number is the request's id; every fix the provider hands
     /// over is a `gps.fix`, a source it lost a `gps.lost`.
     private func watchLocation(_ id: JSONValue) {
-        guard case .location(let location)? = state.value.opened, let number = id.integer else {
+        guard case .location(let location)? = state.value.opened[.location], let number = id.integer else {
             send(PluginProtocol.response(id, error: FieldHALError(.notConfigured, subject: name, detail: "gps.watch before gps is open")))
             return
         }
@@ -224,7 +245,8 @@ public final class PluginServer: Sendable {
     private func nfc(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
         let subject = "\(method) from the host"
         await answer(id) { [self] in
-            switch (method, state.value.opened) {
+            let wanted: Capability = method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader
+            switch (method, state.value.opened[wanted]) {
             case (PluginProtocol.NFCMethod.read, .nfcReader(let reader)?):
                 let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
                 return .object(["tag": try PluginProtocol.value(of: try await reader.readTag(timeout: timeout))])
@@ -237,7 +259,6 @@ public final class PluginServer: Sendable {
                 let message = try PluginProtocol.message(from: parameters["message"], subject: subject)
                 return PluginProtocol.value(of: try await emulator.emulate(message, timeout: timeout))
             default:
-                let wanted: Capability = method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before \(wanted) is open")
             }
         }
@@ -246,7 +267,7 @@ public final class PluginServer: Sendable {
     /// `haptics.play`: the pattern, answered (null) when it has finished; `$/cancel` stops it.
     private func playHaptics(_ id: JSONValue, _ parameters: JSONValue) async {
         await answer(id) { [self] in
-            guard case .haptics(let engine)? = state.value.opened else {
+            guard case .haptics(let engine)? = state.value.opened[.haptics] else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "haptics.play before haptics is open")
             }
             try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
@@ -260,7 +281,7 @@ public final class PluginServer: Sendable {
     private func biometrics(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
         let subject = "\(method) from the host"
         await answer(id) { [self] in
-            guard case .biometrics(let sensor)? = state.value.opened else {
+            guard case .biometrics(let sensor)? = state.value.opened[.biometrics] else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before biometrics is open")
             }
             switch method {
@@ -296,13 +317,13 @@ public final class PluginServer: Sendable {
     /// the end of the input). Safe to call twice.
     private func shutDown() async {
         let (requests, streams, opened) = state.withLock { state in
-            defer { state.requests = [:]; state.streams = [:]; state.opened = nil }
-            return (Array(state.requests.values), Array(state.streams.values), state.opened)
+            defer { state.requests = [:]; state.streams = [:]; state.opened = [:] }
+            return (Array(state.requests.values), Array(state.streams.values), Array(state.opened.values))
         }
         for stream in streams { stream.cancel() }
         for request in requests { request.cancel() }
         for request in requests { await request.value }
-        await opened?.device.close()
+        for provider in opened { await provider.device.close() }
     }
 
     /// What is still to be written, in order, and whether the host has gone.

@@ -240,12 +240,17 @@ struct LibnfcPluginTests {
 
     /// In process only: the reader and the emulator share one libnfc device here, which two
     /// plugin processes (one per capability, today) cannot (docs/notes.md).
-    @Test func cancellingEmulationEndsItAndTheChipReadsAgain() async throws {
+    /// One chip, two capabilities sharing one libnfc device: in process, and out of process
+    /// in one plugin process (protocol 1.2: a plugin serves every capability a kit opens
+    /// from it), where the host's `close` of one leaves the other working.
+    @Test(arguments: Way.allCases) func cancellingEmulationEndsItAndTheChipReadsAgain(way: Way) async throws {
         let emulator = try await PN532Emulator.start(["--tag", "ntag213"])
         defer { emulator.stop() }
-        // One chip, two capabilities: they share one libnfc device.
-        let tag = try await tagEmulator(emulator.connstring())
-        let nfc = try await reader(emulator.connstring())
+        let plugin = try await descriptor(way)
+        guard case .nfcEmulator(let tag) = try await plugin.open(.nfcEmulator, Self.parameters(emulator.connstring()), Self.context),
+              case .nfcReader(let nfc) = try await plugin.open(.nfcReader, Self.parameters(emulator.connstring()), Self.context) else {
+            throw GPSFakeError("the libnfc plugin did not open a reader and an emulator")
+        }
         defer { Task { await tag.close(); await nfc.close() } }
         let emulation = Task { try await tag.emulate(.uri("trf:duress:x"), timeout: .seconds(30)) }
         try await Task.sleep(for: .milliseconds(300))
@@ -256,6 +261,10 @@ struct LibnfcPluginTests {
         #expect((result.failure as? FieldHALError)?.kind == .cancelled)
         #expect(await emulator.waitForEvent("aborted", timeout: .seconds(1)) != nil, "libnfc sent the abort ACK")
         // Back to initiator mode on the same chip.
+        #expect(try await nfc.readTag(timeout: .seconds(3)).type == .type2)
+        // The emulator closed, the reader on the same chip (and, out of process, in the same
+        // process) reads on.
+        await tag.close()
         #expect(try await nfc.readTag(timeout: .seconds(3)).type == .type2)
     }
 

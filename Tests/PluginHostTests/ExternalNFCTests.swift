@@ -96,6 +96,47 @@ import Testing
         #expect(fixtures.leftovers().isEmpty)
     }
 
+    /// Protocol 1.2: a kit's reader and emulator from one plugin meet in one process (an NFC
+    /// chip's two roles share its device); one closed is released there (`close`) while the
+    /// other serves on; a restart opens both again. A plugin of 1.0 gets a process for each.
+    @Test(arguments: [(2, 1), (0, 2)]) func aPluginOfProtocolOneTwoServesTheKitsCapabilitiesInOneProcess(minor: Int, processes: Int) async throws {
+        let fixtures = try PluginFixtures()
+        let device = #"[{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]"#
+        try fixtures.plugin("probe", mode: "die-in-read", manifest: PluginFixtures.manifest(
+            name: "probe", minor: minor, capabilities: #"{"nfc": {"parameters": \#(device)}, "nfc_emulator": {"parameters": \#(device)}}"#))
+        let (registry, _) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
+        let configuration = try KitConfiguration.parse("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n[nfc_emulator]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n",
+                                                       file: "kit.toml", directory: fixtures.root, registry: registry)
+        let kit = await Kit.load(configuration, registry: registry,
+                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
+        let reader = try kit.nfcReader()
+        let emulator = try kit.nfcEmulator()
+        #expect(try starts(fixtures) == processes)
+        #expect(try await emulator.emulate(.uri("trf:x"), timeout: .seconds(2)) == EmulationOutcome(wasRead: true, commandCount: 4))
+        func opens() throws -> [String] {
+            try String(contentsOfFile: fixtures.root + "/probe/opens", encoding: .utf8).split(separator: "\n").map(String.init)
+        }
+        let first = try opens()
+        #expect(Set(first.map { $0.split(separator: " ")[0] }).count == processes, "\(first)")
+        guard processes == 1 else {
+            await kit.close()
+            return
+        }
+        // The first process dies at its first read; the next read starts one that opens both again.
+        _ = await failure { _ = try await reader.readTag(timeout: .seconds(5)) }
+        #expect(try await reader.readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        let again = try opens()
+        #expect(Set(again.suffix(2).map { $0.split(separator: " ").dropFirst().joined(separator: " ") }) == ["open nfc", "open nfc_emulator"], "\(again)")
+        #expect(try await emulator.emulate(.uri("trf:x"), timeout: .seconds(2)).wasRead)
+        await emulator.close()
+        let closed = try opens()
+        #expect(closed.last?.hasSuffix("close nfc_emulator") == true, "\(closed)")
+        #expect(try await reader.readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try starts(fixtures) == 2)
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
     @Test func cancellingAReadReturnsAtOnce() async throws {
         let (kit, _) = try await load("hang-read")
         let reader = try kit.nfcReader()

@@ -15,9 +15,9 @@ final class PluginFixtures: @unchecked Sendable {
     init() throws { try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true) }
     deinit { try? FileManager.default.removeItem(atPath: root) }
 
-    static func manifest(name: String, major: Int = 1, capabilities: String = #"{"gps": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the receiver's tty"}]}}"#) -> String {
+    static func manifest(name: String, major: Int = 1, minor: Int = 0, capabilities: String = #"{"gps": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the receiver's tty"}]}}"#) -> String {
         """
-        {"name": "\(name)", "version": "0.3.1", "summary": "a test plugin", "protocol": {"major": \(major), "minor": 0},
+        {"name": "\(name)", "version": "0.3.1", "summary": "a test plugin", "protocol": {"major": \(major), "minor": \(minor)},
          "executable": "run", "capabilities": \(capabilities)}
         """
     }

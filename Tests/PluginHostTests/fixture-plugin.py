@@ -81,10 +81,19 @@ for line in sys.stdin:
         params = request["params"]
         if mode == "hang-open":
             continue
-        if params["capability"] not in ("gps", "nfc", "biometrics"):
+        if params["capability"] not in ("gps", "nfc", "nfc_emulator", "biometrics"):
             send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps, nfc and biometrics"}})
             continue
+        # What each process opened and closed, in order: "PID open nfc".
+        with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
+            opens.write("%d open %s\n" % (os.getpid(), params["capability"]))
         send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
+    elif method == "close":
+        with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
+            opens.write("%d close %s\n" % (os.getpid(), request["params"]["capability"]))
+        send({"jsonrpc": "2.0", "id": ident, "result": None})
+    elif method == "nfc.emulate":
+        send({"jsonrpc": "2.0", "id": ident, "result": {"wasRead": True, "commandCount": 4}})
     elif method == "nfc.read":
         # "die-in-read": the first process dies during its first read; later ones serve.
         if mode == "die-in-read" and first_start:
