@@ -58,6 +58,9 @@ public enum BuiltinPlugins {
         #if Evdev
         traits.append("Evdev")
         #endif
+        #if Hotplug
+        traits.append("Hotplug")  // not a plugin: the daemon following devices through libudev
+        #endif
         return traits
     }
 }
