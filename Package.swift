@@ -187,7 +187,7 @@ let package = Package(
 
         // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
         // -sanitize=fuzzer,address -DFUZZING); built normally it replays a corpus.
-        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "FieldHALLock", "TransrifyWire", "CSodium"],
+        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "FieldHALLock", "FieldHALPluginProtocol", "TransrifyWire", "CSodium"],
                           path: "fuzz/Sources/fieldhal-fuzz", swiftSettings: strictSwift),
 
         // The hardware API (issue 20): its wire values, and its server on a Unix socket.

@@ -2,6 +2,7 @@ import CSodium
 import FieldHAL
 import FieldHALAPI
 import FieldHALLock
+import FieldHALPluginProtocol
 import FieldHALVault
 import Foundation
 import TransrifyWire
@@ -16,6 +17,7 @@ enum FuzzTargets {
         "ndef": ndef, "type2": type2, "type4-reader": type4Reader, "type4-tag": type4Tag,
         "config": config, "api-request": apiRequest, "location": location,
         "transrify-answer": transrifyAnswer, "alert-channel": alertChannel, "vault": vaultEntry, "audit-log": auditLog,
+        "plugin-message": pluginMessage,
     ]
 
     /// An NDEF message as a tag in the field hands it over.
@@ -116,6 +118,31 @@ enum FuzzTargets {
         check(FinalizeResponse.self)
         check(TransrifyWire.APIErrorBody.self)
         _ = try? JSONDecoder().decode(LabState.self, from: data)
+    }
+
+    /// A line from a plugin process (or, in the SDK, from the host), as the plugin protocol
+    /// reads it, and every value a message carries checked as the host and the SDK check
+    /// them: a misbehaving plugin's line is an error, never a crash. A line that parses must
+    /// parse again once written back.
+    static func pluginMessage(_ bytes: [UInt8]) {
+        guard let message = PluginProtocol.message(bytes) else { return }
+        guard PluginProtocol.message(PluginProtocol.line(message).dropLast()) != nil else {
+            fatalError("plugin-message: a message does not survive being written: \(bytes)")
+        }
+        // Wherever a value may sit: the result, the parameters, a notification's inner value.
+        let params = message["params"] ?? .null
+        for value in [message["result"] ?? .null, params, params["fix"] ?? .null, params["value"] ?? .null, message] {
+            _ = try? PluginProtocol.fix(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.tag(from: value["tag"], plugin: "fuzz")
+            _ = try? PluginProtocol.outcome(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.availability(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.result(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.stage(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.pattern(from: value, subject: "fuzz")
+            _ = try? PluginProtocol.timeout(in: value, subject: "fuzz")
+            _ = try? PluginProtocol.message(from: value["message"], subject: "fuzz")
+            _ = try? PluginProtocol.finger(in: value, subject: "fuzz")
+        }
     }
 
     /// A text frame of the alerts WebSocket channel, as the channel's client decodes it.
