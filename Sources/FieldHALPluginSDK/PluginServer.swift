@@ -44,8 +44,9 @@ public final class PluginServer: Sendable {
         /// What the host opened: one device per capability (since 1.2 a process may serve
         /// several, e.g. an NFC chip's reader and emulator sharing one device).
         var opened: [Capability: CapabilityProvider] = [:]
-        /// Running requests (for `$/cancel`) and streams, by the request's id.
-        var requests: [Int64: Task<Void, Never>] = [:]
+        /// Running requests (for `$/cancel`, and for `close` of the capability they use)
+        /// and streams, by the request's id.
+        var requests: [Int64: (capability: Capability?, task: Task<Void, Never>)] = [:]
         var streams: [Int64: Subscription] = [:]
     }
 
@@ -121,11 +122,11 @@ public final class PluginServer: Sendable {
         case "gps.watch":
             watchLocation(id)
         case PluginProtocol.NFCMethod.read, PluginProtocol.NFCMethod.write, PluginProtocol.NFCMethod.emulate:
-            track(id) { [self] in await nfc(method, id, parameters) }
+            track(id, on: method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader) { [self] in await nfc(method, id, parameters) }
         case PluginProtocol.HapticsMethod.play:
-            track(id) { [self] in await playHaptics(id, parameters) }
+            track(id, on: .haptics) { [self] in await playHaptics(id, parameters) }
         case PluginProtocol.BiometricsMethod.availability, PluginProtocol.BiometricsMethod.verify, PluginProtocol.BiometricsMethod.enroll:
-            track(id) { [self] in await biometrics(method, id, parameters) }
+            track(id, on: .biometrics) { [self] in await biometrics(method, id, parameters) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -137,21 +138,24 @@ public final class PluginServer: Sendable {
 
     /// Runs a request in a task of its own, so that `$/cancel` can reach it and the input
     /// is read on meanwhile.
-    private func track(_ id: JSONValue, _ work: @escaping @Sendable () async -> Void) {
+    private func track(_ id: JSONValue, on capability: Capability? = nil, _ work: @escaping @Sendable () async -> Void) {
         guard let number = id.integer else {
             Task { await work() }
             return
         }
-        let task = Task { [state] in
-            await work()
-            state.withLock { _ = $0.requests.removeValue(forKey: number) }
+        // Made under the lock, so that a request that ends at once finds itself there to
+        // remove (else its entry would outlive it).
+        state.withLock { state in
+            state.requests[number] = (capability, Task { [state = self.state] in
+                await work()
+                state.withLock { _ = $0.requests.removeValue(forKey: number) }
+            })
         }
-        state.withLock { $0.requests[number] = task }
     }
 
     private func cancel(_ id: Int64) {
-        let (task, stream) = state.withLock { ($0.requests.removeValue(forKey: id), $0.streams.removeValue(forKey: id)) }
-        task?.cancel()
+        let (request, stream) = state.withLock { ($0.requests.removeValue(forKey: id), $0.streams.removeValue(forKey: id)) }
+        request?.task.cancel()
         stream?.cancel()
     }
 
@@ -203,16 +207,24 @@ public final class PluginServer: Sendable {
         }
     }
 
-    /// `close` (1.2): releases one capability's device; the others stay open. A request
-    /// still running on it ends with the device's own error (closed under it).
+    /// `close` (1.2): releases one capability's device; the others stay open. Requests
+    /// still running on it are cancelled first (each answers `cancelled`).
     private func close(_ id: JSONValue, _ parameters: JSONValue) async {
         await answer(id) { [self] in
             guard let capability = parameters["capability"]?.string.flatMap(Capability.init(rawValue:)) else {
                 throw FieldHALError(.invalidArgument, subject: name, detail: "close without a capability")
             }
-            guard let provider = state.withLock({ $0.opened.removeValue(forKey: capability) }) else {
+            let (provider, running) = state.withLock { state in
+                let running = state.requests.filter { $0.value.capability == capability }
+                for id in running.keys { state.requests.removeValue(forKey: id) }
+                return (state.opened.removeValue(forKey: capability), running.values.map(\.task))
+            }
+            guard let provider else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "close of \(capability), which is not open")
             }
+            // Its running requests end first (each answers `cancelled`), then the device closes.
+            for task in running { task.cancel() }
+            for task in running { await task.value }
             await provider.device.close()
             return .null
         }
@@ -321,8 +333,8 @@ public final class PluginServer: Sendable {
             return (Array(state.requests.values), Array(state.streams.values), Array(state.opened.values))
         }
         for stream in streams { stream.cancel() }
-        for request in requests { request.cancel() }
-        for request in requests { await request.value }
+        for request in requests { request.task.cancel() }
+        for request in requests { await request.task.value }
         for provider in opened { await provider.device.close() }
     }
 

@@ -196,6 +196,38 @@ import Testing
         try await channel.expectCancelled(8, "nfc.read", #"{"timeoutMs":60000}"#)
     }
 
+    /// Protocol 1.2: two capabilities in one process. `close` of one cancels its running
+    /// request (answered `cancelled`) before its device closes; the other serves on.
+    @Test func closeEndsOneCapabilitysRequestsAndLeavesTheOtherOpen() async throws {
+        let motor = Motor()
+        let descriptor = PluginDescriptor(name: "probe", summary: "a reader and a motor", capabilities: [.nfcReader: [], .haptics: []]) { capability, _, _ in
+            capability == .haptics ? .haptics(motor) : .nfcReader(TagReader())
+        }
+        let channel = try Channel(descriptor)
+        #expect(try await channel.call(1, "open", #"{"capability":"nfc","parameters":{}}"#)["result"]?["device"] == .string("test reader"))
+        #expect(try await channel.call(2, "open", #"{"capability":"haptics","parameters":{}}"#)["result"]?["device"] == .string("test motor"))
+        let again = try await channel.call(3, "open", #"{"capability":"nfc","parameters":{}}"#)
+        #expect(again["error"]?["data"]?["kind"] == .string("busy"), "\(again)")
+        // A read that waits a minute, then the reader closed under it.
+        channel.send(#"{"jsonrpc":"2.0","id":4,"method":"nfc.read","params":{"timeoutMs":60000}}"# + "\n")
+        try await Task.sleep(for: .milliseconds(200))
+        let started = ContinuousClock.now
+        channel.send(#"{"jsonrpc":"2.0","id":5,"method":"close","params":{"capability":"nfc"}}"# + "\n")
+        var answers: [Int64: JSONValue] = [:]
+        while answers.count < 2, let message = try await channel.next() {
+            if let id = message["id"]?.integer { answers[id] = message }
+        }
+        #expect(answers[4]?["error"]?["data"]?["kind"] == .string("cancelled"), "\(answers)")
+        #expect(answers[5]?["result"] == .null && answers[5]?["error"] == nil, "\(answers)")
+        #expect(ContinuousClock.now - started < .seconds(1))
+        let closedRead = try await channel.call(6, "nfc.read", #"{"timeoutMs":100}"#)
+        #expect(closedRead["error"]?["data"]?["kind"] == .string("notConfigured"), "\(closedRead)")
+        let twice = try await channel.call(7, "close", #"{"capability":"nfc"}"#)
+        #expect(twice["error"]?["data"]?["kind"] == .string("notConfigured"), "\(twice)")
+        #expect(try await channel.call(8, "haptics.play", #"{"pattern":"success"}"#)["result"] == .null)
+        #expect(motor.played.value == [.success])
+    }
+
     /// An engine that records what it plays; a pattern over 1 s plays until cancelled.
     final class Motor: HapticsEngine {
         let deviceName = "test motor"
