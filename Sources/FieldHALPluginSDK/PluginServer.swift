@@ -21,9 +21,10 @@ import Glibc
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
 /// haptics (`haptics.play`), biometrics (`biometrics.availability`, `biometrics.verify`,
 /// `biometrics.enroll` with its stages as `$/progress`), `$/cancel`, `shutdown` and
-/// `exit`, and the end of standard input. A failed request answers with the `FieldHALError` in `data`, so the host reports
-/// the same typed error, advice and all. Other capabilities' methods are not in the
-/// protocol yet: their `open` answers `unsupported`.
+/// `exit`, and the end of standard input. A failed request answers with the
+/// `FieldHALError` in `data`, so the host reports the same typed error, advice and all.
+/// Other capabilities' methods are not in the protocol yet: their `open` answers
+/// `unsupported`.
 ///
 /// Threads: standard input is read on a thread of its own (`DeviceThread`), never on
 /// Swift's cooperative pool. A message is written at once, without waiting, by whoever
