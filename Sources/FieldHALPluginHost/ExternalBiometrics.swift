@@ -37,8 +37,9 @@ final class ExternalBiometrics: BiometricAuthenticator {
         let plugin = link.manifest.name
         let stages = AsyncStream<Result<EnrollStage, FieldHALError>>.makeStream()
         let reported = Task {
-            try await link.call(PluginProtocol.BiometricsMethod.enroll, .object(["finger": .string(finger.rawValue)]),
-                                timeout: PluginProtocol.longestWait) { value in
+            defer { stages.continuation.finish() }  // the answer follows its last stage
+            return try await link.call(PluginProtocol.BiometricsMethod.enroll, .object(["finger": .string(finger.rawValue)]),
+                                       timeout: PluginProtocol.longestWait) { value in
                 do throws(FieldHALError) {
                     stages.continuation.yield(.success(try PluginProtocol.stage(from: value, plugin: plugin)))
                 } catch {
@@ -48,11 +49,6 @@ final class ExternalBiometrics: BiometricAuthenticator {
         }
         // The stages come on the session's thread; the caller's closure is called here, on
         // the caller's task, in order (it is not Sendable beyond this call).
-        let finished = Task {
-            _ = await reported.result
-            stages.continuation.finish()
-        }
-        defer { finished.cancel() }
         try await withTaskCancellationHandler {
             for await stage in stages.stream {
                 switch stage {

@@ -100,9 +100,11 @@ final class RequestLink: Sendable {
     func detach(_ capability: Capability) async {
         let (held, last, session) = state.withLock { state -> (Bool, Bool, PluginSession?) in
             guard state.claimed.remove(capability) != nil else { return (false, false, nil) }
+            // Only a capability the plugin opened has a device there to release.
+            let wasOpen = state.opened.contains { $0.0 == capability }
             state.opened.removeAll { $0.0 == capability }
             if state.claimed.isEmpty { state.closed = true }
-            return (true, state.claimed.isEmpty, state.session)
+            return (true, state.claimed.isEmpty, wasOpen ? state.session : nil)
         }
         guard held else { return }
         if last {

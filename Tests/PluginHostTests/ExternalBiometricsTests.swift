@@ -15,13 +15,7 @@ import Testing
     func load(_ mode: String) async throws -> (Kit, PluginFixtures) {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("prints", mode: mode, manifest: Self.manifest)
-        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
-        #expect(discovery.problems.isEmpty)
-        let configuration = try KitConfiguration.parse("[biometrics]\nplugin = \"prints\"\ndevice = \"/dev/fp0\"\n", file: "kit.toml",
-                                                       directory: fixtures.root, registry: registry)
-        let kit = await Kit.load(configuration, registry: registry,
-                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
-        return (kit, fixtures)
+        return (try await fixtures.kit("[biometrics]\nplugin = \"prints\"\ndevice = \"/dev/fp0\"\n"), fixtures)
     }
 
     @Test func availabilityVerifyAndEnrollStagesComeThroughInOrder() async throws {

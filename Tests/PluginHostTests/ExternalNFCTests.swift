@@ -15,14 +15,7 @@ import Testing
     func load(_ mode: String, log: CapturedLog = CapturedLog()) async throws -> (Kit, PluginFixtures) {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("probe", mode: mode, manifest: Self.manifest)
-        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root],
-                                                          logger: log.logger)
-        #expect(discovery.problems.isEmpty)
-        let configuration = try KitConfiguration.parse("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", file: "kit.toml",
-                                                       directory: fixtures.root, registry: registry)
-        let kit = await Kit.load(configuration, registry: registry,
-                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
-        return (kit, fixtures)
+        return (try await fixtures.kit("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", logger: log.logger), fixtures)
     }
 
     func failure(_ body: () async throws -> Void) async -> FieldHALError? {
@@ -104,11 +97,7 @@ import Testing
         let device = #"[{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]"#
         try fixtures.plugin("probe", mode: "die-in-read", manifest: PluginFixtures.manifest(
             name: "probe", minor: minor, capabilities: #"{"nfc": {"parameters": \#(device)}, "nfc_emulator": {"parameters": \#(device)}}"#))
-        let (registry, _) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
-        let configuration = try KitConfiguration.parse("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n[nfc_emulator]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n",
-                                                       file: "kit.toml", directory: fixtures.root, registry: registry)
-        let kit = await Kit.load(configuration, registry: registry,
-                                 context: PluginContext(configDirectory: fixtures.root, stateDirectory: fixtures.root))
+        let kit = try await fixtures.kit("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n[nfc_emulator]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n")
         let reader = try kit.nfcReader()
         let emulator = try kit.nfcEmulator()
         #expect(try starts(fixtures) == processes)

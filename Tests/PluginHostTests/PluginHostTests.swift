@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALPluginHost
 import Foundation
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -32,6 +33,15 @@ final class PluginFixtures: @unchecked Sendable {
         try "#!/bin/sh\nexec python3 \(Self.script) \(mode) \(file)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
         chmod(folder + "/run", 0o755)
         return file
+    }
+
+    /// A kit loaded from `configuration` (TOML) with the plugins this fixture's directory
+    /// holds, as a configuration file would load it.
+    func kit(_ configuration: String, logger: Logger = Logger(label: "fieldhal.plugins")) async throws -> Kit {
+        let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [root], logger: logger)
+        #expect(discovery.problems.isEmpty)
+        let parsed = try KitConfiguration.parse(configuration, file: "kit.toml", directory: root, registry: registry)
+        return await Kit.load(parsed, registry: registry, context: PluginContext(configDirectory: root, stateDirectory: root))
     }
 
     /// Processes still running whose command line mentions this fixture's directory.
