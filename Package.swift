@@ -100,7 +100,9 @@ let package = Package(
                 swiftSettings: strictSwift),
         // External plugins (issue 21): their manifests, the plugin directories, the plugin
         // protocol's host side.
-        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        // Sealed memfds, for bulk bytes beside the plugin protocol's messages (part of libc).
+        .systemLibrary(name: "CMemfd"),
+        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "CMemfd"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],
@@ -243,9 +245,9 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport",
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport", "FakePlugin",
                                                        .product(name: "Logging", package: "swift-log")],
-                    exclude: ["fixture-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
+                    exclude: ["fixture-plugin.py", "media-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],

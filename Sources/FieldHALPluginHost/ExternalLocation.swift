@@ -175,10 +175,18 @@ extension PluginManifest {
                 return .haptics(try await ExternalHaptics.open(manifest, parameters, in: links, logger: logger))
             case .biometrics:
                 return .biometrics(try await ExternalBiometrics.open(manifest, parameters, in: links, logger: logger))
-            default:
-                throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
-                                    detail: "this FieldHAL serves gps, nfc, haptics and biometrics from external plugins; \(capability) through the plugin protocol is not built yet",
-                                    advice: "use a built-in plugin for \(capability) (fieldhal plugins lists them)")
+            case .camera, .microphone, .speaker:
+                // Their bytes travel as descriptors beside the messages: protocol 1.3.
+                guard manifest.protocolVersion >= PluginProtocol.Version(major: 1, minor: 3) else {
+                    throw FieldHALError(.unsupported, subject: "\(capability) plugin \(manifest.name)",
+                                        detail: "\(capability) through the plugin protocol needs protocol 1.3; the plugin speaks \(manifest.protocolVersion)",
+                                        advice: "update the plugin, or use a built-in plugin for \(capability) (fieldhal plugins lists them)")
+                }
+                switch capability {
+                case .camera: return .camera(try await ExternalCamera.open(manifest, parameters, in: links, logger: logger))
+                case .microphone: return .microphone(try await ExternalMicrophone.open(manifest, parameters, in: links, logger: logger))
+                default: return .speaker(try await ExternalSpeaker.open(manifest, parameters, in: links, logger: logger))
+                }
             }
         }
     }

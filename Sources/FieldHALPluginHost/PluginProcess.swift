@@ -17,6 +17,8 @@ public final class PluginProcess {
     private let wakeup: WakeupEvent
     private var nextIdentifier: Int64 = 1
     private var received: [UInt8] = []
+    /// Descriptors that came with the bytes, waiting for the message that names them.
+    private var receivedDescriptors: [OwnedDescriptor] = []
     /// Where each read lands: made once, not per message (a fix is one read).
     private var chunk = [UInt8](repeating: 0, count: 65536)
     private var errorTail: [UInt8] = []
@@ -57,8 +59,8 @@ public final class PluginProcess {
 
     /// What ended a wait on the channel.
     public enum Event {
-        /// A whole message arrived.
-        case message(JSONValue)
+        /// A whole message arrived, with the descriptors it names (`"fds"`).
+        case message(JSONValue, [OwnedDescriptor])
         /// The socket can take more of what is queued.
         case writable
         /// The wake-up was signalled.
@@ -76,7 +78,7 @@ public final class PluginProcess {
         try sendAll(PluginProtocol.request(identifier, method, parameters), deadline: deadline, doing: method, timeout: timeout)
         while true {
             switch try next(until: deadline, doing: method) {
-            case .message(let message):
+            case .message(let message, _):
                 guard let id = message["id"], id != .null else { continue }  // a notification: not ours to answer
                 guard id == .integer(identifier) else {
                     throw failure(.protocolError, "answered request \(id) while \(method) (\(identifier)) was waiting")
@@ -141,27 +143,23 @@ public final class PluginProcess {
 
     // MARK: - The channel
 
-    /// Sends as much of `bytes` as the socket takes now, without waiting; returns the rest.
-    public func send(_ bytes: ArraySlice<UInt8>, doing method: String) throws(FieldHALError) -> ArraySlice<UInt8> {
-        var rest = bytes
-        while !rest.isEmpty {
-            let sent = rest.withUnsafeBytes { Glibc.send(child.connection!, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if sent > 0 { rest = rest.dropFirst(sent); continue }
-            if sent < 0 && errno == EINTR { continue }
-            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if child.hasExited { throw exited(during: method) }
-                return rest
-            }
+    /// Sends as much of `queue` as the socket takes now, without waiting (each message's
+    /// descriptors with its first byte); what it does not take stays queued.
+    public func send(_ queue: inout [OutgoingMessage], doing method: String) throws(FieldHALError) {
+        switch PluginProtocol.write(&queue, to: child.connection!) {
+        case .all: return
+        case .wouldBlock:
             if child.hasExited { throw exited(during: method) }
-            throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(errno))))")
+        case .failed(let code):
+            if child.hasExited { throw exited(during: method) }
+            throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(code))))")
         }
-        return rest
     }
 
     private func sendAll(_ bytes: [UInt8], deadline: ContinuousClock.Instant, doing method: String, timeout: Duration) throws(FieldHALError) {
-        var rest = bytes[...]
+        var rest = [OutgoingMessage(bytes)]
         while true {
-            rest = try send(rest, doing: method)
+            try send(&rest, doing: method)
             if rest.isEmpty { return }
             switch try next(until: deadline, doing: method, writing: true) {
             case .writable, .message: continue  // a message now is a notification; the caller's answer comes after its request
@@ -184,7 +182,13 @@ public final class PluginProcess {
                     let quoted = String(decoding: line.prefix(80), as: UTF8.self)
                     throw failure(.protocolError, "sent something that is not a JSON-RPC 2.0 message during \(method): \"\(quoted)\"")
                 }
-                return .message(message)
+                let named = PluginProtocol.descriptorCount(of: message)
+                guard named <= receivedDescriptors.count, named <= PluginProtocol.descriptorsPerMessage else {
+                    throw failure(.protocolError, "sent a message whose \"fds\" is \(named) with \(receivedDescriptors.count) descriptors beside it during \(method)")
+                }
+                let descriptors = Array(receivedDescriptors.prefix(named))
+                receivedDescriptors.removeFirst(named)
+                return .message(message, descriptors)
             }
             guard received.count <= PluginProtocol.maximumMessage else {
                 throw failure(.protocolError, "sent a message over \(PluginProtocol.maximumMessage) bytes during \(method)")
@@ -209,7 +213,12 @@ public final class PluginProcess {
             let exitedNow = entries[2].revents != 0 || (child.exitDescriptor == nil && child.hasExited)
             guard entries[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 || exitedNow else { continue }
             // Read what is there first: a plugin's last words come before its exit.
-            let count = recv(child.connection!, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+            let got = chunk.withUnsafeMutableBytes { PluginProtocol.receive(from: child.connection!, into: $0, flags: Int32(MSG_DONTWAIT)) }
+            let count = got.count
+            receivedDescriptors += got.descriptors
+            guard !got.truncated, receivedDescriptors.count <= PluginProtocol.descriptorsWaiting else {
+                throw failure(.protocolError, "sent more descriptors than its messages name during \(method)")
+            }
             if count > 0 { received += chunk[..<count]; continue }
             if count < 0 && (errno == EAGAIN || errno == EINTR) {
                 // Woken by the exit, and a copy of the socket lives on in a child it left.

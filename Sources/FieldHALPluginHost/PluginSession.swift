@@ -22,7 +22,7 @@ public final class PluginSession: Sendable {
     private let onEnd: @Sendable (FieldHALError) -> Void
 
     private struct Pending {
-        var continuation: CheckedContinuation<JSONValue, any Error>
+        var continuation: CheckedContinuation<Answer, any Error>
         var method: String
         var timeout: Duration
         var deadline: ContinuousClock.Instant
@@ -31,7 +31,7 @@ public final class PluginSession: Sendable {
     }
 
     private struct State {
-        var outgoing: [UInt8] = []
+        var outgoing: [OutgoingMessage] = []
         var pending: [Int64: Pending] = [:]
         var nextIdentifier: Int64 = 1
         var stopping = false
@@ -72,25 +72,39 @@ public final class PluginSession: Sendable {
         return session
     }
 
+    /// A request's result and the descriptors it names (`"fds"`), in order.
+    public struct Answer: Sendable {
+        public var result: JSONValue
+        public var descriptors: [OwnedDescriptor]
+    }
+
     /// Sends a request; returns its result, or throws the plugin's error, a `timeout` (the
     /// plugin is then killed: a hang ends the session), or `cancelled` when the calling
     /// task is cancelled (the plugin is told with `$/cancel`). The plugin's `$/progress`
     /// notifications for this request go to `progress`, in order, before its answer.
     public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration,
                      progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
+        try await call(method, parameters, descriptors: [], timeout: timeout, progress: progress).result
+    }
+
+    /// `call` with descriptors beside the request (`parameters` names how many in
+    /// `"fds"`; they are the session's now and closed once sent), answered with the
+    /// descriptors the answer names.
+    public func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
+                     progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> Answer {
         let identifier = state.withLock { state -> Int64 in
             defer { state.nextIdentifier += 1 }
             return state.nextIdentifier
         }
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSONValue, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Answer, any Error>) in
                 let refused = state.withLock { state -> FieldHALError? in
                     if let ended = state.ended { return ended }
                     if Task.isCancelled { return .cancelled("plugin \(manifest.name)") }
                     if state.stopping { return .cancelled("plugin \(manifest.name)") }
                     state.pending[identifier] = Pending(continuation: continuation, method: method, timeout: timeout,
                                                         deadline: .now + timeout, progress: progress)
-                    state.outgoing += PluginProtocol.request(identifier, method, parameters)
+                    state.outgoing.append(OutgoingMessage(PluginProtocol.request(identifier, method, parameters), descriptors: descriptors))
                     return nil
                 }
                 if let refused { continuation.resume(throwing: refused) } else { wakeup.signal() }
@@ -99,7 +113,7 @@ public final class PluginSession: Sendable {
             let waiting = state.withLock { state -> Pending? in
                 guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
                 if state.ended == nil && !state.stopping {
-                    state.outgoing += PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))
+                    state.outgoing.append(OutgoingMessage(PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))))
                 }
                 return pending
             }
@@ -112,7 +126,7 @@ public final class PluginSession: Sendable {
     public func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
         state.withLock { state in
             guard state.ended == nil, !state.stopping else { return }
-            state.outgoing += PluginProtocol.notification(method, parameters)
+            state.outgoing.append(OutgoingMessage(PluginProtocol.notification(method, parameters)))
         }
         wakeup.signal()
     }
@@ -163,7 +177,7 @@ public final class PluginSession: Sendable {
 
     /// Serves until `stop()` (nil) or the plugin fails (its error).
     private func run(_ process: PluginProcess) -> FieldHALError? {
-        var unsent: ArraySlice<UInt8> = []
+        var unsent: [OutgoingMessage] = []
         while true {
             let (more, stopping, deadline) = state.withLock { state in
                 defer { state.outgoing = [] }
@@ -171,9 +185,10 @@ public final class PluginSession: Sendable {
             }
             if stopping { return nil }
             do {
-                unsent = try process.send(unsent + more, doing: "writing to the plugin")
+                unsent += more
+                try process.send(&unsent, doing: "writing to the plugin")
                 switch try process.next(until: deadline ?? .now + .seconds(3600), doing: "serving", writing: !unsent.isEmpty) {
-                case .message(let message): dispatch(message, process)
+                case .message(let message, let descriptors): dispatch(message, descriptors, process)
                 case .writable, .woken: continue
                 case .deadline:
                     let expired = state.withLock { state in
@@ -191,7 +206,7 @@ public final class PluginSession: Sendable {
         }
     }
 
-    private func dispatch(_ message: JSONValue, _ process: PluginProcess) {
+    private func dispatch(_ message: JSONValue, _ descriptors: [OwnedDescriptor], _ process: PluginProcess) {
         guard let id = message["id"], id != .null else {
             guard let method = message["method"]?.string else { return }
             let parameters = message["params"] ?? .null
@@ -211,7 +226,7 @@ public final class PluginSession: Sendable {
             return  // the answer to a call that was cancelled or timed out
         }
         do {
-            waiting.continuation.resume(returning: try process.result(of: message, method: waiting.method))
+            waiting.continuation.resume(returning: Answer(result: try process.result(of: message, method: waiting.method), descriptors: descriptors))
         } catch {
             waiting.continuation.resume(throwing: error)
         }

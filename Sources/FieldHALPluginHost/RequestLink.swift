@@ -4,7 +4,7 @@ import Foundation
 import Logging
 
 /// A plugin process serving capabilities that work by request (the NFC reader, the tag
-/// emulator, haptics, biometrics): started when the kit opens the first of them and, after
+/// emulator, haptics, biometrics, the camera, microphone and speaker): started when the kit opens the first of them and, after
 /// it fails, started again by the next request once the backoff has passed (0.5 s after a
 /// failure, doubling to 30 s while starts keep failing), with every capability it served
 /// opened again. A plugin of protocol 1.2 or later serves all such capabilities a kit opens
@@ -132,6 +132,12 @@ final class RequestLink: Sendable {
               progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
         let session = try await serving()
         return try await session.call(method, parameters, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace, progress: progress)
+    }
+
+    /// `call` with descriptors beside the request, answered with those beside the answer.
+    func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration) async throws -> PluginSession.Answer {
+        let session = try await serving()
+        return try await session.call(method, parameters, descriptors: descriptors, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace)
     }
 
     private func close() async {

@@ -44,7 +44,7 @@ extension PluginProtocol {
     private static let fractionalTime = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
     private static let wholeTime = Date.ISO8601FormatStyle()
 
-    private static func date(_ text: String) -> Date? {
+    static func date(_ text: String) -> Date? {
         (try? fractionalTime.parse(text)) ?? (try? wholeTime.parse(text))
     }
 
@@ -66,7 +66,7 @@ extension PluginProtocol {
         return .object(object)
     }
 
-    private static func timeText(_ time: Date) -> String {
+    static func timeText(_ time: Date) -> String {
         fractionalTime.format(time)
     }
 }

@@ -24,7 +24,7 @@ public enum PluginProtocol {
 
     /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
     /// changes or removes something.
-    public static let version = Version(major: 1, minor: 2)
+    public static let version = Version(major: 1, minor: 3)
 
     /// A step of a running request, from the plugin: `{"id": the request's id, "value": …}`
     /// (protocol 1.2; an enrollment's stages). The host hands each to the request's caller,

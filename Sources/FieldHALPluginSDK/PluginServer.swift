@@ -20,11 +20,12 @@ import Glibc
 /// once, several in one process since 1.2) and `close`, location
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
 /// haptics (`haptics.play`), biometrics (`biometrics.availability`, `biometrics.verify`,
-/// `biometrics.enroll` with its stages as `$/progress`), `$/cancel`, `shutdown` and
-/// `exit`, and the end of standard input. A failed request answers with the
-/// `FieldHALError` in `data`, so the host reports the same typed error, advice and all.
-/// Other capabilities' methods are not in the protocol yet: their `open` answers
-/// `unsupported`.
+/// `biometrics.enroll` with its stages as `$/progress`), and since 1.3 the camera
+/// (`camera.formats`, `camera.still`, `camera.record`), the microphone
+/// (`microphone.record`) and the speaker (`speaker.play`), whose bytes travel as
+/// descriptors beside the messages; `$/cancel`, `shutdown` and `exit`, and the end of
+/// standard input. A failed request answers with the `FieldHALError` in `data`, so the
+/// host reports the same typed error, advice and all.
 ///
 /// Threads: standard input is read on a thread of its own (`DeviceThread`), never on
 /// Swift's cooperative pool. A message is written at once, without waiting, by whoever
@@ -63,31 +64,26 @@ public final class PluginServer: Sendable {
     /// Serves until `exit` or the end of the input; returns the process's exit status
     /// (0, or 1 when the host sent something that is not the protocol).
     public func serve() async -> Int32 {
-        let messages = AsyncStream<LineReader.Line>.makeStream()
+        let messages = AsyncStream<MessageReader.Incoming>.makeStream()
         let reader = DeviceThread(name: "plugin input")
         reader.submit { [input] in
-            var lines = LineReader(descriptor: input, limit: PluginProtocol.maximumMessage)
-            while let line = lines.next() {
-                messages.continuation.yield(line)
-                if case .tooLong = line { break }
+            var incoming = MessageReader(descriptor: input)
+            while let next = incoming.next() {
+                messages.continuation.yield(next)
+                if case .fault = next { break }
             }
             messages.continuation.finish()
         }
         defer { reader.stop() }
         var status: Int32 = 0
-        reading: for await line in messages.stream {
-            switch line {
-            case .tooLong:
-                FileHandle.standardError.write(Data("\(name): a message over \(PluginProtocol.maximumMessage) bytes from the host\n".utf8))
+        reading: for await next in messages.stream {
+            switch next {
+            case .fault(let fault):
+                FileHandle.standardError.write(Data("\(name): \(fault)\n".utf8))
                 status = 1
                 break reading
-            case .text(let bytes):
-                guard let message = PluginProtocol.message(bytes) else {
-                    FileHandle.standardError.write(Data("\(name): the host sent something that is not JSON-RPC 2.0\n".utf8))
-                    status = 1
-                    break reading
-                }
-                if await handle(message) == .exit { break reading }
+            case .message(let message, let descriptors):
+                if await handle(message, descriptors) == .exit { break reading }
             }
         }
         await shutDown()
@@ -97,7 +93,7 @@ public final class PluginServer: Sendable {
 
     private enum Next { case goOn, exit }
 
-    private func handle(_ message: JSONValue) async -> Next {
+    private func handle(_ message: JSONValue, _ descriptors: [OwnedDescriptor]) async -> Next {
         guard let method = message["method"]?.string else { return .goOn }  // a response: the host asks, it never answers
         let parameters = message["params"] ?? .object([:])
         guard let id = message["id"], id != .null else {
@@ -128,6 +124,12 @@ public final class PluginServer: Sendable {
             track(id, on: .haptics) { [self] in await playHaptics(id, parameters) }
         case PluginProtocol.BiometricsMethod.availability, PluginProtocol.BiometricsMethod.verify, PluginProtocol.BiometricsMethod.enroll:
             track(id, on: .biometrics) { [self] in await biometrics(method, id, parameters) }
+        case PluginProtocol.CameraMethod.formats, PluginProtocol.CameraMethod.still, PluginProtocol.CameraMethod.record:
+            track(id, on: .camera) { [self] in await camera(method, id, parameters, descriptors) }
+        case PluginProtocol.MicrophoneMethod.record:
+            track(id, on: .microphone) { [self] in await recordAudio(id, parameters, descriptors) }
+        case PluginProtocol.SpeakerMethod.play:
+            track(id, on: .speaker) { [self] in await playSound(id, parameters, descriptors) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -167,11 +169,6 @@ public final class PluginServer: Sendable {
             }
             guard let specs = descriptor.capabilities[capability] else {
                 throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
-            }
-            guard [.location, .nfcReader, .nfcEmulator, .haptics, .biometrics].contains(capability) else {
-                throw FieldHALError(.unsupported, subject: "\(capability) plugin \(name)",
-                                    detail: "\(capability) through the plugin protocol is not in protocol \(PluginProtocol.version) yet",
-                                    advice: "use the built-in plugin in process")
             }
             guard state.withLock({ $0.opened[capability] == nil }) else {
                 throw FieldHALError(.busy, subject: name, detail: "\(capability) is already open in this process",
@@ -312,17 +309,89 @@ public final class PluginServer: Sendable {
         }
     }
 
+    /// `camera.formats`, `camera.still` (the JPEG answered in a sealed memfd) and
+    /// `camera.record` (written into the directory the host passed).
+    private func camera(_ method: String, _ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
+        let subject = "\(method) from the host"
+        do {
+            guard case .camera(let camera)? = state.value.opened[.camera] else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before camera is open")
+            }
+            switch method {
+            case PluginProtocol.CameraMethod.formats:
+                send(PluginProtocol.response(id, result: PluginProtocol.value(of: try await camera.formats())))
+            case PluginProtocol.CameraMethod.still:
+                let photo = try await camera.captureStill(try PluginProtocol.photoRequest(from: parameters, subject: subject))
+                let (answer, memory) = try PluginProtocol.answer(for: photo)
+                send(PluginProtocol.response(id, result: answer), descriptors: [memory])
+            default:
+                let request = try PluginProtocol.videoRequest(from: parameters, subject: subject)
+                let recording = try await withRecordingPath(parameters, descriptors, .camera, subject: subject) { path in
+                    try await camera.recordVideo(request, to: path)
+                }
+                send(PluginProtocol.response(id, result: PluginProtocol.value(of: recording)))
+            }
+        } catch {
+            send(PluginProtocol.response(id, error: typed(error)))
+        }
+    }
+
+    /// `microphone.record`: written into the directory the host passed.
+    private func recordAudio(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
+        let subject = "microphone.record from the host"
+        await answer(id) { [self] in
+            guard case .microphone(let microphone)? = state.value.opened[.microphone] else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "microphone.record before microphone is open")
+            }
+            let request = try PluginProtocol.recordingRequest(from: parameters, subject: subject)
+            return PluginProtocol.value(of: try await withRecordingPath(parameters, descriptors, .microphone, subject: subject) { path in
+                try await microphone.record(request, to: path)
+            })
+        }
+    }
+
+    /// `speaker.play`: the clip from its sealed memfd, answered (null) once it has been heard.
+    private func playSound(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
+        await answer(id) { [self] in
+            guard case .speaker(let speaker)? = state.value.opened[.speaker] else {
+                throw FieldHALError(.notConfigured, subject: name, detail: "speaker.play before speaker is open")
+            }
+            try await speaker.play(try PluginProtocol.clip(from: parameters, descriptors, subject: "speaker.play from the host"))
+            return .null
+        }
+    }
+
+    /// Runs a recording whose file goes into the directory the host passed: the backend
+    /// writes `/proc/self/fd/N/FILE` (its own atomic write, inside that directory), and the
+    /// host moves it into place. The name must be a plain file name.
+    private func withRecordingPath<Result>(_ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ capability: Capability,
+                                           subject: String, _ record: (String) async throws -> Result) async throws -> Result {
+        let file = parameters["file"]?.string ?? PluginProtocol.recordingFile(capability)
+        guard descriptors.count == 1, !file.isEmpty, !file.contains("/"), file != ".", file != ".." else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "a recording needs one directory descriptor (\"fds\": 1) and a plain file name")
+        }
+        // The descriptor stays open (owned by `descriptors`) until the recording has ended.
+        defer { withExtendedLifetime(descriptors) {} }
+        return try await record("/proc/self/fd/\(descriptors[0].descriptor)/\(file)")
+    }
+
     /// Runs a request's work and answers with its result, or its error typed as the host
     /// expects (a cancellation is `cancelled`; anything not a `FieldHALError` is `io`).
     private func answer(_ id: JSONValue, _ work: () async throws -> JSONValue) async {
         do {
             send(PluginProtocol.response(id, result: try await work()))
-        } catch let error as FieldHALError {
-            send(PluginProtocol.response(id, error: error))
-        } catch is CancellationError {
-            send(PluginProtocol.response(id, error: FieldHALError.cancelled(name)))
         } catch {
-            send(PluginProtocol.response(id, error: FieldHALError(.io, subject: name, detail: "\(error)")))
+            send(PluginProtocol.response(id, error: typed(error)))
+        }
+    }
+
+    /// An error as the host expects it: a cancellation is `cancelled`; anything not a
+    /// `FieldHALError` is `io`.
+    private func typed(_ error: any Error) -> FieldHALError {
+        switch error {
+        case let error as FieldHALError: error
+        case is CancellationError: .cancelled(name)
+        default: FieldHALError(.io, subject: name, detail: "\(error)")
         }
     }
 
@@ -341,14 +410,8 @@ public final class PluginServer: Sendable {
 
     /// What is still to be written, in order, and whether the host has gone.
     private struct Outbox {
-        var queued: [UInt8] = []
+        var queued: [OutgoingMessage] = []
         var broken = false
-    }
-
-    private enum Sent {
-        case all
-        case part(ArraySlice<UInt8>)
-        case broken
     }
 
     /// Writes a message. The caller's thread writes it at once when the socket takes it
@@ -356,17 +419,19 @@ public final class PluginServer: Sendable {
     /// socket cannot take now is queued for the writer thread, which waits for room. One
     /// lock keeps messages whole and in order. Once the host has gone (EPIPE), the rest is
     /// dropped: the end of the input follows.
-    private func send(_ bytes: [UInt8]) {
+    private func send(_ bytes: [UInt8], descriptors: [OwnedDescriptor] = []) {
         let wakeWriter = outbox.withLock { box -> Bool in
             guard !box.broken else { return false }
+            let message = OutgoingMessage(bytes, descriptors: descriptors)
             guard box.queued.isEmpty else {
-                box.queued += bytes  // the writer is on it
+                box.queued.append(message)  // the writer is on it
                 return false
             }
-            switch write(bytes[...]) {
+            var queue = [message]
+            switch PluginProtocol.write(&queue, to: output) {
             case .all: return false
-            case .broken: box.broken = true; return false
-            case .part(let rest): box.queued = Array(rest); return true
+            case .failed: box.broken = true; return false
+            case .wouldBlock: box.queued = queue; return true
             }
         }
         if wakeWriter { writer.submit { [self] in flushQueued() } }
@@ -377,10 +442,10 @@ public final class PluginServer: Sendable {
         while true {
             let done = outbox.withLock { box -> Bool in
                 guard !box.broken, !box.queued.isEmpty else { return true }
-                switch write(box.queued[...]) {
-                case .all: box.queued = []; return true
-                case .broken: box.broken = true; box.queued = []; return true
-                case .part(let rest): box.queued = Array(rest); return false
+                switch PluginProtocol.write(&box.queued, to: output) {
+                case .all: return true
+                case .failed: box.broken = true; box.queued = []; return true
+                case .wouldBlock: return false
                 }
             }
             if done { return }
@@ -388,60 +453,53 @@ public final class PluginServer: Sendable {
             _ = poll(&room, 1, 1000)
         }
     }
-
-    /// As much of `bytes` as the output takes without waiting.
-    private func write(_ bytes: ArraySlice<UInt8>) -> Sent {
-        var rest = bytes
-        while !rest.isEmpty {
-            let written = rest.withUnsafeBytes { Glibc.send(output, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if written > 0 { rest = rest.dropFirst(written); continue }
-            if written < 0 && errno == EINTR { continue }
-            if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .part(rest) }
-            if written < 0 && errno == ENOTSOCK {
-                // Not a socket: run by hand, its output a terminal or a pipe. A plain write.
-                let plain = rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
-                if plain > 0 { rest = rest.dropFirst(plain); continue }
-                if plain < 0 && errno == EINTR { continue }
-            }
-            return .broken
-        }
-        return .all
-    }
 }
 
-/// Lines from a descriptor with blocking reads, each at most `limit` bytes.
-struct LineReader {
-    enum Line: Sendable {
-        case text([UInt8])
-        case tooLong
+/// Messages from the host with blocking reads, each with the descriptors it names.
+struct MessageReader {
+    enum Incoming: Sendable {
+        case message(JSONValue, [OwnedDescriptor])
+        /// The host broke the protocol: what to say on standard error before exiting 1.
+        case fault(String)
     }
 
     let descriptor: Int32
-    let limit: Int
     private var buffered: [UInt8] = []
+    private var descriptors: [OwnedDescriptor] = []
     private var ended = false
     /// Where each read lands: made once, not per line.
     private var chunk = [UInt8](repeating: 0, count: 65536)
 
-    init(descriptor: Int32, limit: Int) {
+    init(descriptor: Int32) {
         self.descriptor = descriptor
-        self.limit = limit
     }
 
-    /// The next non-empty line, `.tooLong`, or nil at the end of the input.
-    mutating func next() -> Line? {
+    /// The next message, a fault, or nil at the end of the input.
+    mutating func next() -> Incoming? {
+        let limit = PluginProtocol.maximumMessage
         while true {
             if let newline = buffered.firstIndex(of: 10) {
                 let line = Array(buffered[..<newline])
                 buffered.removeSubrange(...newline)
                 if line.allSatisfy({ $0 == 32 || $0 == 13 || $0 == 9 }) { continue }
-                return line.count > limit ? .tooLong : .text(line)
+                guard line.count <= limit else { return .fault("a message over \(limit) bytes from the host") }
+                guard let message = PluginProtocol.message(line) else { return .fault("the host sent something that is not JSON-RPC 2.0") }
+                let named = PluginProtocol.descriptorCount(of: message)
+                guard named <= descriptors.count, named <= PluginProtocol.descriptorsPerMessage else {
+                    return .fault("the host sent a message whose \"fds\" is \(named) with \(descriptors.count) descriptors beside it")
+                }
+                defer { descriptors.removeFirst(named) }
+                return .message(message, Array(descriptors.prefix(named)))
             }
-            if buffered.count > limit { return .tooLong }
+            if buffered.count > limit { return .fault("a message over \(limit) bytes from the host") }
             if ended { return nil }
-            let count = read(descriptor, &chunk, chunk.count)
-            if count > 0 { buffered += chunk[..<count]; continue }
-            if count < 0 && errno == EINTR { continue }
+            let got = chunk.withUnsafeMutableBytes { PluginProtocol.receive(from: descriptor, into: $0) }
+            descriptors += got.descriptors
+            if got.truncated || descriptors.count > PluginProtocol.descriptorsWaiting {
+                return .fault("the host sent more descriptors than its messages name")
+            }
+            if got.count > 0 { buffered += chunk[..<got.count]; continue }
+            if got.count < 0 && errno == EINTR { continue }
             ended = true  // the end of the input, or the host gone: a last line without a newline is dropped
         }
     }

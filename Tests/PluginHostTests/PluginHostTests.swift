@@ -11,6 +11,8 @@ import Testing
 /// A plugin directory made for one test, removed after it.
 final class PluginFixtures: @unchecked Sendable {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fixture-plugin.py").path
+    /// The camera, microphone and speaker fixture (protocol 1.3, descriptors beside messages).
+    static let mediaScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("media-plugin.py").path
     let root = NSTemporaryDirectory() + "fieldhal-plugins-\(UUID().uuidString.prefix(8))"
 
     init() throws { try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true) }
@@ -25,12 +27,13 @@ final class PluginFixtures: @unchecked Sendable {
 
     /// `DIRECTORY/NAME/plugin.json` beside an executable `run` that starts the fixture in `mode`.
     @discardableResult
-    func plugin(_ name: String, mode: String = "good", in directory: String? = nil, manifest: String? = nil) throws -> String {
+    func plugin(_ name: String, mode: String = "good", in directory: String? = nil, manifest: String? = nil,
+                script: String = PluginFixtures.script) throws -> String {
         let folder = (directory ?? root) + "/" + name
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let file = folder + "/plugin.json"
         try (manifest ?? Self.manifest(name: name)).write(toFile: file, atomically: true, encoding: .utf8)
-        try "#!/bin/sh\nexec python3 \(Self.script) \(mode) \(file)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nexec python3 \(script) \(mode) \(file)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
         chmod(folder + "/run", 0o755)
         return file
     }

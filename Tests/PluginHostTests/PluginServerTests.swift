@@ -118,7 +118,8 @@ import Testing
         #expect(hello?["capabilities"] == .array([.string("gps")]))
         #expect(hello?["protocol"]?["major"] == .integer(1))
 
-        #expect(try await channel.call(2, "camera.still")["error"]?["code"] == .integer(-32601))
+        #expect(try await channel.call(2, "lidar.scan")["error"]?["code"] == .integer(-32601))
+        #expect(try await channel.call(20, "camera.still")["error"]?["data"]?["kind"] == .string("notConfigured"))
         // The section is checked again here: the manifest may disagree with the executable.
         let unknown = try await channel.call(3, "open", #"{"capability":"gps","parameters":{"device":"/dev/x","baud":9600}}"#)
         #expect(unknown["error"]?["data"]?["kind"] == .string("invalidArgument"), "\(unknown)")

@@ -1,0 +1,156 @@
+import FieldHAL
+import FieldHALPluginProtocol
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A camera in an external plugin (protocol 1.3): its formats, a still (the JPEG comes
+/// back in a sealed memfd) and a recording written into a directory passed as a descriptor.
+final class ExternalCamera: Camera {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalCamera {
+        let (link, device) = try await RequestLink.started(manifest, .camera, parameters, in: links, logger: logger)
+        return ExternalCamera(deviceName: device, link: link)
+    }
+
+    func formats() async throws -> [CameraFormat] {
+        let answer = try await link.call(PluginProtocol.CameraMethod.formats, .object([:]), timeout: .seconds(10))
+        return try PluginProtocol.formats(from: answer, plugin: link.manifest.name)
+    }
+
+    /// A still may take the camera's start, its warm-up frames and an encode: 30 s bounds it.
+    func captureStill(_ request: PhotoRequest) async throws -> Photo {
+        let answer = try await link.call(PluginProtocol.CameraMethod.still, PluginProtocol.value(of: request), descriptors: [], timeout: .seconds(30))
+        return try PluginProtocol.photo(from: answer.result, answer.descriptors, plugin: link.manifest.name)
+    }
+
+    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+        try request.validate(subject: "video recording")
+        let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
+        defer { directory.remove() }
+        let answer = try await link.call(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request),
+                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30))
+        let recording = try PluginProtocol.videoRecording(from: answer.result, path: path, plugin: link.manifest.name)
+        try directory.commit(PluginProtocol.recordingFile(.camera), to: path)
+        return recording
+    }
+
+    func close() async { await link.detach(.camera) }
+}
+
+/// A microphone in an external plugin (protocol 1.3): each recording written by the plugin
+/// into a directory passed as a descriptor, and appearing at its path when complete.
+final class ExternalMicrophone: Microphone {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalMicrophone {
+        let (link, device) = try await RequestLink.started(manifest, .microphone, parameters, in: links, logger: logger)
+        return ExternalMicrophone(deviceName: device, link: link)
+    }
+
+    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+        try request.validate(subject: "recording")
+        let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
+        defer { directory.remove() }
+        let answer = try await link.call(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request),
+                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30))
+        let recording = try PluginProtocol.audioRecording(from: answer.result, path: path, plugin: link.manifest.name)
+        try directory.commit(PluginProtocol.recordingFile(.microphone), to: path)
+        return recording
+    }
+
+    func close() async { await link.detach(.microphone) }
+}
+
+/// A speaker in an external plugin (protocol 1.3): the clip's samples go in a sealed memfd;
+/// the answer comes when it has been heard.
+final class ExternalSpeaker: Speaker {
+    let deviceName: String
+    private let link: RequestLink
+
+    private init(deviceName: String, link: RequestLink) {
+        self.deviceName = deviceName
+        self.link = link
+    }
+
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalSpeaker {
+        let (link, device) = try await RequestLink.started(manifest, .speaker, parameters, in: links, logger: logger)
+        return ExternalSpeaker(deviceName: device, link: link)
+    }
+
+    func play(_ clip: SoundClip) async throws {
+        let (parameters, samples) = try PluginProtocol.request(playing: clip)
+        _ = try await link.call(PluginProtocol.SpeakerMethod.play, parameters, descriptors: [samples], timeout: clip.duration + .seconds(10))
+    }
+
+    func close() async { await link.detach(.speaker) }
+}
+
+/// Where a plugin writes a recording: a private directory (0700) beside the recording's
+/// path, so that the finished file is renamed into place on the same filesystem and
+/// appears there whole, as an in-process recording does. The plugin gets the directory as
+/// a descriptor, never its path; whatever is left in it goes when the recording ends.
+struct RecordingDirectory {
+    let path: String
+    private let plugin: String
+
+    init(beside destination: String, plugin: String) throws(FieldHALError) {
+        self.plugin = plugin
+        let parent = (destination as NSString).deletingLastPathComponent
+        var template = Array("\(parent.isEmpty ? "." : parent)/.fieldhal-plugin-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot make a directory for the recording beside \(destination): \(String(cString: strerror(errno)))",
+                                advice: "check that \(parent) exists and is writable")
+        }
+        path = String(cString: made)
+    }
+
+    /// The directory, opened for the plugin (`O_PATH` is not enough: it writes through it).
+    func descriptor() throws(FieldHALError) -> OwnedDescriptor {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot open \(path): \(String(cString: strerror(errno)))")
+        }
+        return OwnedDescriptor(descriptor)
+    }
+
+    /// Moves the plugin's finished file to `destination` and makes the rename durable. A
+    /// plugin that answered without writing it is at fault.
+    func commit(_ file: String, to destination: String) throws(FieldHALError) {
+        let written = "\(path)/\(file)"
+        var status = stat()
+        guard lstat(written, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw FieldHALError(.protocolError, subject: "plugin \(plugin)", detail: "answered the recording without writing \(file) into the directory it was given",
+                                advice: "a fault in the plugin: docs/plugin-protocol.md, \"Camera, microphone, speaker\"")
+        }
+        guard rename(written, destination) == 0 else {
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot move the recording to \(destination): \(String(cString: strerror(errno)))")
+        }
+        let parent = open((destination as NSString).deletingLastPathComponent.isEmpty ? "." : (destination as NSString).deletingLastPathComponent,
+                          O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if parent >= 0 {
+            fsync(parent)
+            Glibc.close(parent)
+        }
+    }
+
+    /// Removes the directory and whatever a failed or cancelled recording left in it.
+    func remove() {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}

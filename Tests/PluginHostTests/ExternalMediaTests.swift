@@ -1,0 +1,163 @@
+import FieldHAL
+import FakePlugin
+import FieldHALPluginHost
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import TestSupport
+import Testing
+
+/// The camera, the microphone and the speaker from external plugin processes (protocol
+/// 1.3): their bytes travel as descriptors beside the messages — a still's JPEG and a
+/// clip's PCM in sealed memfds, a recording into a directory passed as a descriptor.
+///
+/// Two plugins: the fake kit's built-in plugin out of process (`fieldhal plugin serve
+/// fake`, through the Swift SDK), whose devices make real JPEGs and WAVs; and a Python
+/// plugin (the standard library's `send_fds`/`recv_fds` and `memfd_create`) that gets the
+/// descriptors wrong in each way a host must survive. The real devices out of process are
+/// `VividCameraTests` and `LoopbackSoundTests` in the kernel lab.
+@Suite(.timeLimit(.minutes(2))) struct ExternalMediaTests {
+    /// The fake plugin as an external plugin, and a scratch directory for recordings.
+    func fakeOutOfProcess() async throws -> (PluginDescriptor, String) {
+        let manifest = try PluginManifest.load(try await ExternalBuiltin.install("fake", as: "fake-process"))
+        let scratch = NSTemporaryDirectory() + "fieldhal-media-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        return (manifest.descriptor(), scratch)
+    }
+
+    func open(_ descriptor: PluginDescriptor, _ capability: Capability, _ values: [String: ConfigValue] = [:], in scratch: String) async throws -> CapabilityProvider {
+        try await descriptor.open(capability, PluginParameters(values), PluginContext(configDirectory: scratch, stateDirectory: scratch))
+    }
+
+    @Test func theFakeCamerasStillFormatsAndVideoComeThroughAsTheyAreInProcess() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .camera(let camera) = try await open(descriptor, .camera, in: scratch) else { throw CLIError("no camera") }
+        #expect(camera.deviceName == "fake-camera0 (plugin fake-process)")
+        guard case .camera(let inProcess) = try await FakePlugin.descriptor.open(.camera, PluginParameters([:]), PluginContext(configDirectory: scratch, stateDirectory: scratch)) else {
+            throw CLIError("no camera in process")
+        }
+        #expect(try await camera.formats() == (try await inProcess.formats()))
+
+        let request = PhotoRequest(width: 320, height: 240, quality: 80)
+        let photo = try await camera.captureStill(request)
+        let local = try await inProcess.captureStill(request)
+        #expect(photo.width == local.width && photo.height == local.height)
+        #expect(photo.jpeg.starts(with: [0xFF, 0xD8]) && photo.jpeg.suffix(2) == [0xFF, 0xD9])
+        #expect(abs(photo.jpeg.count - local.jpeg.count) < local.jpeg.count / 10, "\(photo.jpeg.count) against \(local.jpeg.count) bytes")
+
+        let path = scratch + "/clip.avi"
+        let video = try await camera.recordVideo(VideoRequest(duration: .milliseconds(600), width: 320, height: 240, framesPerSecond: 10), to: path)
+        #expect(video.path == path && video.frames > 0)
+        let size = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1
+        #expect(size == video.bytes, "the file at the path is the recording the plugin reported")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)).prefix(4) == Data("RIFF".utf8))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch) == ["clip.avi"], "the plugin's directory is gone")
+        await camera.close()
+    }
+
+    @Test func theFakeMicrophoneRecordsAToneAndTheSpeakerGetsTheWholeClip() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .microphone(let microphone) = try await open(descriptor, .microphone, ["realtime": .boolean(false), "tone_hz": .float(1000)], in: scratch) else {
+            throw CLIError("no microphone")
+        }
+        let path = scratch + "/tone.wav"
+        let recording = try await microphone.record(RecordingRequest(duration: .milliseconds(500), sampleRate: 16_000), to: path)
+        #expect(recording.path == path && recording.frames == 8_000)
+        #expect(abs(recording.peakDBFS - -12) < 0.2, "the fake's tone is at −12 dBFS: \(recording.peakDBFS)")
+        let wav = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(wav.count == 44 + 16_000 && wav.prefix(44) == Data(WAVFileWriter.header(sampleRate: 16_000, channels: 1, format: .s16le, dataBytes: 16_000)))
+
+        let log = scratch + "/played.jsonl"
+        guard case .speaker(let speaker) = try await open(descriptor, .speaker, ["log_file": .string(log)], in: scratch) else {
+            throw CLIError("no speaker")
+        }
+        let clip = SoundClip.softAlert()
+        let started = ContinuousClock.now
+        try await speaker.play(clip)
+        #expect(ContinuousClock.now - started >= clip.duration, "answered once the clip was heard (the fake plays in real time)")
+        let entry = try String(contentsOfFile: log, encoding: .utf8)
+        #expect(entry.contains(#""sound":"soft-alert""#) && entry.contains(#""milliseconds":400"#), "\(entry)")
+        await microphone.close()
+        await speaker.close()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).sorted() == ["played.jsonl", "tone.wav"])
+    }
+
+    @Test func cancellingARecordingOutOfProcessLeavesNoFileAndNoDirectory() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .microphone(let microphone) = try await open(descriptor, .microphone, in: scratch) else { throw CLIError("no microphone") }
+        let path = scratch + "/long.wav"
+        let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(30), sampleRate: 16_000), to: path) }
+        try await Task.sleep(for: .milliseconds(700))
+        let cancelled = ContinuousClock.now
+        recording.cancel()
+        await #expect { try await recording.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
+        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        // The plugin's own partial file goes with its directory; nothing is left beside the path.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty)
+        // And the microphone records again.
+        let again = try await microphone.record(RecordingRequest(duration: .milliseconds(200), sampleRate: 16_000), to: path)
+        #expect(again.frames == 3_200)
+        await microphone.close()
+    }
+
+    // MARK: - A Python plugin, and descriptors got wrong
+
+    static let manifest = PluginFixtures.manifest(name: "media", minor: 3, capabilities: #"{"camera": {}, "microphone": {}, "speaker": {}}"#)
+
+    func media(_ mode: String) async throws -> (Kit, PluginFixtures) {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("media", mode: mode, manifest: Self.manifest, script: PluginFixtures.mediaScript)
+        let kit = try await fixtures.kit("[camera]\nplugin = \"media\"\n[microphone]\nplugin = \"media\"\n[speaker]\nplugin = \"media\"\n")
+        return (kit, fixtures)
+    }
+
+    @Test func aPythonPluginServesAllThreeInOneProcess() async throws {
+        let (kit, fixtures) = try await media("good")
+        let photo = try await kit.camera().captureStill(PhotoRequest())
+        #expect(photo.width == 8 && photo.height == 8 && photo.jpeg.count == 159)
+        #expect(try await kit.camera().formats() == [CameraFormat(pixelFormat: "MJPG", width: 8, height: 8, framesPerSecond: [30, 15])])
+        let path = fixtures.root + "/out.wav"
+        let recording = try await kit.microphone().record(RecordingRequest(duration: .milliseconds(10), sampleRate: 48_000), to: path)
+        #expect(recording.frames == 480 && FileManager.default.fileExists(atPath: path))
+        let clip = SoundClip(name: "ramp", sampleRate: 8_000, samples: (0..<4_000).map { Int16($0 - 2_000) })
+        try await kit.speaker().play(clip)
+        #expect(try String(contentsOfFile: fixtures.root + "/media/played", encoding: .utf8) == "ramp 8000 4000 \(clip.samples.reduce(0) { $0 + Int($1) })\n")
+        let opens = try String(contentsOfFile: fixtures.root + "/media/opens", encoding: .utf8).split(separator: "\n")
+        #expect(Set(opens.map { $0.split(separator: " ")[0] }).count == 1, "one process: \(opens)")
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: fixtures.root)).contains { $0.hasPrefix(".fieldhal-plugin-") })
+    }
+
+    @Test(arguments: [("no-fds", #"whose "fds" is 1 with 0 descriptors"#), ("unsealed", "not a sealed memfd"),
+                      ("not-jpeg", "does not hold a JPEG"), ("extra-fds", "more descriptors than its messages name")])
+    func aStillWithItsDescriptorWrongIsTheProtocolError(mode: String, expected: String) async throws {
+        let (kit, fixtures) = try await media(mode)
+        defer { withExtendedLifetime(fixtures) {} }
+        await #expect { try await kit.camera().captureStill(PhotoRequest()) } throws: { error in
+            (error as? FieldHALError)?.kind == .protocolError && "\(error)".contains(expected) && "\(error)".contains("plugin media")
+        }
+        // The process is not trusted after a fault on the channel, but the capability comes back.
+        if mode == "extra-fds" {
+            try await Task.sleep(for: .milliseconds(600))
+            #expect(try await kit.camera().formats().count == 1)
+        }
+        await kit.close()
+    }
+
+    @Test func aRecordingAnsweredWithoutItsFileIsTheProtocolErrorAndLeavesNothing() async throws {
+        let (kit, fixtures) = try await media("no-file")
+        let path = fixtures.root + "/never.wav"
+        await #expect { try await kit.microphone().record(RecordingRequest(duration: .milliseconds(10)), to: path) } throws: { error in
+            (error as? FieldHALError)?.kind == .protocolError && "\(error)".contains("without writing recording.wav")
+        }
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: fixtures.root)).contains { $0.hasPrefix(".fieldhal-plugin-") })
+        await kit.close()
+    }
+}
