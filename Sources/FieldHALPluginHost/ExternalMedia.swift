@@ -36,9 +36,8 @@ final class ExternalCamera: Camera {
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: "video recording")
         let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
-        defer { directory.remove() }
         let answer = try await link.call(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request),
-                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30))
+                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30), holding: directory)
         let recording = try PluginProtocol.videoRecording(from: answer.result, path: path, plugin: link.manifest.name)
         try directory.commit(PluginProtocol.recordingFile(.camera), to: path)
         return recording
@@ -66,9 +65,8 @@ final class ExternalMicrophone: Microphone {
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
         try request.validate(subject: "recording")
         let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
-        defer { directory.remove() }
         let answer = try await link.call(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request),
-                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30))
+                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30), holding: directory)
         let recording = try PluginProtocol.audioRecording(from: answer.result, path: path, plugin: link.manifest.name)
         try directory.commit(PluginProtocol.recordingFile(.microphone), to: path)
         return recording
@@ -104,8 +102,11 @@ final class ExternalSpeaker: Speaker {
 /// Where a plugin writes a recording: a private directory (0700) beside the recording's
 /// path, so that the finished file is renamed into place on the same filesystem and
 /// appears there whole, as an in-process recording does. The plugin gets the directory as
-/// a descriptor, never its path; whatever is left in it goes when the recording ends.
-struct RecordingDirectory {
+/// a descriptor, never its path. The directory and whatever is left in it go when the
+/// last holder lets go: the recording's caller, and — when the caller was cancelled and
+/// returned at once — the plugin session, until the plugin has answered (its own
+/// cancellation may still be writing and removing files in it).
+final class RecordingDirectory: Sendable {
     let path: String
     private let plugin: String
 
@@ -149,8 +150,7 @@ struct RecordingDirectory {
         }
     }
 
-    /// Removes the directory and whatever a failed or cancelled recording left in it.
-    func remove() {
+    deinit {
         try? FileManager.default.removeItem(atPath: path)
     }
 }

@@ -28,11 +28,15 @@ public final class PluginSession: Sendable {
         var deadline: ContinuousClock.Instant
         /// Where the request's `$/progress` notifications go (an enrollment's stages).
         var progress: (@Sendable (JSONValue) -> Void)?
+        /// What the plugin may still be using for this request (see `call`'s `holding`).
+        var held: (any Sendable)?
     }
 
     private struct State {
         var outgoing: [OutgoingMessage] = []
         var pending: [Int64: Pending] = [:]
+        /// What cancelled requests hold until the plugin answers them (or the session ends).
+        var abandoned: [Int64: any Sendable] = [:]
         var nextIdentifier: Int64 = 1
         var stopping = false
         var ended: FieldHALError?
@@ -89,9 +93,12 @@ public final class PluginSession: Sendable {
 
     /// `call` with descriptors beside the request (`parameters` names how many in
     /// `"fds"`; they are the session's now and closed once sent), answered with the
-    /// descriptors the answer names.
+    /// descriptors the answer names. `holding` is kept until the plugin has answered, even
+    /// when the caller stops waiting first: a cancelled caller returns at once, while the
+    /// plugin may still be writing into a directory it was given (a recording's), which
+    /// is removed when the last holder lets go.
     public func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
-                     progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> Answer {
+                     progress: (@Sendable (JSONValue) -> Void)? = nil, holding: (any Sendable)? = nil) async throws -> Answer {
         let identifier = state.withLock { state -> Int64 in
             defer { state.nextIdentifier += 1 }
             return state.nextIdentifier
@@ -103,7 +110,7 @@ public final class PluginSession: Sendable {
                     if Task.isCancelled { return .cancelled("plugin \(manifest.name)") }
                     if state.stopping { return .cancelled("plugin \(manifest.name)") }
                     state.pending[identifier] = Pending(continuation: continuation, method: method, timeout: timeout,
-                                                        deadline: .now + timeout, progress: progress)
+                                                        deadline: .now + timeout, progress: progress, held: holding)
                     state.outgoing.append(OutgoingMessage(PluginProtocol.request(identifier, method, parameters), descriptors: descriptors))
                     return nil
                 }
@@ -113,6 +120,7 @@ public final class PluginSession: Sendable {
             let waiting = state.withLock { state -> Pending? in
                 guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
                 if state.ended == nil && !state.stopping {
+                    if let held = pending.held { state.abandoned[identifier] = held }
                     state.outgoing.append(OutgoingMessage(PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))))
                 }
                 return pending
@@ -167,6 +175,12 @@ public final class PluginSession: Sendable {
             defer { state.pending = [:]; state.endWaiters = []; state.outgoing = [] }
             return (Array(state.pending.values), state.endWaiters, failure != nil && !state.stopping)
         }
+        // The plugin has gone: nothing it was given is in use any more.
+        let released = state.withLock { state in
+            defer { state.abandoned = [:] }
+            return state.abandoned
+        }
+        withExtendedLifetime(released) {}
         let ending = failure ?? .cancelled("plugin \(manifest.name)")
         for waiting in pending { waiting.continuation.resume(throwing: ending) }
         // The thread ends after this job whether or not anyone calls stop().
@@ -222,7 +236,12 @@ public final class PluginSession: Sendable {
             onNotification(method, parameters)
             return
         }
-        guard let identifier = id.integer, let waiting = state.withLock({ $0.pending.removeValue(forKey: identifier) }) else {
+        guard let identifier = id.integer else { return }
+        // A cancelled call's holdings go now that the plugin is done with them (here, not
+        // under the lock: letting go of a recording's directory removes it).
+        let (waiting, released) = state.withLock { ($0.pending.removeValue(forKey: identifier), $0.abandoned.removeValue(forKey: identifier)) }
+        withExtendedLifetime(released) {}
+        guard let waiting else {
             return  // the answer to a call that was cancelled or timed out
         }
         do {

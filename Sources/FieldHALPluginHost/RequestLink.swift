@@ -135,9 +135,12 @@ final class RequestLink: Sendable {
     }
 
     /// `call` with descriptors beside the request, answered with those beside the answer.
-    func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration) async throws -> PluginSession.Answer {
+    /// `holding` stays alive until the plugin has answered (see `PluginSession.call`).
+    func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
+              holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
         let session = try await serving()
-        return try await session.call(method, parameters, descriptors: descriptors, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace)
+        return try await session.call(method, parameters, descriptors: descriptors, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace,
+                                      holding: holding)
     }
 
     private func close() async {

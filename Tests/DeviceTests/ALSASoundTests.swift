@@ -4,17 +4,20 @@ import Foundation
 import TestSupport
 import Testing
 
-func openMicrophone(_ pcm: String, _ extra: [String: ConfigValue] = [:]) async throws -> any Microphone {
+/// The alsa plugin's microphone; out of process, each recording is written into a
+/// directory passed as a descriptor (protocol 1.3).
+func openMicrophone(_ pcm: String, _ extra: [String: ConfigValue] = [:], way: Way = .inProcess) async throws -> any Microphone {
     var values = extra
     values["pcm"] = .string(pcm)
-    guard case .microphone(let microphone) = try await ALSAPlugin.descriptor!.open(.microphone, PluginParameters(values), KernelLab.context) else {
+    guard case .microphone(let microphone) = try await way.descriptor(ALSAPlugin.descriptor!, "alsa").open(.microphone, PluginParameters(values), KernelLab.context) else {
         throw LabError("the alsa plugin did not open a microphone")
     }
     return microphone
 }
 
-func openSpeaker(_ pcm: String) async throws -> any Speaker {
-    guard case .speaker(let speaker) = try await ALSAPlugin.descriptor!.open(.speaker, PluginParameters(["pcm": .string(pcm)]), KernelLab.context) else {
+/// The alsa plugin's speaker; out of process, a clip's samples travel in a sealed memfd.
+func openSpeaker(_ pcm: String, way: Way = .inProcess) async throws -> any Speaker {
+    guard case .speaker(let speaker) = try await way.descriptor(ALSAPlugin.descriptor!, "alsa").open(.speaker, PluginParameters(["pcm": .string(pcm)]), KernelLab.context) else {
         throw LabError("the alsa plugin did not open a speaker")
     }
     return speaker
@@ -36,7 +39,7 @@ struct LoopbackSoundTests {
     static let playbackSide = "hw:Loopback,0,0"
     static let captureSide = "hw:Loopback,1,0"
 
-    @Test func recordsAKnownToneAtItsFrequencyAndLevel() async throws {
+    @Test(arguments: Way.allCases) func recordsAKnownToneAtItsFrequencyAndLevel(way: Way) async throws {
         let tone = KernelLab.scratch("tone.wav")
         try writeTone(tone, frequency: 1000, amplitude: 0.5, seconds: 6)
         let player = try KernelLab.start("/usr/bin/aplay", ["-q", "-D", Self.playbackSide, tone])
@@ -44,7 +47,7 @@ struct LoopbackSoundTests {
         let path = KernelLab.scratch("tone-recorded.wav")
         let recording: AudioRecording
         do {
-            recording = try await openMicrophone(Self.captureSide)
+            recording = try await openMicrophone(Self.captureSide, way: way)
                 .record(RecordingRequest(duration: .seconds(1), sampleRate: 48_000, channels: 1), to: path)
             try await KernelLab.finish(player)
         } catch {
@@ -62,9 +65,9 @@ struct LoopbackSoundTests {
         #expect(recording.overruns == 0)
     }
 
-    @Test func theAlertSoundArrivesAsTwoFallingNotes() async throws {
-        let microphone = try await openMicrophone(Self.captureSide)
-        let speaker = try await openSpeaker(Self.playbackSide)
+    @Test(arguments: Way.allCases) func theAlertSoundArrivesAsTwoFallingNotes(way: Way) async throws {
+        let microphone = try await openMicrophone(Self.captureSide, way: way)
+        let speaker = try await openSpeaker(Self.playbackSide, way: way)
         let path = KernelLab.scratch("alert-recorded.wav")
         let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(2), sampleRate: 48_000), to: path) }
         try await Task.sleep(for: .milliseconds(400))
@@ -80,8 +83,8 @@ struct LoopbackSoundTests {
         #expect(abs(KernelLab.frequency(of: second, sampleRate: 48_000) - 660) < 15)
     }
 
-    @Test func aCardThatVanishesMidRecordingEndsWithDisconnected() async throws {
-        let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)])
+    @Test(arguments: Way.allCases) func aCardThatVanishesMidRecordingEndsWithDisconnected(way: Way) async throws {
+        let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)], way: way)
         let path = KernelLab.scratch("vanished.wav")
         let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2), to: path) }
         try await Task.sleep(for: .seconds(1))
@@ -93,6 +96,7 @@ struct LoopbackSoundTests {
         }
         #expect(ContinuousClock.now - unplugged < .seconds(3))
         #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
     }
 
     /// A reader that stops reading for longer than the device's buffer overruns. The PCM
@@ -125,8 +129,8 @@ struct LoopbackSoundTests {
         #expect(outcomes.suffix(3).allSatisfy { $0 == "audio" }, "audio flows again: \(outcomes)")
     }
 
-    @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
-        let microphone = try await openMicrophone(Self.captureSide)
+    @Test(arguments: Way.allCases) func cancellingARecordingReturnsAtOnceAndLeavesNoFile(way: Way) async throws {
+        let microphone = try await openMicrophone(Self.captureSide, way: way)
         let path = KernelLab.scratch("cancelled.wav")
         let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000), to: path) }
         try await Task.sleep(for: .milliseconds(800))
@@ -135,6 +139,7 @@ struct LoopbackSoundTests {
         await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
         #expect(ContinuousClock.now - cancelled < .milliseconds(500))
         #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
     }
 
     @Test func theCLIRecordsAndPlays() async throws {
@@ -165,7 +170,10 @@ struct LoopbackSoundTests {
 /// private ALSA configuration (a HOME with an .asoundrc) stays out of the test process.
 @Suite("ALSA capture through the file plugin (host)")
 struct ALSAFilePluginTests {
-    @Test func recordsTheFilesToneToWAVWithItsLevels() async throws {
+    /// Out of process: the CLI loads the alsa plugin installed as an external plugin
+    /// (`fieldhal plugin manifest alsa --output`), which records into the directory the
+    /// host passes it; the CLI's output and the WAV are the same either way.
+    @Test(arguments: Way.allCases) func recordsTheFilesToneToWAVWithItsLevels(way: Way) async throws {
         let home = KernelLab.scratch("home")
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
         // 2 s of a 440 Hz tone at a quarter of full scale, raw S16_LE mono at 16 kHz.
@@ -174,11 +182,19 @@ struct ALSAFilePluginTests {
         try samples.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: raw)) }
         try "pcm.fieldtest { type file; slave.pcm \"null\"; file \"/dev/null\"; infile \"\(raw)\"; format \"raw\" }\n"
             .write(toFile: home + "/.asoundrc", atomically: true, encoding: .utf8)
+        var environment = ["HOME": home]
+        var plugin = "alsa"
+        if way == .outOfProcess {
+            let installed = try await CLI.run(["plugin", "manifest", "alsa", "--output", home + "/plugins/alsa-process"])
+            #expect(installed.status == 0, "\(installed.stderr)")
+            environment["FIELDHAL_PLUGIN_PATH"] = home + "/plugins"
+            plugin = "alsa-process"
+        }
         let config = home + "/kit.toml"
-        try "[microphone]\nplugin = \"alsa\"\npcm = \"fieldtest\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        try "[microphone]\nplugin = \"\(plugin)\"\npcm = \"fieldtest\"\n".write(toFile: config, atomically: true, encoding: .utf8)
         let path = home + "/out.wav"
         let result = try await CLI.run(["mic", "record", "--config", config, "--seconds", "1", "--rate", "16000", "-o", path, "--json"],
-                                       environment: ["HOME": home])
+                                       environment: environment)
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         #expect(report["frames"] as? Int == 16_000)

@@ -1,6 +1,8 @@
 import FieldHAL
+import FieldHALPluginHost
 import Foundation
 import TestSupport
+import Testing
 
 /// The device tests run inside the kernel lab (`lab/device-tests`, which boots Debian's
 /// kernel under QEMU with vivid, snd-aloop, snd-dummy and uinput loaded, and sets
@@ -70,6 +72,20 @@ enum KernelLab {
 
     static func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-device-\(UUID().uuidString)-\(name)" }
 
+    /// The directories an out-of-process recording was written into, still beside the
+    /// scratch paths (none should outlive its recording, whatever ended it).
+    static var pluginDirectoriesLeft: [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())) ?? []).filter { $0.hasPrefix(".fieldhal-plugin-") }
+    }
+
+    /// Whether they are gone within 5 s: after a cancel the caller returns at once and the
+    /// directory goes when the plugin has answered the cancelled request.
+    static func pluginDirectoriesGo() async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !pluginDirectoriesLeft.isEmpty, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+        return pluginDirectoriesLeft.isEmpty
+    }
+
     /// Reads a 16-bit mono WAV written by FieldHAL (44-byte header).
     static func samples(ofWAV path: String) throws -> [Int16] {
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -85,6 +101,21 @@ enum KernelLab {
             previous = sample
         }
         return Double(crossings) * Double(sampleRate) / Double(samples.count)
+    }
+}
+
+/// How a device test reaches the backend: in this process, or out of process as an
+/// external plugin (`fieldhal plugin serve PLUGIN` behind a manifest, through the plugin
+/// protocol), against the same kernel device.
+enum Way: String, CaseIterable, CustomTestStringConvertible {
+    case inProcess = "in process"
+    case outOfProcess = "out of process"
+    var testDescription: String { rawValue }
+
+    /// The built-in plugin's descriptor, or the same plugin installed as an external one.
+    func descriptor(_ builtIn: PluginDescriptor, _ plugin: String) async throws -> PluginDescriptor {
+        guard self == .outOfProcess else { return builtIn }
+        return try PluginManifest.load(try await ExternalBuiltin.install(plugin, as: "\(plugin)-process")).descriptor()
     }
 }
 

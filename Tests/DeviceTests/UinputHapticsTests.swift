@@ -113,22 +113,10 @@ final class UinputPeer: @unchecked Sendable {
 
 @Suite("evdev haptics on uinput (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
 struct UinputHapticsTests {
-    /// In this process, and out of process as an external plugin (`fieldhal plugin serve
-    /// evdev` behind a manifest, through the plugin protocol's `haptics.play`).
-    enum Way: String, CaseIterable, CustomTestStringConvertible {
-        case inProcess = "in process"
-        case outOfProcess = "out of process"
-        var testDescription: String { rawValue }
-    }
-
     func haptics(_ peer: UinputPeer, _ extra: [String: ConfigValue] = [:], way: Way = .inProcess) async throws -> any HapticsEngine {
         var values = extra
         values["device"] = .string(peer.node)
-        var descriptor = EvdevPlugin.descriptor!
-        if way == .outOfProcess {
-            descriptor = try PluginManifest.load(try await ExternalBuiltin.install("evdev", as: "evdev-process")).descriptor()
-        }
-        guard case .haptics(let engine) = try await descriptor.open(.haptics, PluginParameters(values), KernelLab.context) else {
+        guard case .haptics(let engine) = try await way.descriptor(EvdevPlugin.descriptor!, "evdev").open(.haptics, PluginParameters(values), KernelLab.context) else {
             throw LabError("the evdev plugin did not open haptics")
         }
         return engine

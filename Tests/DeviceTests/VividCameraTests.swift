@@ -8,19 +8,21 @@ import Testing
 /// vivid's 75% colour bars as the known picture.
 @Suite("V4L2 camera on vivid (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
 struct VividCameraTests {
-    func camera(_ node: String? = nil, _ extra: [String: ConfigValue] = [:]) async throws -> any Camera {
+    /// The v4l2 plugin's camera; out of process, its stills come back in sealed memfds and
+    /// its recordings are written into a directory passed as a descriptor (protocol 1.3).
+    func camera(_ node: String? = nil, _ extra: [String: ConfigValue] = [:], way: Way = .inProcess) async throws -> any Camera {
         var values = extra
         values["device"] = .string(try node ?? KernelLab.vividCaptureNode(instance: 0))
-        guard case .camera(let camera) = try await V4L2Plugin.descriptor!.open(.camera, PluginParameters(values), KernelLab.context) else {
+        guard case .camera(let camera) = try await way.descriptor(V4L2Plugin.descriptor!, "v4l2").open(.camera, PluginParameters(values), KernelLab.context) else {
             throw LabError("the v4l2 plugin did not open a camera")
         }
         return camera
     }
 
-    @Test func findsVividAndListsItsFormats() async throws {
+    @Test(arguments: Way.allCases) func findsVividAndListsItsFormats(way: Way) async throws {
         let node = try KernelLab.vividCaptureNode(instance: 0)
         #expect(V4L2Camera.captureDevices().contains(node))
-        let formats = try await camera().formats()
+        let formats = try await camera(way: way).formats()
         let yuyv = try #require(formats.first { $0.pixelFormat == "YUYV" && $0.width == 640 && $0.height == 360 })
         #expect(yuyv.framesPerSecond.contains(30))
         // Only the device's own formats, as v4l2-ctl (no libv4l2) lists them; not libv4l2's emulated ones.
@@ -32,8 +34,8 @@ struct VividCameraTests {
         #expect(!native.isEmpty && listed == native, "only v4l2-ctl: \(native.subtracting(listed)); only FieldHAL: \(listed.subtracting(native))")
     }
 
-    @Test func stillShowsVividsColourBarsWhereVividPutsThem() async throws {
-        let photo = try await camera().captureStill(PhotoRequest(width: 640, height: 480, quality: 90))
+    @Test(arguments: Way.allCases) func stillShowsVividsColourBarsWhereVividPutsThem(way: Way) async throws {
+        let photo = try await camera(way: way).captureStill(PhotoRequest(width: 640, height: 480, quality: 90))
         #expect(photo.width == 640 && photo.height == 480)
         let path = KernelLab.scratch("still.jpg")
         try Data(photo.jpeg).write(to: URL(fileURLWithPath: path))
@@ -52,9 +54,9 @@ struct VividCameraTests {
         }
     }
 
-    @Test func videoIsAMotionJPEGAVIThatFFmpegPlays() async throws {
+    @Test(arguments: Way.allCases) func videoIsAMotionJPEGAVIThatFFmpegPlays(way: Way) async throws {
         let path = KernelLab.scratch("clip.avi")
-        let video = try await camera().recordVideo(VideoRequest(duration: .seconds(2), width: 640, height: 360, framesPerSecond: 30), to: path)
+        let video = try await camera(way: way).recordVideo(VideoRequest(duration: .seconds(2), width: 640, height: 360, framesPerSecond: 30), to: path)
         #expect(video.width == 640 && video.height == 360)
         #expect((50...65).contains(video.frames), "\(video.frames) frames in 2 s at 30 fps")
         let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-count_frames", "-show_entries",
@@ -67,20 +69,20 @@ struct VividCameraTests {
 
     /// A recording onto a 3 MiB tmpfs: it stops while 1 MiB is still free, and the clip up
     /// to there is a whole file ffmpeg plays (a failed write would have lost all of it).
-    @Test func aRecordingThatFillsTheDiskStopsAndKeepsTheClip() async throws {
+    @Test(arguments: Way.allCases) func aRecordingThatFillsTheDiskStopsAndKeepsTheClip(way: Way) async throws {
         let mountPoint = KernelLab.scratch("small-disk")
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         let mounted = try await KernelLab.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", mountPoint])
         try #require(mounted.status == 0, "\(mounted.output)")
         var failure: (any Error)?
-        do { try await recordUntilFull(onto: mountPoint) } catch { failure = error }
+        do { try await recordUntilFull(onto: mountPoint, way: way) } catch { failure = error }
         try await KernelLab.run("/bin/umount", [mountPoint])
         if let failure { throw failure }
     }
 
-    private func recordUntilFull(onto mountPoint: String) async throws {
+    private func recordUntilFull(onto mountPoint: String, way: Way) async throws {
         let path = mountPoint + "/clip.avi"
-        let video = try await camera().recordVideo(VideoRequest(duration: .seconds(20), width: 640, height: 360, framesPerSecond: 30), to: path)
+        let video = try await camera(way: way).recordVideo(VideoRequest(duration: .seconds(20), width: 640, height: 360, framesPerSecond: 30), to: path)
         #expect(video.stoppedForDiskSpace && !video.stoppedAtSizeLimit)
         #expect(video.frames > 5 && video.durationSeconds < 15, "\(video.frames) frames in \(video.durationSeconds) s")
         var info = statvfs()
@@ -127,8 +129,8 @@ struct VividCameraTests {
         print("still during a recording: \(took), \(photo.jpeg.count) bytes; recording \(video.frames) frames, \(video.droppedFrames) dropped")
     }
 
-    @Test func cancellingARecordingReturnsAtOnceAndLeavesNoFile() async throws {
-        let camera = try await camera()
+    @Test(arguments: Way.allCases) func cancellingARecordingReturnsAtOnceAndLeavesNoFile(way: Way) async throws {
+        let camera = try await camera(way: way)
         let path = KernelLab.scratch("cancelled.avi")
         let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
         try await Task.sleep(for: .seconds(1))
@@ -137,6 +139,7 @@ struct VividCameraTests {
         await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
         #expect(ContinuousClock.now - cancelled < .seconds(1))
         #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
         // And the device is free again.
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
@@ -164,9 +167,9 @@ struct VividCameraTests {
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
 
-    @Test func unbindingTheDeviceMidRecordingEndsWithDisconnected() async throws {
+    @Test(arguments: Way.allCases) func unbindingTheDeviceMidRecordingEndsWithDisconnected(way: Way) async throws {
         let node = try KernelLab.vividCaptureNode(instance: 0)
-        let camera = try await camera(node)
+        let camera = try await camera(node, way: way)
         let path = KernelLab.scratch("unplugged.avi")
         let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
         try await Task.sleep(for: .seconds(1))
@@ -177,6 +180,7 @@ struct VividCameraTests {
         }
         #expect(ContinuousClock.now - unplugged < .seconds(3))
         #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
         // The next capture on a node that is gone says so, typed.
         await #expect { try await camera.captureStill(PhotoRequest()) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }
         // Plugged back in, the same camera object captures again.
