@@ -142,6 +142,16 @@ enum FuzzTargets {
             _ = try? PluginProtocol.timeout(in: value, subject: "fuzz")
             _ = try? PluginProtocol.message(from: value["message"], subject: "fuzz")
             _ = try? PluginProtocol.finger(in: value, subject: "fuzz")
+            // The camera, microphone and speaker (1.3); their descriptors are not in the input.
+            _ = PluginProtocol.descriptorCount(of: value)
+            _ = try? PluginProtocol.formats(from: value, plugin: "fuzz")
+            _ = try? PluginProtocol.photoRequest(from: value, subject: "fuzz")
+            _ = try? PluginProtocol.videoRequest(from: value, subject: "fuzz")
+            _ = try? PluginProtocol.recordingRequest(from: value, subject: "fuzz")
+            _ = try? PluginProtocol.videoRecording(from: value, path: "/fuzz", plugin: "fuzz")
+            _ = try? PluginProtocol.audioRecording(from: value, path: "/fuzz", plugin: "fuzz")
+            _ = try? PluginProtocol.photo(from: value, [], plugin: "fuzz")
+            _ = try? PluginProtocol.clip(from: value, [], subject: "fuzz")
         }
     }
 
