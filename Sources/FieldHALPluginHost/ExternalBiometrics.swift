@@ -8,9 +8,9 @@ import Logging
 /// cancels the plugin's operation (`$/cancel`), which releases the sensor.
 final class ExternalBiometrics: BiometricAuthenticator {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -64,5 +64,5 @@ final class ExternalBiometrics: BiometricAuthenticator {
         }
     }
 
-    func close() async { await link.detach(.biometrics) }
+    func close() async { await link.release() }
 }

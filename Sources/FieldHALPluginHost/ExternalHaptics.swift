@@ -7,9 +7,9 @@ import Logging
 /// the pattern has finished; cancelling the caller stops it (`$/cancel`).
 final class ExternalHaptics: HapticsEngine {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -24,5 +24,5 @@ final class ExternalHaptics: HapticsEngine {
         _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.length(of: pattern))
     }
 
-    func close() async { await link.detach(.haptics) }
+    func close() async { await link.release() }
 }

@@ -162,7 +162,7 @@ extension PluginManifest {
     /// restarts go to `logger`.
     public func descriptor(logger: Logger = Logger(label: "fieldhal.plugins")) -> PluginDescriptor {
         let manifest = self
-        let links = RequestLinks()
+        let links = RequestLinks.shared(for: manifest)
         return PluginDescriptor(name: name, summary: summary, capabilities: parameterSpecs) { capability, parameters, _ in
             switch capability {
             case .location:

@@ -10,9 +10,9 @@ import Glibc
 /// back in a sealed memfd) and a recording written into a directory passed as a descriptor.
 final class ExternalCamera: Camera {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -43,16 +43,16 @@ final class ExternalCamera: Camera {
         return recording
     }
 
-    func close() async { await link.detach(.camera) }
+    func close() async { await link.release() }
 }
 
 /// A microphone in an external plugin (protocol 1.3): each recording written by the plugin
 /// into a directory passed as a descriptor, and appearing at its path when complete.
 final class ExternalMicrophone: Microphone {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -72,16 +72,16 @@ final class ExternalMicrophone: Microphone {
         return recording
     }
 
-    func close() async { await link.detach(.microphone) }
+    func close() async { await link.release() }
 }
 
 /// A speaker in an external plugin (protocol 1.3): the clip's samples go in a sealed memfd;
 /// the answer comes when it has been heard.
 final class ExternalSpeaker: Speaker {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -96,7 +96,7 @@ final class ExternalSpeaker: Speaker {
         _ = try await link.call(PluginProtocol.SpeakerMethod.play, parameters, descriptors: [samples], timeout: clip.duration + .seconds(10))
     }
 
-    func close() async { await link.detach(.speaker) }
+    func close() async { await link.release() }
 }
 
 /// Where a plugin writes a recording: a private directory (0700) beside the recording's

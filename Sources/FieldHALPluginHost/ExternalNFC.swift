@@ -7,9 +7,9 @@ import Logging
 /// `nfc.write`) whose answer the host checks as it checks a tag read in process.
 final class ExternalNFCReader: NFCReader {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -30,15 +30,15 @@ final class ExternalNFCReader: NFCReader {
         return try PluginProtocol.tag(from: answer["tag"], plugin: link.manifest.name)
     }
 
-    func close() async { await link.detach(.nfcReader) }
+    func close() async { await link.release() }
 }
 
 /// A tag emulator in an external plugin: each emulation is an `nfc.emulate` request.
 final class ExternalTagEmulator: NFCTagEmulator {
     let deviceName: String
-    private let link: RequestLink
+    private let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink) {
+    private init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
     }
@@ -54,5 +54,5 @@ final class ExternalTagEmulator: NFCTagEmulator {
         return try PluginProtocol.outcome(from: answer, plugin: link.manifest.name)
     }
 
-    func close() async { await link.detach(.nfcEmulator) }
+    func close() async { await link.release() }
 }

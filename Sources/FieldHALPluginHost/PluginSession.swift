@@ -241,9 +241,12 @@ public final class PluginSession: Sendable {
         // under the lock: letting go of a recording's directory removes it).
         let (waiting, released) = state.withLock { ($0.pending.removeValue(forKey: identifier), $0.abandoned.removeValue(forKey: identifier)) }
         withExtendedLifetime(released) {}
-        guard let waiting else {
+        guard var waiting else {
             return  // the answer to a call that was cancelled or timed out
         }
+        // The caller holds its own reference: what it holds goes when the caller is done
+        // with it, not a moment later on this thread.
+        waiting.held = nil
         do {
             waiting.continuation.resume(returning: Answer(result: try process.result(of: message, method: waiting.method), descriptors: descriptors))
         } catch {

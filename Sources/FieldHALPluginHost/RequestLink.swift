@@ -11,6 +11,12 @@ import Logging
 /// from it in this one process (an NFC chip's reader and emulator share its device, as in
 /// process); an older one gets a process per capability.
 ///
+/// A capability opened again with the same section while it is open — a daemon's reload
+/// opens the new kit before it closes the old one — shares the device the plugin already
+/// holds (counted: it is closed with the last holder), as in-process backends share a
+/// device by its name. Opening it a second time in another process would find an exclusive
+/// device (a serial NFC reader) busy.
+///
 /// A request never waits long on a plugin that is down: within 2 s of the next start it
 /// waits for that start; later it gets the failure at once (typed, naming the plugin, with
 /// the tail of its stderr) and the time of the next start. A location plugin is kept
@@ -40,8 +46,16 @@ final class RequestLink: Sendable {
         /// The capabilities this process serves, with their sections' parameters: opened
         /// again, in this order, by every start after a failure.
         var opened: [(Capability, JSONValue)] = []
-        /// Those opened or being opened: a capability is claimed once per link.
-        var claimed: Set<Capability> = []
+        /// Those opened or being opened, with their sections and how many hold each.
+        var claimed: [Capability: Claim] = [:]
+    }
+
+    /// One capability's open on this link and its holders (kits' devices).
+    private struct Claim {
+        var parameters: JSONValue
+        var holders: Int
+        /// The open every holder waits for; its value is the device's name.
+        var opening: Task<String, any Error>?
     }
 
     init(manifest: PluginManifest, logger: Logger) {
@@ -59,23 +73,65 @@ final class RequestLink: Sendable {
     /// capability unavailable with it). The plugin's process for this kit is joined when
     /// it shares one and does not serve `capability` yet; else a process is started.
     static func started(_ manifest: PluginManifest, _ capability: Capability, _ parameters: PluginParameters,
-                        in links: RequestLinks, logger: Logger) async throws -> (RequestLink, String) {
-        let link = links.claim(capability) { RequestLink(manifest: manifest, logger: logger) }
+                        in links: RequestLinks, logger: Logger) async throws -> (Hold, String) {
+        let section = JSONValue(parameters.values)
+        let (link, opening) = links.claim(capability, section) { RequestLink(manifest: manifest, logger: logger) }
+        let hold = Hold(link: link, capability: capability)
         do {
-            let device = try await link.attach(capability, JSONValue(parameters.values))
-            return (link, "\(device) (plugin \(manifest.name))")
+            let device = try await cancellably(opening)
+            return (hold, "\(device) (plugin \(manifest.name))")
         } catch {
-            await link.detach(capability)
+            await hold.release()
             throw error
         }
     }
 
-    /// Claims `capability` on this link unless it is claimed or the link closed.
-    fileprivate func claim(_ capability: Capability) -> Bool {
+    /// Claims `capability` with `section` on this link: a new claim (its open starts now),
+    /// or one more holder of the same open. Nil when the link is closed, or holds the
+    /// capability with another section, or does not share and serves something already.
+    fileprivate func claim(_ capability: Capability, _ section: JSONValue, new: Bool) -> Task<String, any Error>? {
         state.withLock { state in
-            guard !state.closed, !state.claimed.contains(capability) else { return false }
-            state.claimed.insert(capability)
-            return true
+            guard !state.closed else { return nil }
+            if var claim = state.claimed[capability] {
+                guard claim.parameters == section, let opening = claim.opening else { return nil }
+                claim.holders += 1
+                state.claimed[capability] = claim
+                return opening
+            }
+            guard new || Self.shares(manifest) else { return nil }
+            let opening = Task { [self] in try await attach(capability, section) }
+            state.claimed[capability] = Claim(parameters: section, holders: 1, opening: opening)
+            return opening
+        }
+    }
+
+    /// What a kit's device holds of a link: its requests go through it, and `release` (once,
+    /// whatever calls it again) lets go of the capability.
+    final class Hold: Sendable {
+        let link: RequestLink
+        let capability: Capability
+        private let released = LockedValue(false)
+
+        fileprivate init(link: RequestLink, capability: Capability) {
+            self.link = link
+            self.capability = capability
+        }
+
+        var manifest: PluginManifest { link.manifest }
+
+        func call(_ method: String, _ parameters: JSONValue, timeout: Duration,
+                  progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
+            try await link.call(method, parameters, timeout: timeout, progress: progress)
+        }
+
+        func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
+                  holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
+            try await link.call(method, parameters, descriptors: descriptors, timeout: timeout, holding: holding)
+        }
+
+        func release() async {
+            guard released.withLock({ state in defer { state = true }; return !state }) else { return }
+            await link.detach(capability)
         }
     }
 
@@ -85,21 +141,32 @@ final class RequestLink: Sendable {
             let session = try await serving()
             let opened = try await session.call("open", Self.openParameters(capability, parameters), timeout: .seconds(10))
             // A restart between the open and now would not have opened it: open it again there.
-            let kept = state.withLock { state -> Bool in
-                guard state.session === session, session.ended == nil else { return false }
+            // Every holder may have let go meanwhile: then the plugin closes it again.
+            let (kept, unwanted) = state.withLock { state -> (Bool, Bool) in
+                guard state.session === session, session.ended == nil else { return (false, false) }
+                guard state.claimed[capability] != nil else { return (false, true) }
                 state.opened.append((capability, parameters))
-                return true
+                return (true, false)
+            }
+            if unwanted {
+                _ = try? await session.call("close", .object(["capability": .string(capability.rawValue)]), timeout: .seconds(5))
+                throw FieldHALError.cancelled("plugin \(manifest.name)")
             }
             if kept { return opened["device"]?.string ?? manifest.name }
         }
     }
 
-    /// The kit closed `capability`: the plugin releases its device (`close`); with the last
-    /// one the process stops.
-    /// A second close of the same capability does nothing.
-    func detach(_ capability: Capability) async {
+    /// A holder of `capability` let go: with the last holder the plugin releases its device
+    /// (`close`); with the link's last capability the process stops.
+    private func detach(_ capability: Capability) async {
         let (held, last, session) = state.withLock { state -> (Bool, Bool, PluginSession?) in
-            guard state.claimed.remove(capability) != nil else { return (false, false, nil) }
+            guard var claim = state.claimed[capability] else { return (false, false, nil) }
+            claim.holders -= 1
+            guard claim.holders == 0 else {
+                state.claimed[capability] = claim
+                return (false, false, nil)
+            }
+            state.claimed[capability] = nil
             // Only a capability the plugin opened has a device there to release.
             let wasOpen = state.opened.contains { $0.0 == capability }
             state.opened.removeAll { $0.0 == capability }
@@ -122,7 +189,7 @@ final class RequestLink: Sendable {
 
     /// What this process serves, for the journal: `nfc, nfc_emulator`.
     private var serves: String {
-        let names = state.withLock { $0.claimed.map(\.rawValue).sorted() }
+        let names = state.withLock { $0.claimed.keys.map(\.rawValue).sorted() }
         return names.isEmpty ? "nothing" : names.joined(separator: ", ")
     }
 
@@ -277,7 +344,7 @@ final class RequestLink: Sendable {
     }
 
     /// Waits for `task` unless the caller is cancelled first (the start goes on for others).
-    private static func cancellably<Value: Sendable>(_ task: Task<Value, any Error>) async throws -> Value {
+    fileprivate static func cancellably<Value: Sendable>(_ task: Task<Value, any Error>) async throws -> Value {
         let waiter = LockedValue<CheckedContinuation<Value, any Error>?>(nil)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
@@ -297,21 +364,39 @@ final class RequestLink: Sendable {
     }
 }
 
-/// The request-driven plugin processes of one external plugin (one descriptor), so that a
-/// kit's capabilities from a plugin that shares (protocol 1.2) meet in one process.
+/// The request-driven plugin processes of one external plugin, for every kit this process
+/// loads: a kit's capabilities from a plugin that shares (protocol 1.2) meet in one process,
+/// and a capability a second kit opens with the same section (a reload) shares the open
+/// device. One per installed plugin (its manifest's file and version), whatever registry
+/// names it: a reload reads the plugin directories again and makes new descriptors.
 final class RequestLinks: Sendable {
     private let links = LockedValue<[RequestLink]>([])
 
-    /// A link on which `capability` is now claimed: a sharing one that does not serve it
-    /// yet, or a new one (`make`). Links that closed are forgotten here.
-    fileprivate func claim(_ capability: Capability, make: () -> RequestLink) -> RequestLink {
+    private static let installed = LockedValue<[String: RequestLinks]>([:])
+
+    /// The links of the plugin `manifest` describes.
+    static func shared(for manifest: PluginManifest) -> RequestLinks {
+        installed.withLock { installed in
+            let key = "\(manifest.file)\u{0}\(manifest.version)\u{0}\(manifest.executable)"
+            if let links = installed[key] { return links }
+            let links = RequestLinks()
+            installed[key] = links
+            return links
+        }
+    }
+
+    /// A link on which `capability` with `section` is now claimed, and the open to wait
+    /// for: the same open on a link that holds it with that section, a sharing link that
+    /// does not serve it yet, or a new link (`make`). Links that closed are forgotten.
+    fileprivate func claim(_ capability: Capability, _ section: JSONValue, make: () -> RequestLink) -> (RequestLink, Task<String, any Error>) {
         links.withLock { links in
             links.removeAll { $0.isClosed }
-            if let shared = links.first(where: { RequestLink.shares($0.manifest) && $0.claim(capability) }) { return shared }
+            for link in links {
+                if let opening = link.claim(capability, section, new: false) { return (link, opening) }
+            }
             let link = make()
-            _ = link.claim(capability)
             links.append(link)
-            return link
+            return (link, link.claim(capability, section, new: true)!)
         }
     }
 }

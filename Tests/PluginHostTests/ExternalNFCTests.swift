@@ -126,6 +126,34 @@ import Testing
         #expect(fixtures.leftovers().isEmpty)
     }
 
+    /// A daemon's reload opens the new kit before it closes the old one. The new kit's
+    /// reader, with the same section, shares the device the plugin already holds: a second
+    /// process would find an exclusive device (a serial reader) busy. It is closed with
+    /// its last holder; another section gets a process of its own.
+    @Test func aSecondKitWithTheSameSectionSharesTheOpenDevice() async throws {
+        let fixtures = try PluginFixtures()
+        let device = #"[{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]"#
+        try fixtures.plugin("probe", mode: "exclusive", manifest: PluginFixtures.manifest(
+            name: "probe", minor: 2, capabilities: #"{"nfc": {"parameters": \#(device)}}"#))
+        let configuration = "[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n"
+        let old = try await fixtures.kit(configuration)
+        let new = try await fixtures.kit(configuration)  // read anew: new descriptors, as a reload makes
+        #expect(try await new.nfcReader().readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try await old.nfcReader().readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try starts(fixtures) == 1)
+        await old.close()
+        #expect(try await new.nfcReader().readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        let opens = try String(contentsOfFile: fixtures.root + "/probe/opens", encoding: .utf8).split(separator: "\n")
+        #expect(opens.map { $0.split(separator: " ").dropFirst().joined(separator: " ") } == ["open nfc"], "\(opens)")
+        // Another device is another open, in another process.
+        let other = try await fixtures.kit("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyB\"\n")
+        #expect(try await other.nfcReader().readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        #expect(try starts(fixtures) == 2)
+        await other.close()
+        await new.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
     @Test func cancellingAReadReturnsAtOnce() async throws {
         let (kit, _) = try await load("hang-read")
         let reader = try kit.nfcReader()

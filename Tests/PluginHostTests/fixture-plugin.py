@@ -21,6 +21,7 @@ if mode == "flaky":
 
 lock = threading.Lock()
 stop_streams = threading.Event()
+locks = []  # "exclusive": the devices this process holds
 
 
 def send(message):
@@ -84,6 +85,17 @@ for line in sys.stdin:
         if params["capability"] not in ("gps", "nfc", "nfc_emulator", "biometrics"):
             send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps, nfc and biometrics"}})
             continue
+        if mode == "exclusive":
+            # A device only one process may hold, as a serial reader is: a lock on a file.
+            import fcntl
+            held = open(os.path.join(os.path.dirname(sys.argv[2]), "lock-" + os.path.basename(params["parameters"]["device"])), "w")
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "busy",
+                      "data": {"kind": "busy", "detail": "another process holds " + params["parameters"]["device"]}}})
+                continue
+            locks.append(held)
         # What each process opened and closed, in order: "PID open nfc".
         with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
             opens.write("%d open %s\n" % (os.getpid(), params["capability"]))
