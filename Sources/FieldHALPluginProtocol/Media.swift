@@ -168,8 +168,13 @@ extension PluginProtocol {
         guard clip.samples.count * 2 <= largestClip else {
             throw FieldHALError(.invalidArgument, subject: "sound clip \(clip.name)", detail: "\(clip.samples.count) samples: at most \(largestClip / 2) go to a plugin")
         }
-        let bytes = clip.samples.withUnsafeBufferPointer { samples in samples.flatMap { withUnsafeBytes(of: $0.littleEndian, Array.init) } }
-        let memory = try SealedMemory.make(bytes, name: "fieldhal-clip")
+        // Little-endian on the wire: the samples' own bytes on every machine Swift on Linux runs.
+        #if _endian(little)
+        let made = clip.samples.withUnsafeBytes { bytes in Result { () throws(FieldHALError) in try SealedMemory.make(bytes, name: "fieldhal-clip") } }
+        let memory = try made.get()
+        #else
+        let memory = try SealedMemory.make(clip.samples.flatMap { withUnsafeBytes(of: $0.littleEndian, Array.init) }, name: "fieldhal-clip")
+        #endif
         return (.object(["name": .string(clip.name), "sampleRate": .integer(Int64(clip.sampleRate)),
                          "frames": .integer(Int64(clip.samples.count)), "fds": .integer(1)]), memory)
     }
@@ -183,7 +188,12 @@ extension PluginProtocol {
         guard bytes.count == frames * 2 else {
             throw wrongRequest(subject, "the memfd holds \(bytes.count) bytes for \(frames) 16-bit samples")
         }
-        let samples = (0..<frames).map { Int16(bitPattern: UInt16(bytes[2 * $0]) | UInt16(bytes[2 * $0 + 1]) << 8) }
+        let samples = [Int16](unsafeUninitializedCapacity: frames) { buffer, count in
+            bytes.withUnsafeBytes { raw in
+                for index in 0..<frames { buffer[index] = Int16(littleEndian: raw.loadUnaligned(fromByteOffset: 2 * index, as: Int16.self)) }
+            }
+            count = frames
+        }
         return SoundClip(name: parameters["name"]?.string ?? "clip", sampleRate: rate, samples: samples)
     }
 

@@ -27,7 +27,10 @@ struct PluginsBench: AsyncParsableCommand {
         (Tests/TestSupport/Peers/pn532-emulator.py; needs python3), one read by the libnfc \
         plugin in this process and one by the same plugin in a plugin process, read by turns, \
         each read timed from the call to the decoded tag (and from the emulator's stamp of the \
-        tag's selection, the answer's way alone). Then, where /dev/uinput exists (the \
+        tag's selection, the answer's way alone). Then stills and clips: the fake plugin's \
+        camera and speaker in this process and out of process (protocol 1.3: the JPEG and \
+        the PCM in sealed memfds beside the messages), by turns, each call timed whole. \
+        Then, where /dev/uinput exists (the \
         kernel lab), haptics: two uinput force-feedback devices, a pattern's start timed from \
         play() to the device's first play event. Issue 21's goals: fixes out of process at \
         most 1.2× in process; at most 1 ms added per NFC read; no CPU at rest.
@@ -39,6 +42,7 @@ struct PluginsBench: AsyncParsableCommand {
     @Option(help: "NFC reads per path (in process, out of process).") var nfcReads = 100
     @Option(help: "The PN532 emulator script (the NFC phase).") var emulator = "Tests/TestSupport/Peers/pn532-emulator.py"
     @Option(help: "Patterns played per path (the haptics phase; needs /dev/uinput: run it in the kernel lab).") var hapticsPlays = 50
+    @Option(help: "Stills taken and clips played per path (the media phase).") var mediaCalls = 100
     @Option(help: "The uinput force-feedback peer script (the haptics phase).") var hapticsPeer = "Tests/TestSupport/Peers/uinput-ff.py"
     @Flag(help: "Print the result as JSON.") var json = false
 
@@ -60,6 +64,12 @@ struct PluginsBench: AsyncParsableCommand {
             /// From the emulator's stamp of the tag's selection to the decoded tag (the answer's way only).
             var selectedToDecodedInMedianMs, selectedToDecodedOutMedianMs: Double
         }
+        /// A call through the fake camera or speaker, whole: in process, out of process.
+        struct MediaCalls: Encodable {
+            var samples: Int
+            var bytes: Int
+            var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, addedMedianMs: Double
+        }
         var machine: String
         var alone: Latency
         var atOnce: Latency
@@ -67,6 +77,8 @@ struct PluginsBench: AsyncParsableCommand {
         var pluginPeakRSSKiB: Int
         var pluginRSSKiB: Int
         var nfc: NFCReads
+        var stills: MediaCalls
+        var clips: MediaCalls
         /// Nil where there is no /dev/uinput (`skipped` says so).
         var haptics: HapticsStarts?
         var hapticsSkipped: String?
@@ -77,9 +89,9 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10, hapticsPlays >= 10 else {
+        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10, hapticsPlays >= 10, mediaCalls >= 10 else {
             throw FieldHALError(.invalidArgument, subject: "bench plugins",
-                                detail: "--epochs must be at least 20, --nfc-reads and --haptics-plays at least 10, --cycle and --rest-seconds positive")
+                                detail: "--epochs must be at least 20, --nfc-reads, --haptics-plays and --media-calls at least 10, --cycle and --rest-seconds positive")
         }
         guard let libnfc = BuiltinPlugins.registry.plugin(named: "libnfc") else {
             throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the NFC trait")
@@ -97,6 +109,8 @@ struct PluginsBench: AsyncParsableCommand {
         let atOnce = try await measureLatency(gpsd, external, log: log, oneClientPerReport: false)
         let (rest, peak, resident) = try await measureRest(external, directory: directory)
         let nfc = try await measureNFC(libnfc, try installExternal(libnfc, serving: "libnfc", in: directory), directory: directory)
+        let fake = BuiltinPlugins.registry.plugin(named: "fake")!  // always built in
+        let (stills, clips) = try await measureMedia(fake, try installExternal(fake, serving: "fake", in: directory), directory: directory)
         var haptics: Report.HapticsStarts?
         var hapticsSkipped: String?
         if let evdev = BuiltinPlugins.registry.plugin(named: "evdev"), FileManager.default.fileExists(atPath: "/dev/uinput"),
@@ -106,7 +120,7 @@ struct PluginsBench: AsyncParsableCommand {
             hapticsSkipped = "needs the evdev plugin, /dev/uinput and \(hapticsPeer): run `lab/kernel-lab .build/release/fieldhal bench plugins`"
         }
         let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
-                            nfc: nfc, haptics: haptics, hapticsSkipped: hapticsSkipped)
+                            nfc: nfc, stills: stills, clips: clips, haptics: haptics, hapticsSkipped: hapticsSkipped)
         try Output.emit(report, json: json) {
             func line(_ name: String, _ latency: Report.Latency) -> String {
                 """
@@ -128,6 +142,8 @@ struct PluginsBench: AsyncParsableCommand {
               out of process  median \(format(nfc.outOfProcessMedianMs)) ms  p95 \(format(nfc.outOfProcessP95Ms)) ms
               added out of process (medians)  \(format(nfc.addedMedianMs)) ms
               tag selected → decoded (the answer's way): in \(format(nfc.selectedToDecodedInMedianMs)) ms, out \(format(nfc.selectedToDecodedOutMedianMs)) ms
+            \(media("a 640x480 still from the fake camera", stills))
+            \(media("the soft alert played by the fake speaker", clips))
             \(haptics.map { haptics in """
             haptics pattern start, play() asked → the motor starts, the evdev backend on uinput (\(haptics.samples) plays each):
               in process      median \(format(haptics.inProcessMedianMs)) ms  p95 \(format(haptics.inProcessP95Ms)) ms
@@ -139,6 +155,64 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     private func format(_ value: Double) -> String { String(format: "%.3f", value) }
+
+    private func media(_ name: String, _ calls: Report.MediaCalls) -> String {
+        """
+        \(name), the whole call (\(calls.samples) each, \(calls.bytes) bytes in a sealed memfd out of process):
+          in process      median \(format(calls.inProcessMedianMs)) ms  p95 \(format(calls.inProcessP95Ms)) ms
+          out of process  median \(format(calls.outOfProcessMedianMs)) ms  p95 \(format(calls.outOfProcessP95Ms)) ms
+          added out of process (medians)  \(format(calls.addedMedianMs)) ms
+        """
+    }
+
+    /// The fake camera's stills and the fake speaker's clips (not played in real time), in
+    /// this process and out of process by turns: what the memfds and the crossing add to a
+    /// call whose device work is the same on both paths.
+    private func measureMedia(_ fake: PluginDescriptor, _ external: PluginDescriptor, directory: String) async throws -> (Report.MediaCalls, Report.MediaCalls) {
+        let context = PluginContext(configDirectory: "/", stateDirectory: directory)
+        var cameras: [any Camera] = [], speakers: [any Speaker] = []
+        for descriptor in [fake, external] {
+            guard case .camera(let camera) = try await descriptor.open(.camera, PluginParameters([:]), context),
+                  case .speaker(let speaker) = try await descriptor.open(.speaker, PluginParameters(["realtime": .boolean(false)]), context) else {
+                throw FieldHALError(.unavailable, subject: "bench plugins", detail: "the fake plugin opened no camera or speaker")
+            }
+            cameras.append(camera)
+            speakers.append(speaker)
+        }
+        do {
+            let measured = try await measureMedia(cameras, speakers)
+            for device in cameras as [any Device] + speakers as [any Device] { await device.close() }
+            return measured
+        } catch {
+            for device in cameras as [any Device] + speakers as [any Device] { await device.close() }
+            throw error
+        }
+    }
+
+    private func measureMedia(_ cameras: [any Camera], _ speakers: [any Speaker]) async throws -> (Report.MediaCalls, Report.MediaCalls) {
+        let request = PhotoRequest(width: 640, height: 480, quality: 85, warmUpFrames: 0)
+        let clip = SoundClip.softAlert()
+        var bytes = 0
+        for camera in cameras { bytes = try await camera.captureStill(request).jpeg.count }  // each path's first call pays its start
+        for speaker in speakers { try await speaker.play(clip) }
+        var stills: [[Double]] = [[], []], clips: [[Double]] = [[], []]
+        for _ in 0..<mediaCalls {
+            for index in 0..<2 {
+                var started = ContinuousClock.now
+                _ = try await cameras[index].captureStill(request)
+                stills[index].append((ContinuousClock.now - started).seconds * 1000)
+                started = ContinuousClock.now
+                try await speakers[index].play(clip)
+                clips[index].append((ContinuousClock.now - started).seconds * 1000)
+            }
+        }
+        func calls(_ times: [[Double]], bytes: Int) -> Report.MediaCalls {
+            let inside = GPSBench.percentile(times[0], 0.5), outside = GPSBench.percentile(times[1], 0.5)
+            return .init(samples: mediaCalls, bytes: bytes, inProcessMedianMs: inside, inProcessP95Ms: GPSBench.percentile(times[0], 0.95),
+                         outOfProcessMedianMs: outside, outOfProcessP95Ms: GPSBench.percentile(times[1], 0.95), addedMedianMs: outside - inside)
+        }
+        return (calls(stills, bytes: bytes), calls(clips, bytes: clip.samples.count * 2))
+    }
 
     /// A plugin directory serving a built-in plugin through this very binary.
     private func installExternal(_ builtIn: PluginDescriptor, serving name: String, in directory: String) throws -> PluginDescriptor {
