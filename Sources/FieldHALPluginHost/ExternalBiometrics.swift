@@ -1,23 +1,18 @@
 import FieldHAL
 import FieldHALPluginProtocol
-import Logging
 
 /// A fingerprint sensor in an external plugin: availability, a verification (bounded by
 /// its timeout) and an enrollment (unbounded: it waits for the finger), each a request;
 /// the enrollment's stages arrive as `$/progress` before its answer. Cancelling the caller
 /// cancels the plugin's operation (`$/cancel`), which releases the sensor.
-final class ExternalBiometrics: BiometricAuthenticator {
+final class ExternalBiometrics: BiometricAuthenticator, ExternalRequestDevice {
+    static let capability = Capability.biometrics
     let deviceName: String
-    private let link: RequestLink.Hold
+    let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink.Hold) {
+    init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
-    }
-
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalBiometrics {
-        let (link, device) = try await RequestLink.started(manifest, .biometrics, parameters, in: links, logger: logger)
-        return ExternalBiometrics(deviceName: device, link: link)
     }
 
     func availability() async throws -> BiometricAvailability {
@@ -63,6 +58,4 @@ final class ExternalBiometrics: BiometricAuthenticator {
             reported.cancel()
         }
     }
-
-    func close() async { await link.release() }
 }

@@ -1,25 +1,20 @@
 import FieldHAL
 import FieldHALPluginProtocol
 import Foundation
-import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// A camera in an external plugin (protocol 1.3): its formats, a still (the JPEG comes
 /// back in a sealed memfd) and a recording written into a directory passed as a descriptor.
-final class ExternalCamera: Camera {
+final class ExternalCamera: Camera, ExternalRequestDevice {
+    static let capability = Capability.camera
     let deviceName: String
-    private let link: RequestLink.Hold
+    let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink.Hold) {
+    init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
-    }
-
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalCamera {
-        let (link, device) = try await RequestLink.started(manifest, .camera, parameters, in: links, logger: logger)
-        return ExternalCamera(deviceName: device, link: link)
     }
 
     func formats() async throws -> [CameraFormat] {
@@ -35,68 +30,63 @@ final class ExternalCamera: Camera {
 
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: "video recording")
-        let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
-        let answer = try await link.call(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request),
-                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30), holding: directory)
-        let recording = try PluginProtocol.videoRecording(from: answer.result, path: path, plugin: link.manifest.name)
-        try directory.commit(PluginProtocol.recordingFile(.camera), to: path)
-        return recording
+        return try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), to: path, lasting: request.duration) {
+            try PluginProtocol.videoRecording(from: $0, path: path, plugin: link.manifest.name)
+        }
     }
-
-    func close() async { await link.release() }
 }
 
 /// A microphone in an external plugin (protocol 1.3): each recording written by the plugin
 /// into a directory passed as a descriptor, and appearing at its path when complete.
-final class ExternalMicrophone: Microphone {
+final class ExternalMicrophone: Microphone, ExternalRequestDevice {
+    static let capability = Capability.microphone
     let deviceName: String
-    private let link: RequestLink.Hold
+    let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink.Hold) {
+    init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
-    }
-
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalMicrophone {
-        let (link, device) = try await RequestLink.started(manifest, .microphone, parameters, in: links, logger: logger)
-        return ExternalMicrophone(deviceName: device, link: link)
     }
 
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
         try request.validate(subject: "recording")
-        let directory = try RecordingDirectory(beside: path, plugin: link.manifest.name)
-        let answer = try await link.call(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request),
-                                         descriptors: [try directory.descriptor()], timeout: request.duration + .seconds(30), holding: directory)
-        let recording = try PluginProtocol.audioRecording(from: answer.result, path: path, plugin: link.manifest.name)
-        try directory.commit(PluginProtocol.recordingFile(.microphone), to: path)
-        return recording
+        return try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), to: path, lasting: request.duration) {
+            try PluginProtocol.audioRecording(from: $0, path: path, plugin: link.manifest.name)
+        }
     }
-
-    func close() async { await link.release() }
 }
 
 /// A speaker in an external plugin (protocol 1.3): the clip's samples go in a sealed memfd;
 /// the answer comes when it has been heard.
-final class ExternalSpeaker: Speaker {
+final class ExternalSpeaker: Speaker, ExternalRequestDevice {
+    static let capability = Capability.speaker
     let deviceName: String
-    private let link: RequestLink.Hold
+    let link: RequestLink.Hold
 
-    private init(deviceName: String, link: RequestLink.Hold) {
+    init(deviceName: String, link: RequestLink.Hold) {
         self.deviceName = deviceName
         self.link = link
-    }
-
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> ExternalSpeaker {
-        let (link, device) = try await RequestLink.started(manifest, .speaker, parameters, in: links, logger: logger)
-        return ExternalSpeaker(deviceName: device, link: link)
     }
 
     func play(_ clip: SoundClip) async throws {
         let (parameters, samples) = try PluginProtocol.request(playing: clip)
         _ = try await link.call(PluginProtocol.SpeakerMethod.play, parameters, descriptors: [samples], timeout: clip.duration + .seconds(10))
     }
+}
 
-    func close() async { await link.release() }
+extension RequestLink.Hold {
+    /// A recording by the plugin: it writes the file the request names into a directory
+    /// made beside `path` and passed as a descriptor; once it has answered, the file is
+    /// moved to `path` and the answer read by `recording`. The plugin has the duration plus
+    /// 30 s (its device's start, the file's end) plus the link's grace.
+    func record<Recording>(_ method: String, _ parameters: JSONValue, to path: String, lasting duration: Duration,
+                           _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
+        let directory = try RecordingDirectory(beside: path, plugin: manifest.name)
+        let answer = try await call(method, parameters, descriptors: [try directory.descriptor()], timeout: duration + .seconds(30), holding: directory)
+        let recorded = try recording(answer.result)
+        try directory.commit(PluginProtocol.recordingFile(capability), to: path)
+        return recorded
+    }
 }
 
 /// Where a plugin writes a recording: a private directory (0700) beside the recording's

@@ -4,10 +4,10 @@ import Foundation
 import Logging
 
 /// A plugin process serving capabilities that work by request (the NFC reader, the tag
-/// emulator, haptics, biometrics, the camera, microphone and speaker): started when the kit opens the first of them and, after
-/// it fails, started again by the next request once the backoff has passed (0.5 s after a
-/// failure, doubling to 30 s while starts keep failing), with every capability it served
-/// opened again. A plugin of protocol 1.2 or later serves all such capabilities a kit opens
+/// emulator, haptics, biometrics, the camera, microphone and speaker): started when the kit
+/// opens the first of them and, after it fails, started again by the next request once the
+/// backoff has passed (0.5 s after a failure, doubling to 30 s while starts keep failing),
+/// with every capability it served opened again. A plugin of protocol 1.2 or later serves all such capabilities a kit opens
 /// from it in this one process (an NFC chip's reader and emulator share its device, as in
 /// process); an older one gets a process per capability.
 ///
@@ -362,6 +362,24 @@ final class RequestLink: Sendable {
             waiter.withLock { $0.take() }?.resume(throwing: FieldHALError.cancelled("a plugin's start"))
         }
     }
+}
+
+/// A kit's device served by request from a plugin process: its name for the kit and its
+/// hold on the link. Opening one claims its capability on a link (`RequestLink.started`);
+/// closing it lets go, once.
+protocol ExternalRequestDevice: Device {
+    static var capability: Capability { get }
+    var link: RequestLink.Hold { get }
+    init(deviceName: String, link: RequestLink.Hold)
+}
+
+extension ExternalRequestDevice {
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> Self {
+        let (link, device) = try await RequestLink.started(manifest, capability, parameters, in: links, logger: logger)
+        return Self(deviceName: device, link: link)
+    }
+
+    func close() async { await link.release() }
 }
 
 /// The request-driven plugin processes of one external plugin, for every kit this process
