@@ -92,7 +92,7 @@ extension RequestLink.Hold {
 /// Where a plugin writes a recording: a private directory (0700) beside the recording's
 /// path, so that the finished file is renamed into place on the same filesystem and
 /// appears there whole, as an in-process recording does. The plugin gets the directory as
-/// a descriptor, never its path. The directory and whatever is left in it go when the
+/// a descriptor (no path is sent). The directory and whatever is left in it go when the
 /// last holder lets go: the recording's caller, and — when the caller was cancelled and
 /// returned at once — the plugin session, until the plugin has answered (its own
 /// cancellation may still be writing and removing files in it).

@@ -8,7 +8,8 @@ import Foundation
 /// - a clip to play goes out as a sealed memfd of 16-bit little-endian mono PCM;
 /// - a recording is written by the plugin into a directory the host passes as a
 ///   descriptor (the plugin opens `/proc/self/fd/N/FILE`), so the host keeps the file's
-///   atomic appearance at its path and the plugin never learns the path itself.
+///   atomic appearance at its path. The path is not part of the protocol; this is not a
+///   sandbox (a plugin runs as the daemon's user, and /proc shows where the directory is).
 extension PluginProtocol {
     public enum CameraMethod {
         public static let formats = "camera.formats"

@@ -60,7 +60,7 @@ def wav(rate, frames):
 
 
 def record(ident, params, fds, result):
-    """Writes the recording into the directory the host passed (its path never given)."""
+    """Writes the recording into the directory the host passed, through its descriptor."""
     if mode != "no-file":
         with open("/proc/self/fd/%d/%s" % (fds[0], params["file"]), "wb") as out:
             out.write(wav(48000, 480) if params["file"].endswith(".wav") else b"RIFF....AVI ")
