@@ -173,7 +173,13 @@ public final class PluginSession: Sendable {
             state.ended = ending
             state.loopDone = true
             defer { state.pending = [:]; state.endWaiters = []; state.outgoing = [] }
-            return (Array(state.pending.values), state.endWaiters, failure != nil && !state.stopping)
+            // Each waiting caller holds its own reference to what it passed (see dispatch).
+            let pending = state.pending.values.map { waiting in
+                var waiting = waiting
+                waiting.held = nil
+                return waiting
+            }
+            return (pending, state.endWaiters, failure != nil && !state.stopping)
         }
         // The plugin has gone: nothing it was given is in use any more.
         let released = state.withLock { state in
@@ -239,14 +245,17 @@ public final class PluginSession: Sendable {
         guard let identifier = id.integer else { return }
         // A cancelled call's holdings go now that the plugin is done with them (here, not
         // under the lock: letting go of a recording's directory removes it).
-        let (waiting, released) = state.withLock { ($0.pending.removeValue(forKey: identifier), $0.abandoned.removeValue(forKey: identifier)) }
+        let (waiting, released) = state.withLock { state -> (Pending?, (any Sendable)?) in
+            var waiting = state.pending.removeValue(forKey: identifier)
+            // The caller, still waiting, holds its own reference: what it holds goes when
+            // the caller is done with it, not a moment later on this thread.
+            waiting?.held = nil
+            return (waiting, state.abandoned.removeValue(forKey: identifier))
+        }
         withExtendedLifetime(released) {}
-        guard var waiting else {
+        guard let waiting else {
             return  // the answer to a call that was cancelled or timed out
         }
-        // The caller holds its own reference: what it holds goes when the caller is done
-        // with it, not a moment later on this thread.
-        waiting.held = nil
         do {
             waiting.continuation.resume(returning: Answer(result: try process.result(of: message, method: waiting.method), descriptors: descriptors))
         } catch {
