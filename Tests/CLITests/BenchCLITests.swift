@@ -27,7 +27,10 @@ struct BenchCLITests {
     /// the plugin process at rest.
     @Test func pluginsMeasuresBothWaysAndTheProcessAtRest() async throws {
         let emulator = CLI.repositoryRoot.appendingPathComponent("Tests/TestSupport/Peers/pn532-emulator.py").path
+        // Small stills: the debug build's JPEG encoder takes a quarter of a second for a
+        // 640x480 one, and 200 of them starved the tests beside this one.
         let result = try await CLI.run(["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--nfc-reads", "10",
+                                        "--media-calls", "10", "--still-width", "64", "--still-height", "48",
                                         "--emulator", emulator, "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
@@ -45,6 +48,13 @@ struct BenchCLITests {
         #expect(nfc?["samples"] as? Int == 10, "\(result.stdout)")
         for key in ["inProcessMedianMs", "outOfProcessMedianMs"] {
             #expect((nfc?[key] as? Double).map { $0 > 0 && $0 < 1000 } == true, "nfc \(key): \(result.stdout)")
+        }
+        for phase in ["stills", "clips"] {
+            let calls = report?[phase] as? [String: Any]
+            #expect(calls?["samples"] as? Int == 10 && (calls?["bytes"] as? Int ?? 0) > 0, "\(phase): \(result.stdout)")
+            for key in ["inProcessMedianMs", "outOfProcessMedianMs"] {
+                #expect((calls?[key] as? Double).map { $0 > 0 && $0 < 1000 } == true, "\(phase) \(key): \(result.stdout)")
+            }
         }
         // Haptics needs /dev/uinput (the kernel lab); elsewhere the report says why it is skipped.
         #expect(report?["haptics"] is [String: Any] || (report?["hapticsSkipped"] as? String)?.contains("uinput") == true, "\(result.stdout)")

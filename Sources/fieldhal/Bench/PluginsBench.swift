@@ -43,6 +43,8 @@ struct PluginsBench: AsyncParsableCommand {
     @Option(help: "The PN532 emulator script (the NFC phase).") var emulator = "Tests/TestSupport/Peers/pn532-emulator.py"
     @Option(help: "Patterns played per path (the haptics phase; needs /dev/uinput: run it in the kernel lab).") var hapticsPlays = 50
     @Option(help: "Stills taken and clips played per path (the media phase).") var mediaCalls = 100
+    @Option(help: "The stills' width in pixels (the media phase).") var stillWidth = 640
+    @Option(help: "The stills' height in pixels (the media phase).") var stillHeight = 480
     @Option(help: "The uinput force-feedback peer script (the haptics phase).") var hapticsPeer = "Tests/TestSupport/Peers/uinput-ff.py"
     @Flag(help: "Print the result as JSON.") var json = false
 
@@ -89,9 +91,10 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     func measure() async throws {
-        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10, hapticsPlays >= 10, mediaCalls >= 10 else {
+        guard epochs >= 20, cycle > 0, restSeconds > 0, nfcReads >= 10, hapticsPlays >= 10, mediaCalls >= 10,
+              (16...4096).contains(stillWidth), (16...4096).contains(stillHeight) else {
             throw FieldHALError(.invalidArgument, subject: "bench plugins",
-                                detail: "--epochs must be at least 20, --nfc-reads, --haptics-plays and --media-calls at least 10, --cycle and --rest-seconds positive")
+                                detail: "--epochs must be at least 20, --nfc-reads, --haptics-plays and --media-calls at least 10, --cycle and --rest-seconds positive, --still-width and --still-height 16 to 4096")
         }
         guard let libnfc = BuiltinPlugins.registry.plugin(named: "libnfc") else {
             throw FieldHALError(.unavailable, subject: "bench plugins", detail: "this fieldhal was built without the NFC trait")
@@ -142,7 +145,7 @@ struct PluginsBench: AsyncParsableCommand {
               out of process  median \(format(nfc.outOfProcessMedianMs)) ms  p95 \(format(nfc.outOfProcessP95Ms)) ms
               added out of process (medians)  \(format(nfc.addedMedianMs)) ms
               tag selected → decoded (the answer's way): in \(format(nfc.selectedToDecodedInMedianMs)) ms, out \(format(nfc.selectedToDecodedOutMedianMs)) ms
-            \(media("a 640x480 still from the fake camera", stills))
+            \(media("a \(stillWidth)x\(stillHeight) still from the fake camera", stills))
             \(media("the soft alert played by the fake speaker", clips))
             \(haptics.map { haptics in """
             haptics pattern start, play() asked → the motor starts, the evdev backend on uinput (\(haptics.samples) plays each):
@@ -190,7 +193,7 @@ struct PluginsBench: AsyncParsableCommand {
     }
 
     private func measureMedia(_ cameras: [any Camera], _ speakers: [any Speaker]) async throws -> (Report.MediaCalls, Report.MediaCalls) {
-        let request = PhotoRequest(width: 640, height: 480, quality: 85, warmUpFrames: 0)
+        let request = PhotoRequest(width: stillWidth, height: stillHeight, quality: 85, warmUpFrames: 0)
         let clip = SoundClip.softAlert()
         var bytes = 0
         for camera in cameras { bytes = try await camera.captureStill(request).jpeg.count }  // each path's first call pays its start
