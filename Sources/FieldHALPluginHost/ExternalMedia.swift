@@ -98,12 +98,15 @@ extension RequestLink.Hold {
 /// cancellation may still be writing and removing files in it).
 final class RecordingDirectory: Sendable {
     let path: String
+    /// The destination's directory, where the finished file is renamed to.
+    private let parent: String
     private let plugin: String
 
     init(beside destination: String, plugin: String) throws(FieldHALError) {
         self.plugin = plugin
-        let parent = (destination as NSString).deletingLastPathComponent
-        var template = Array("\(parent.isEmpty ? "." : parent)/.fieldhal-plugin-XXXXXX".utf8CString)
+        let directory = (destination as NSString).deletingLastPathComponent
+        parent = directory.isEmpty ? "." : directory
+        var template = Array("\(parent)/.fieldhal-plugin-XXXXXX".utf8CString)
         guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
             throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot make a directory for the recording beside \(destination): \(String(cString: strerror(errno)))",
                                 advice: "check that \(parent) exists and is writable")
@@ -132,11 +135,10 @@ final class RecordingDirectory: Sendable {
         guard rename(written, destination) == 0 else {
             throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot move the recording to \(destination): \(String(cString: strerror(errno)))")
         }
-        let parent = open((destination as NSString).deletingLastPathComponent.isEmpty ? "." : (destination as NSString).deletingLastPathComponent,
-                          O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if parent >= 0 {
-            fsync(parent)
-            Glibc.close(parent)
+        let directory = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            Glibc.close(directory)
         }
     }
 

@@ -182,12 +182,9 @@ public final class PluginProcess {
                     let quoted = String(decoding: line.prefix(80), as: UTF8.self)
                     throw failure(.protocolError, "sent something that is not a JSON-RPC 2.0 message during \(method): \"\(quoted)\"")
                 }
-                let named = PluginProtocol.descriptorCount(of: message)
-                guard named <= receivedDescriptors.count, named <= PluginProtocol.descriptorsPerMessage else {
-                    throw failure(.protocolError, "sent a message whose \"fds\" is \(named) with \(receivedDescriptors.count) descriptors beside it during \(method)")
+                guard let descriptors = PluginProtocol.take(for: message, from: &receivedDescriptors) else {
+                    throw failure(.protocolError, "sent a message whose \"fds\" is \(PluginProtocol.descriptorCount(of: message)) with \(receivedDescriptors.count) descriptors beside it during \(method)")
                 }
-                let descriptors = Array(receivedDescriptors.prefix(named))
-                receivedDescriptors.removeFirst(named)
                 return .message(message, descriptors)
             }
             guard received.count <= PluginProtocol.maximumMessage else {
@@ -215,8 +212,7 @@ public final class PluginProcess {
             // Read what is there first: a plugin's last words come before its exit.
             let got = chunk.withUnsafeMutableBytes { PluginProtocol.receive(from: child.connection!, into: $0, flags: Int32(MSG_DONTWAIT)) }
             let count = got.count
-            receivedDescriptors += got.descriptors
-            guard !got.truncated, receivedDescriptors.count <= PluginProtocol.descriptorsWaiting else {
+            guard PluginProtocol.accept(got, into: &receivedDescriptors) else {
                 throw failure(.protocolError, "sent more descriptors than its messages name during \(method)")
             }
             if count > 0 { received += chunk[..<count]; continue }

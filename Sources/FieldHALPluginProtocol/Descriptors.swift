@@ -59,6 +59,22 @@ extension PluginProtocol {
         return named?.integer.map { Int(clamping: $0) } ?? 0
     }
 
+    /// Keeps what one read brought beside its bytes; false when the sender passed more than
+    /// a message may carry, or left more waiting than any message names (its fault).
+    public static func accept(_ received: Received, into waiting: inout [OwnedDescriptor]) -> Bool {
+        waiting += received.descriptors
+        return !received.truncated && waiting.count <= descriptorsWaiting
+    }
+
+    /// The descriptors `message` names, taken from the front of `waiting`; nil, taking
+    /// none, when it names more than are waiting or than a message may carry.
+    public static func take(for message: JSONValue, from waiting: inout [OwnedDescriptor]) -> [OwnedDescriptor]? {
+        let named = descriptorCount(of: message)
+        guard named <= waiting.count, named <= descriptorsPerMessage else { return nil }
+        defer { waiting.removeFirst(named) }
+        return Array(waiting.prefix(named))
+    }
+
     /// What ended a write of queued messages.
     public enum WriteOutcome: Equatable {
         /// Everything is sent.

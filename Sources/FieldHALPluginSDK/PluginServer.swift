@@ -484,18 +484,15 @@ struct MessageReader {
                 if line.allSatisfy({ $0 == 32 || $0 == 13 || $0 == 9 }) { continue }
                 guard line.count <= limit else { return .fault("a message over \(limit) bytes from the host") }
                 guard let message = PluginProtocol.message(line) else { return .fault("the host sent something that is not JSON-RPC 2.0") }
-                let named = PluginProtocol.descriptorCount(of: message)
-                guard named <= descriptors.count, named <= PluginProtocol.descriptorsPerMessage else {
-                    return .fault("the host sent a message whose \"fds\" is \(named) with \(descriptors.count) descriptors beside it")
+                guard let taken = PluginProtocol.take(for: message, from: &descriptors) else {
+                    return .fault("the host sent a message whose \"fds\" is \(PluginProtocol.descriptorCount(of: message)) with \(descriptors.count) descriptors beside it")
                 }
-                defer { descriptors.removeFirst(named) }
-                return .message(message, Array(descriptors.prefix(named)))
+                return .message(message, taken)
             }
             if buffered.count > limit { return .fault("a message over \(limit) bytes from the host") }
             if ended { return nil }
             let got = chunk.withUnsafeMutableBytes { PluginProtocol.receive(from: descriptor, into: $0) }
-            descriptors += got.descriptors
-            if got.truncated || descriptors.count > PluginProtocol.descriptorsWaiting {
+            if !PluginProtocol.accept(got, into: &descriptors) {
                 return .fault("the host sent more descriptors than its messages name")
             }
             if got.count > 0 { buffered += chunk[..<got.count]; continue }
