@@ -77,7 +77,7 @@ let package = Package(
         // The core: protocols, values, errors, configuration, registry, NDEF, state files.
         .target(
             name: "FieldHAL",
-            dependencies: [.product(name: "TOMLKit", package: "TOMLKit"), "CSpawn"],
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit"), "CSpawn", "CMemfd"],
             swiftSettings: strictSwift
         ),
         // posix_spawn's closefrom and pidfd_open, for the core's child processes (part of libc).

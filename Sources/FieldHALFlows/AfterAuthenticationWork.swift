@@ -17,13 +17,18 @@ public struct AfterAuthenticationWork: Sendable {
         public var video: VideoRequest
         /// How long a detached run lives, exactly, whatever the verdict (`background_run_s`).
         public var detachedLifetime: Duration
+        /// Audio and video in segments of this length, uploaded as each closes; nil: the
+        /// whole-file pipeline (`evidence_segment_seconds = 0`).
+        public var segment: Duration?
 
-        public init(nfcEnabled: Bool, tagWindow: Duration, audio: Duration, video: VideoRequest, detachedLifetime: Duration) {
+        public init(nfcEnabled: Bool, tagWindow: Duration, audio: Duration, video: VideoRequest, detachedLifetime: Duration,
+                    segment: Duration? = .seconds(4)) {
             self.nfcEnabled = nfcEnabled
             self.tagWindow = tagWindow
             self.audio = audio
             self.video = video
             self.detachedLifetime = detachedLifetime
+            self.segment = segment
         }
     }
 
@@ -165,7 +170,20 @@ public struct AfterAuthenticationWork: Sendable {
         capture.audioDuration = settings.audio
         capture.video = settings.video
         capture.silent = true
-        _ = await capture.captureDuressEvidence(for: record)
+        capture.segmentLength = settings.segment
+        capture.keepRecording = { [sessions] in (try? sessions.load())?.sessionId == record.sessionId }
+        // Each item goes up as it enters the queue, while the recording goes on (issue 19):
+        // a kit taken mid-recording has already sent what it recorded before.
+        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        capture.queued = { _ in wake.yield() }
+        let uploader = EvidenceUploader(client: client, queue: queue)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await _ in wakeups { _ = try? await uploader.flush() }
+            }
+            _ = await capture.captureDuressEvidence(for: record)
+            wake.finish()
+        }
         await lease.release()
     }
 }

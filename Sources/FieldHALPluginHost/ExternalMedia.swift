@@ -81,11 +81,36 @@ extension RequestLink.Hold {
     /// 30 s (its device's start, the file's end) plus the link's grace.
     func record<Recording>(_ method: String, _ parameters: JSONValue, to path: String, lasting duration: Duration,
                            _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
+        if let target = DescriptorPath.descriptor(in: path) {
+            return try await record(method, parameters, into: target, lasting: duration, recording)
+        }
         let directory = try RecordingDirectory(beside: path, plugin: manifest.name)
         let answer = try await call(method, parameters, descriptors: [try directory.descriptor()], timeout: duration + .seconds(30), holding: directory)
         let recorded = try recording(answer.result)
         try directory.commit(PluginProtocol.recordingFile(capability), to: path)
         return recorded
+    }
+}
+
+extension RequestLink.Hold {
+    /// A recording into a file this process has open (a `MemoryFile`: evidence that must not
+    /// reach a disk in plaintext): the plugin gets the file itself and writes it in place
+    /// (protocol 1.4). A plugin of 1.3 would take it for a directory, so it is refused first.
+    private func record<Recording>(_ method: String, _ parameters: JSONValue, into target: Int32, lasting duration: Duration,
+                                   _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
+        guard manifest.protocolVersion >= PluginProtocol.recordingIntoFile else {
+            throw FieldHALError(.unsupported, subject: "plugin \(manifest.name)",
+                                detail: "recording into memory needs plugin protocol \(PluginProtocol.recordingIntoFile); the plugin speaks \(manifest.protocolVersion)",
+                                advice: "update the plugin (evidence is recorded into memory so that it never reaches the disk in plaintext)")
+        }
+        let copy = dup(target)
+        guard copy >= 0 else {
+            throw FieldHALError(.io, subject: "plugin \(manifest.name)", detail: "cannot pass the recording's file: \(String(cString: strerror(errno)))")
+        }
+        var fields = parameters.object ?? [:]
+        fields["into"] = .string("file")
+        let answer = try await call(method, .object(fields), descriptors: [OwnedDescriptor(copy)], timeout: duration + .seconds(30))
+        return try recording(answer.result)
     }
 }
 

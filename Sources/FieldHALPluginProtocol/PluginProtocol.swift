@@ -24,7 +24,11 @@ public enum PluginProtocol {
 
     /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
     /// changes or removes something.
-    public static let version = Version(major: 1, minor: 3)
+    public static let version = Version(major: 1, minor: 4)
+
+    /// Since 1.4 a recording's descriptor may be the file to write itself (`"into": "file"`),
+    /// not only a directory to write it in: evidence recorded into memory.
+    public static let recordingIntoFile = Version(major: 1, minor: 4)
 
     /// A step of a running request, from the plugin: `{"id": the request's id, "value": …}`
     /// (protocol 1.2; an enrollment's stages). The host hands each to the request's caller,

@@ -366,6 +366,18 @@ public final class PluginServer: Sendable {
     /// host moves it into place. The name must be a plain file name.
     private func withRecordingPath<Result>(_ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ capability: Capability,
                                            subject: String, _ record: (String) async throws -> Result) async throws -> Result {
+        // 1.4: the descriptor is the file itself, written in place (see `DescriptorPath`).
+        if parameters["into"]?.string == "file" {
+            guard descriptors.count == 1 else {
+                throw FieldHALError(.invalidArgument, subject: subject, detail: "a recording into a file needs its descriptor (\"fds\": 1)")
+            }
+            var status = stat()
+            guard fstat(descriptors[0].descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+                throw FieldHALError(.invalidArgument, subject: subject, detail: "the descriptor for a recording into a file is not a regular file")
+            }
+            defer { withExtendedLifetime(descriptors) {} }
+            return try await record(DescriptorPath.path(descriptors[0].descriptor))
+        }
         let file = parameters["file"]?.string ?? PluginProtocol.recordingFile(capability)
         guard descriptors.count == 1, !file.isEmpty, !file.contains("/"), file != ".", file != ".." else {
             throw FieldHALError(.invalidArgument, subject: subject, detail: "a recording needs one directory descriptor (\"fds\": 1) and a plain file name")

@@ -136,10 +136,12 @@ public struct TransrifyClient: Sendable {
                               body: PresignRequest(tenantKey: key, incidentId: incidentId, contentType: contentType))
     }
 
-    public func finalize(incidentId: String, kind: EvidenceKind, key objectKey: String, size: Int64, sha256: String) async throws -> FinalizeResponse {
+    public func finalize(incidentId: String, kind: EvidenceKind, key objectKey: String, size: Int64, sha256: String,
+                         segment: EvidenceSegment? = nil) async throws -> FinalizeResponse {
         let key = try requireTenantKey()
         return try await send("POST", finalizePath,
-                              body: FinalizeRequest(tenantKey: key, incidentId: incidentId, kind: kind, key: objectKey, size: size, sha256: sha256))
+                              body: FinalizeRequest(tenantKey: key, incidentId: incidentId, kind: kind, key: objectKey, size: size, sha256: sha256,
+                                                    segment: segment))
     }
 
     /// The lab server's view of this tenant (not a Transrify endpoint: labs and demos only).

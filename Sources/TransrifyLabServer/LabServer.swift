@@ -91,6 +91,9 @@ public final class LabServer: Sendable {
 
     public func acks(alertId: String) throws -> [LabStore.AckRecord] { try store.acks(alertId: alertId) }
     public func evidence() throws -> [LabStore.EvidenceRecord] { try store.evidence() }
+    /// What `GET /lab/v1/state` answers for the tenant: its evidence with each segment's
+    /// place, and its recordings' chains as checked.
+    public func state(tenantKey: String) throws -> LabState { try store.state(tenantKey: tenantKey) }
     public func alerts(tenantKey: String) throws -> [Alert] {
         try store.nearbyAlerts(tenantKey: tenantKey, geo: nil, radiusMeters: 10_000, maxAgeMilliseconds: .max / 2)
     }

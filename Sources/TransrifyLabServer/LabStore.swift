@@ -36,6 +36,16 @@ public final class LabStore: Sendable {
                                        sha256 TEXT NOT NULL, at INTEGER NOT NULL, finalizeCalls INTEGER NOT NULL DEFAULT 1);
                 """)
         }
+        // Issue 19: a finalize may say where the item stands in a recording sent in segments.
+        migrator.registerMigration("v2-segments") { db in
+            try db.execute(sql: """
+                ALTER TABLE evidence ADD COLUMN recording TEXT;
+                ALTER TABLE evidence ADD COLUMN sequence INTEGER;
+                ALTER TABLE evidence ADD COLUMN startedAtMs INTEGER;
+                ALTER TABLE evidence ADD COLUMN durationMs INTEGER;
+                ALTER TABLE evidence ADD COLUMN previousSha256 TEXT;
+                """)
+        }
         return migrator
     }
 
@@ -201,9 +211,16 @@ public final class LabStore: Sendable {
                 return existing
             }
             let evidenceId = Self.randomID()
-            try db.execute(sql: "INSERT INTO evidence (evidenceId, tenantKey, incidentId, kind, key, size, sha256, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            let segment = request.segment
+            try db.execute(sql: """
+                INSERT INTO evidence (evidenceId, tenantKey, incidentId, kind, key, size, sha256, at,
+                                      recording, sequence, startedAtMs, durationMs, previousSha256)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
                            arguments: [evidenceId, request.tenantKey, request.incidentId, request.kind.rawValue, request.key,
-                                       request.size, request.sha256, Self.nowMilliseconds()])
+                                       request.size, request.sha256, Self.nowMilliseconds(),
+                                       segment?.recording, segment?.sequence, segment?.startedAtMs, segment?.durationMs,
+                                       segment?.previousSha256?.lowercased()])
             return evidenceId
         }
     }
@@ -230,11 +247,15 @@ public final class LabStore: Sendable {
             let acks = try Row.fetchAll(db, sql: "SELECT ack.* FROM ack JOIN alert USING (alertId) WHERE alert.tenantKey = ? ORDER BY at",
                                         arguments: [tenantKey])
                 .map { LabState.Ack(alertId: $0["alertId"], customerRef: $0["customerRef"], method: $0["method"]) }
-            let evidence = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE tenantKey = ? ORDER BY at", arguments: [tenantKey]).map {
-                LabState.Evidence(evidenceId: $0["evidenceId"], incidentId: $0["incidentId"], kind: $0["kind"], key: $0["key"],
-                                  size: $0["size"], sha256: $0["sha256"], finalizeCalls: $0["finalizeCalls"])
+            let evidence = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE tenantKey = ? ORDER BY at", arguments: [tenantKey]).map { row in
+                LabState.Evidence(evidenceId: row["evidenceId"], incidentId: row["incidentId"], kind: row["kind"], key: row["key"],
+                                  size: row["size"], sha256: row["sha256"], finalizeCalls: row["finalizeCalls"],
+                                  segment: (row["recording"] as String?).map {
+                                      EvidenceSegment(recording: $0, sequence: row["sequence"], startedAtMs: row["startedAtMs"],
+                                                      durationMs: row["durationMs"], previousSha256: row["previousSha256"])
+                                  })
             }
-            return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence)
+            return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence, recordings: LabState.recordings(of: evidence))
         }
     }
 

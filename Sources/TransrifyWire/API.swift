@@ -197,13 +197,38 @@ public struct FinalizeRequest: Codable, Sendable {
     public var size: Int64
     /// Lower-case hex.
     public var sha256: String
-    public init(tenantKey: String, incidentId: String, kind: EvidenceKind, key: String, size: Int64, sha256: String) {
+    /// An optional field (FieldHAL's, beyond seed 000): where this item stands in a
+    /// recording sent in segments. A server that does not know it ignores it.
+    public var segment: EvidenceSegment?
+    public init(tenantKey: String, incidentId: String, kind: EvidenceKind, key: String, size: Int64, sha256: String,
+                segment: EvidenceSegment? = nil) {
         self.tenantKey = tenantKey
         self.incidentId = incidentId
         self.kind = kind
         self.key = key
         self.size = size
         self.sha256 = sha256
+        self.segment = segment
+    }
+}
+
+/// One segment of a recording (audio or video sent in pieces as it is recorded): its
+/// recording, its place, its time, and the SHA-256 of the segment before it — a hash chain
+/// the server checks for a missing, reordered or altered segment.
+public struct EvidenceSegment: Codable, Sendable, Equatable {
+    public var recording: String
+    public var sequence: Int
+    /// Milliseconds since 1970 (the wire's other times are too).
+    public var startedAtMs: Int64
+    public var durationMs: Int64
+    /// Lower-case hex; absent on a recording's first segment.
+    public var previousSha256: String?
+    public init(recording: String, sequence: Int, startedAtMs: Int64, durationMs: Int64, previousSha256: String?) {
+        self.recording = recording
+        self.sequence = sequence
+        self.startedAtMs = startedAtMs
+        self.durationMs = durationMs
+        self.previousSha256 = previousSha256
     }
 }
 
@@ -241,9 +266,26 @@ public struct LabState: Codable, Sendable {
 
     public struct Evidence: Codable, Sendable {
         public var evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int
-        public init(evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int) {
+        /// Where it stands in a recording sent in segments, when it is one.
+        public var segment: EvidenceSegment?
+        public init(evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int,
+                    segment: EvidenceSegment? = nil) {
             (self.evidenceId, self.incidentId, self.kind, self.key) = (evidenceId, incidentId, kind, key)
-            (self.size, self.sha256, self.finalizeCalls) = (size, sha256, finalizeCalls)
+            (self.size, self.sha256, self.finalizeCalls, self.segment) = (size, sha256, finalizeCalls, segment)
+        }
+    }
+
+    /// A recording sent in segments, as the lab server has checked it: its segments in order,
+    /// and what is wrong with the chain so far, if anything (a gap, a segment whose
+    /// predecessor's SHA-256 is not the one it names, two segments in one place).
+    public struct Recording: Codable, Sendable, Equatable {
+        public var recording: String, incidentId: String, kind: String
+        public var segments: Int
+        public var seconds: Double
+        public var problems: [String]
+        public init(recording: String, incidentId: String, kind: String, segments: Int, seconds: Double, problems: [String]) {
+            (self.recording, self.incidentId, self.kind) = (recording, incidentId, kind)
+            (self.segments, self.seconds, self.problems) = (segments, seconds, problems)
         }
     }
 
@@ -251,9 +293,46 @@ public struct LabState: Codable, Sendable {
     public var alerts: [Alert]
     public var acks: [Ack]
     public var evidence: [Evidence]
+    /// Absent from a lab server older than segments.
+    public var recordings: [Recording]?
 
-    public init(sessions: [Session], alerts: [Alert], acks: [Ack], evidence: [Evidence]) {
-        (self.sessions, self.alerts, self.acks, self.evidence) = (sessions, alerts, acks, evidence)
+    public init(sessions: [Session], alerts: [Alert], acks: [Ack], evidence: [Evidence], recordings: [Recording]? = nil) {
+        (self.sessions, self.alerts, self.acks, self.evidence, self.recordings) = (sessions, alerts, acks, evidence, recordings)
+    }
+
+    /// Checks recordings' segments (from `evidence`, any order) as the lab server does: each
+    /// recording's sequence numbers run 0, 1, 2, … without a gap or a repeat, and each
+    /// segment names its predecessor's SHA-256 (the first names none).
+    public static func recordings(of evidence: [Evidence]) -> [Recording] {
+        let segmented = evidence.filter { $0.segment != nil }
+        var order: [String] = []
+        var byRecording: [String: [Evidence]] = [:]
+        for item in segmented {
+            let name = item.segment!.recording
+            if byRecording[name] == nil { order.append(name) }
+            byRecording[name, default: []].append(item)
+        }
+        return order.map { name in
+            let items = byRecording[name]!.sorted { $0.segment!.sequence < $1.segment!.sequence }
+            var problems: [String] = []
+            var previous: Evidence?
+            for item in items {
+                let segment = item.segment!
+                let expected = previous.map { $0.segment!.sequence + 1 } ?? 0
+                if segment.sequence < expected {
+                    problems.append("segment \(segment.sequence) arrived twice")
+                    continue
+                }
+                if segment.sequence > expected {
+                    problems.append(expected == segment.sequence - 1 ? "segment \(expected) is missing" : "segments \(expected)–\(segment.sequence - 1) are missing")
+                } else if segment.previousSha256 != previous?.sha256 {
+                    problems.append("segment \(segment.sequence) does not follow segment \(expected - 1) (its SHA-256 is not the one named)")
+                }
+                previous = item
+            }
+            return Recording(recording: name, incidentId: items[0].incidentId, kind: items[0].kind, segments: items.count,
+                             seconds: Double(items.reduce(Int64(0)) { $0 + $1.segment!.durationMs }) / 1000, problems: problems)
+        }
     }
 }
 

@@ -24,6 +24,8 @@ enum TransrifySettings {
         ParameterSpec("finalize_path", .string, help: "evidence finalize path (default /evidence/finalize)"),
         ParameterSpec("evidence_audio_seconds", .integer, help: "length of the audio evidence recorded in limited mode (default 10)"),
         ParameterSpec("evidence_video_seconds", .integer, help: "length of the video evidence recorded in limited mode (default 10; Motion-JPEG AVI)"),
+        ParameterSpec("evidence_segment_seconds", .integer,
+                      help: "record audio and video evidence in segments this long, each uploaded as it closes (default 4; 0: one file per kind, recorded in turn)"),
         ParameterSpec("evidence_video_width", .integer, help: "video evidence width (default 640; the camera's nearest size is used)"),
         ParameterSpec("evidence_video_height", .integer, help: "video evidence height (default 480)"),
         ParameterSpec("evidence_video_fps", .integer, help: "video evidence frames per second (default 30; the camera's nearest rate is used)"),
@@ -334,6 +336,13 @@ extension Environment {
 }
 
 extension Environment {
+    /// `[transrify] evidence_segment_seconds`: the evidence recordings' segment length (default
+    /// 4 s, at most 60); 0 or less: the whole-file pipeline.
+    var evidenceSegment: Duration? {
+        let seconds = configuration.settings["transrify"]?.integer("evidence_segment_seconds") ?? 4
+        return seconds > 0 ? .seconds(min(seconds, 60)) : nil
+    }
+
     /// How long a detached background run lives (`[transrify] background_run_s`, default 900 s;
     /// with NFC at least `nfc_emulation_s`): exactly this long after every sign-in or unlock,
     /// NORMAL or DURESS, so that `ps` shows the same process for the same time either way.
@@ -365,7 +374,8 @@ extension Environment {
         let audioSeconds = section?.integer("evidence_audio_seconds") ?? 10
         let settings = AfterAuthenticationWork.Settings(
             nfcEnabled: nfcEnabled, tagWindow: .seconds(max(1, section?.integer("nfc_emulation_s") ?? 1800)),
-            audio: .seconds(max(1, min(audioSeconds, 600))), video: evidenceVideo(), detachedLifetime: backgroundRunLifetime)
+            audio: .seconds(max(1, min(audioSeconds, 600))), video: evidenceVideo(), detachedLifetime: backgroundRunLifetime,
+            segment: evidenceSegment)
         let environment = self
         return AfterAuthenticationWork(
             client: try transrifyClient(), sessions: try sessionStore(), device: Environment.deviceInfo, settings: settings,

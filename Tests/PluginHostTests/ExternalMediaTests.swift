@@ -85,6 +85,31 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).sorted() == ["played.jsonl", "tone.wav"])
     }
 
+    /// Protocol 1.4: a recording into a file in memory (evidence, issue 19) goes to the plugin
+    /// as that file's descriptor; the plugin writes it in place and nothing touches the disk.
+    @Test func aRecordingIntoMemoryIsWrittenByThePluginInPlace() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .microphone(let microphone) = try await open(descriptor, .microphone, ["realtime": .boolean(false)], in: scratch),
+              case .camera(let camera) = try await open(descriptor, .camera, in: scratch) else {
+            throw CLIError("no microphone or camera")
+        }
+        let sound = try MemoryFile(name: "test-sound")
+        let recording = try await microphone.record(RecordingRequest(duration: .milliseconds(500), sampleRate: 16_000), to: sound.path)
+        #expect(recording.frames == 8_000 && sound.size == 44 + 16_000)
+        #expect(try sound.read(at: 0, count: 44) == WAVFileWriter.header(sampleRate: 16_000, channels: 1, format: .s16le, dataBytes: 16_000))
+        let clip = try MemoryFile(name: "test-video")
+        let video = try await camera.recordVideo(VideoRequest(duration: .milliseconds(400), width: 160, height: 120, framesPerSecond: 10), to: clip.path)
+        #expect(video.frames > 0 && clip.size == video.bytes)
+        #expect(try clip.read(at: 8, count: 4) == Array("AVI ".utf8))
+        // A second recording into the same file replaces the first, as a path's would.
+        _ = try await microphone.record(RecordingRequest(duration: .milliseconds(100), sampleRate: 16_000), to: sound.path)
+        #expect(sound.size == 44 + 3_200)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty, "nothing on disk")
+        await microphone.close()
+        await camera.close()
+    }
+
     @Test func cancellingARecordingOutOfProcessLeavesNoFileAndNoDirectory() async throws {
         let (descriptor, scratch) = try await fakeOutOfProcess()
         defer { try? FileManager.default.removeItem(atPath: scratch) }

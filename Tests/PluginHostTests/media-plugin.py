@@ -60,9 +60,12 @@ def wav(rate, frames):
 
 
 def record(ident, params, fds, result):
-    """Writes the recording into the directory the host passed, through its descriptor."""
+    """Writes the recording into the directory the host passed, through its descriptor, or
+    (protocol 1.4, "into": "file") into the file it passed."""
     if mode != "no-file":
-        with open("/proc/self/fd/%d/%s" % (fds[0], params["file"]), "wb") as out:
+        into_file = params.get("into") == "file"
+        path = "/proc/self/fd/%d" % fds[0] if into_file else "/proc/self/fd/%d/%s" % (fds[0], params["file"])
+        with open(path, "wb") as out:
             out.write(wav(48000, 480) if params["file"].endswith(".wav") else b"RIFF....AVI ")
     for fd in fds:
         os.close(fd)

@@ -171,7 +171,10 @@ public final class MJPEGAVIWriter {
         bytesWritten += bytes.count
     }
 
+    /// nil (no bound but the size limit's) for a file in memory (`DescriptorPath`): its
+    /// recording's length bounds it, and the file system under `/dev/fd` is not where it is.
     private static func freeBytes(in directory: String) -> Int? {
+        guard !DescriptorPath.directories.contains(directory) else { return nil }
         var info = statvfs()
         guard statvfs(directory, &info) == 0 else { return nil }
         return Int(info.f_bavail) * Int(info.f_frsize)

@@ -10,6 +10,10 @@ import Darwin
 /// The bytes go to a temporary file in the same directory; `commit()` fsyncs it, renames
 /// it over the destination and fsyncs the directory so the rename itself is durable.
 /// Dropping the writer without committing removes the temporary file.
+///
+/// A path that names a descriptor (`/dev/fd/N`, see `DescriptorPath`) is written in place
+/// instead: such a file has no name to rename over, and whoever passed it reads it only once
+/// the writer is done (a recording into a `MemoryFile`).
 public final class AtomicFileWriter {
     /// Points at which a test can make a write fail, as if the process died there.
     public enum Step: String, Sendable, CaseIterable {
@@ -22,11 +26,22 @@ public final class AtomicFileWriter {
     private var committed = false
     private let faultInjection: (@Sendable (Step) throws -> Void)?
     private var bytesWritten = 0
+    /// Writing into an open descriptor's file (`DescriptorPath`), not through a temporary file.
+    private let inPlace: Bool
 
     /// Creates the temporary file with `mode` (0600 by default: state is private).
     public init(path: String, mode: mode_t = 0o600, faultInjection: (@Sendable (Step) throws -> Void)? = nil) throws {
         self.path = path
         self.faultInjection = faultInjection
+        if let target = DescriptorPath.descriptor(in: path) {
+            // A fresh open file of the same file: its own offset, and the file emptied.
+            inPlace = true
+            temporaryPath = path
+            descriptor = open("/proc/self/fd/\(target)", O_WRONLY | O_TRUNC | O_CLOEXEC)
+            guard descriptor >= 0 else { throw Self.ioError(path, "open") }
+            return
+        }
+        inPlace = false
         let directory = Self.directory(of: path)
         let name = String(path.split(separator: "/").last ?? Substring(path))
         temporaryPath = "\(directory)/.\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -39,7 +54,7 @@ public final class AtomicFileWriter {
 
     deinit {
         if descriptor >= 0 { close(descriptor) }
-        if !committed { unlink(temporaryPath) }
+        if !committed && !inPlace { unlink(temporaryPath) }
     }
 
     /// Appends bytes to the temporary file.
@@ -80,6 +95,7 @@ public final class AtomicFileWriter {
 
     /// Makes the new content durable and visible at `path`.
     public func commit() throws {
+        if inPlace { return try commitInPlace() }
         try inject(.wroteAll)
         guard fsync(descriptor) == 0 else { throw Self.ioError(path, "fsync") }
         try inject(.syncedFile)
@@ -96,6 +112,10 @@ public final class AtomicFileWriter {
     /// once, such as a key two processes may create at the same moment: `link` fails with
     /// EEXIST where `rename` would replace the other's file.
     public func commitIfAbsent() throws -> Bool {
+        if inPlace {
+            try commitInPlace()
+            return true
+        }
         try inject(.wroteAll)
         guard fsync(descriptor) == 0 else { throw Self.ioError(path, "fsync") }
         try inject(.syncedFile)
@@ -111,6 +131,14 @@ public final class AtomicFileWriter {
         try inject(.renamed)
         try Self.syncDirectory(Self.directory(of: path))
         return true
+    }
+
+    /// The file was written where it is: only the writer's own descriptor is left to close.
+    private func commitInPlace() throws {
+        try inject(.wroteAll)
+        guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
+        descriptor = -1
+        committed = true
     }
 
     private func inject(_ step: Step) throws {

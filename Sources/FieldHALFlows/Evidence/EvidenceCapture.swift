@@ -15,6 +15,16 @@ public struct EvidenceCapture: Sendable {
     public var video = VideoRequest(duration: .seconds(10))
     /// The silent capture after a duress sign-in or unlock: its items are never listed at the device.
     public var silent = false
+    /// Audio and video in segments of this length, recorded at the same time and queued as
+    /// each closes (issue 19); nil: the whole-file pipeline (each kind in turn, one file
+    /// each), kept as the baseline `bench seizure` measures against.
+    public var segmentLength: Duration? = .seconds(4)
+    /// Asked before each segment: false ends the recordings there (the session signed out).
+    public var keepRecording: @Sendable () async -> Bool = { true }
+    /// Hears each item as it enters the queue (the uploader beside the capture waits on it).
+    public var queued: @Sendable (EvidenceItem) -> Void = { _ in }
+    /// How long to wait for a live fix after the cached one has gone out as NEARBY.
+    public var liveFixWait: Duration = .seconds(5)
 
     public init(queue: EvidenceQueue, camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
         self.queue = queue
@@ -32,7 +42,98 @@ public struct EvidenceCapture: Sendable {
     /// incident (the session's, if the alert has not gone out yet).
     public func captureDuressEvidence(for record: SessionRecord) async -> [EvidenceItem] {
         let note = "Duress sign-in by \(record.customerRef) at \(ISO8601DateFormatter().string(from: record.signedInAt))."
-        return await capture([.text, .nearby, .photo, .audio, .video], incidentId: record.alertId ?? record.sessionId, note: note)
+        let incidentId = record.alertId ?? record.sessionId
+        guard let segmentLength else {
+            return await capture([.text, .nearby, .photo, .audio, .video], incidentId: incidentId, note: note)
+        }
+        return await captureInSegments(incidentId: incidentId, note: note, segmentLength: segmentLength)
+    }
+
+    /// Issue 19's order: TEXT and the cached fix at once (they are on their way before any
+    /// device has started); then the audio recording, beside the PHOTO and then the video
+    /// recording (one camera); and a live fix as a second NEARBY if one comes within
+    /// `liveFixWait`. Every item is handed to `queued` as it enters the queue.
+    func captureInSegments(incidentId: String, note: String, segmentLength: Duration) async -> [EvidenceItem] {
+        var items = await capture([.text], incidentId: incidentId, note: note)
+        if let item = try? queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
+                                     bytes: Self.nearby(await location?.lastKnownFix().map { ($0.fix, "cached") }), silent: silent) {
+            items.append(item)
+        }
+        items.forEach(queued)
+        let parts = await withTaskGroup(of: (Int, [EvidenceItem]).self) { group in
+            group.addTask { (0, await liveNearby(incidentId: incidentId)) }
+            group.addTask {
+                var camera = await capture([.photo], incidentId: incidentId, note: note)
+                camera.forEach(queued)
+                camera += await recordInSegments(.video, incidentId: incidentId, segmentLength: segmentLength)
+                return (1, camera)
+            }
+            group.addTask { (2, await recordInSegments(.audio, incidentId: incidentId, segmentLength: segmentLength)) }
+            return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        }
+        return items + (0...2).flatMap { parts[$0] ?? [] }
+    }
+
+    /// A live fix within `liveFixWait`, as a second NEARBY; nothing if none comes.
+    private func liveNearby(incidentId: String) async -> [EvidenceItem] {
+        guard let location, let reading = try? await location.currentFix(FixRequest(timeout: liveFixWait, maxAge: nil)),
+              reading.source == .live,
+              let item = try? queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
+                                        bytes: Self.nearby((reading.fix, "live")), silent: silent) else { return [] }
+        queued(item)
+        return [item]
+    }
+
+    /// One kind recorded in segments; a failure ends it with an error item after the
+    /// segments already queued (a kind whose device is missing gets only the error item).
+    private func recordInSegments(_ kind: EvidenceKind, incidentId: String, segmentLength: Duration) async -> [EvidenceItem] {
+        let contentType: String
+        let total: Duration
+        let record: @Sendable (String, Duration) async throws -> Double
+        switch kind {
+        case .audio:
+            guard let microphone else { return recordError(kind, incidentId: incidentId, Self.missing("microphone")) }
+            (contentType, total) = ("audio/wav", audioDuration)
+            record = { path, length in try await microphone.record(RecordingRequest(duration: length), to: path).durationSeconds }
+        case .video:
+            guard let camera else { return recordError(kind, incidentId: incidentId, Self.missing("camera")) }
+            (contentType, total) = ("video/x-msvideo", video.duration)
+            let request = video
+            record = { path, length in
+                var segment = request
+                segment.duration = length
+                return try await camera.recordVideo(segment, to: path).durationSeconds
+            }
+        default:
+            return []
+        }
+        let recording = SegmentedRecording(queue: queue, kind: kind, contentType: contentType, incidentId: incidentId, silent: silent,
+                                           segmentLength: segmentLength, total: total, keepRecording: keepRecording, queued: queued, record: record)
+        let outcome = await recording.run()
+        guard let failure = outcome.failure, !(failure is CancellationError) else { return outcome.items }
+        return outcome.items + recordError(kind, incidentId: incidentId, failure)
+    }
+
+    private func recordError(_ kind: EvidenceKind, incidentId: String, _ error: any Error) -> [EvidenceItem] {
+        guard let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)", silent: silent) else { return [] }
+        queued(item)
+        return [item]
+    }
+
+    /// NEARBY's record: where the kit was, and whether the fix was live, cached or missing.
+    static func nearby(_ reading: (fix: Fix, source: String)?) -> [UInt8] {
+        struct Nearby: Encodable { var capturedAt: Date; var latitude, longitude, accuracyMeters: Double?; var source: String }
+        var record = Nearby(capturedAt: Date(), source: "none")
+        if let (fix, source) = reading {
+            record.latitude = fix.latitude
+            record.longitude = fix.longitude
+            record.accuracyMeters = fix.horizontalAccuracy
+            record.source = source
+        }
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys]
+        return Array((try? encoder.encode(record)) ?? Data("{}".utf8))
     }
 
     /// Captures each kind in turn; returns what went into the queue (items and errors).
@@ -58,41 +159,30 @@ public struct EvidenceCapture: Sendable {
             return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg, silent: silent)
         case .audio:
             guard let microphone else { throw Self.missing("microphone") }
-            return try await captureThroughScratchFile(.audio, "wav", contentType: "audio/wav", incidentId: incidentId) { scratch in
+            return try await captureInMemory(.audio, "wav", contentType: "audio/wav", incidentId: incidentId) { scratch in
                 _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
             }
         case .video:
             guard let camera else { throw Self.missing("camera") }
-            return try await captureThroughScratchFile(.video, "avi", contentType: "video/x-msvideo", incidentId: incidentId) { scratch in
+            return try await captureInMemory(.video, "avi", contentType: "video/x-msvideo", incidentId: incidentId) { scratch in
                 _ = try await camera.recordVideo(video, to: scratch)
             }
         case .text:
             return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8), silent: silent)
         case .nearby:
-            struct Nearby: Encodable { var capturedAt: Date; var latitude, longitude, accuracyMeters: Double?; var source: String }
-            var record = Nearby(capturedAt: Date(), source: "none")
-            if let location, let reading = try? await location.currentFix(.flows) {
-                record.latitude = reading.fix.latitude
-                record.longitude = reading.fix.longitude
-                record.accuracyMeters = reading.fix.horizontalAccuracy
-                record.source = reading.source.rawValue
-            }
-            let encoder = JSONEncoder()
-            encoder.dateEncodingStrategy = .iso8601
-            encoder.outputFormatting = [.sortedKeys]
-            return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: Array(try encoder.encode(record)), silent: silent)
+            let reading = try? await location?.currentFix(.flows)
+            return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
+                                 bytes: Self.nearby(reading.map { ($0.fix, $0.source.rawValue) }), silent: silent)
         }
     }
 
-    /// Records into a dot-file in the queue's own directory (0700, and removed on the next
-    /// open if a kill leaves it), seals it into the queue as it is read, then removes it:
-    /// a recording is never kept unsealed.
-    private func captureThroughScratchFile(_ kind: EvidenceKind, _ fileExtension: String, contentType: String, incidentId: String,
+    /// Records into a file in memory (`MemoryFile`), then seals it into the queue: the
+    /// recording never reaches the disk in plaintext, and a kill leaves nothing behind.
+    private func captureInMemory(_ kind: EvidenceKind, _ fileExtension: String, contentType: String, incidentId: String,
                                            record: (String) async throws -> Void) async throws -> EvidenceItem {
-        let scratch = queue.directory + "/.capture-\(EvidenceQueue.newID()).\(fileExtension)"
-        defer { unlink(scratch) }
-        try await record(scratch)
-        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, file: scratch, silent: silent)
+        let scratch = try MemoryFile(name: "fieldhal-\(kind.rawValue.lowercased()).\(fileExtension)")
+        try await record(scratch.path)
+        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: scratch, silent: silent)
     }
 
     static func missing(_ device: String) -> FieldHALError {

@@ -38,8 +38,32 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
     /// Captured by the silent work after a duress sign-in or unlock: uploaded like any other
     /// item, but never listed or counted at the device (nil in items from before this field).
     public var silent: Bool?
+    /// Set on each segment of a recording (audio or video recorded in pieces, issue 19).
+    public var segment: Segment?
 
     public var isSilent: Bool { silent ?? false }
+
+    /// Where a segment stands in its recording: a hash chain, so that the server can tell a
+    /// missing, reordered or altered segment.
+    public struct Segment: Codable, Sendable, Equatable {
+        /// Shared by every segment of one recording (one capture of one kind).
+        public var recording: String
+        /// 0, 1, 2, … in the order recorded.
+        public var sequence: Int
+        public var startedAt: Date
+        public var durationSeconds: Double
+        /// The SHA-256 of the segment before this one (its plaintext, lower-case hex); nil
+        /// for the first.
+        public var previousSHA256: String?
+
+        public init(recording: String, sequence: Int, startedAt: Date, durationSeconds: Double, previousSHA256: String?) {
+            self.recording = recording
+            self.sequence = sequence
+            self.startedAt = startedAt
+            self.durationSeconds = durationSeconds
+            self.previousSHA256 = previousSHA256
+        }
+    }
 }
 
 /// The durable evidence queue in `<state>/evidence` (0700): per item a sealed payload
@@ -145,6 +169,18 @@ public final class EvidenceQueue: Sendable {
         }
     }
 
+    /// Seals a recording kept in memory (never on disk in plaintext) into the queue.
+    @discardableResult
+    public func add(kind: EvidenceKind, contentType: String, incidentId: String, memory: MemoryFile, silent: Bool = false,
+                    segment: EvidenceItem.Segment? = nil) throws -> EvidenceItem {
+        var offset = 0
+        return try add(kind: kind, contentType: contentType, incidentId: incidentId, silent: silent, segment: segment) {
+            let chunk = try memory.read(at: offset, count: EvidenceCipher.chunkSize)
+            offset += chunk.count
+            return chunk
+        }
+    }
+
     @discardableResult
     public func add(kind: EvidenceKind, contentType: String, incidentId: String, bytes: [UInt8], silent: Bool = false) throws -> EvidenceItem {
         var remaining = bytes[...]
@@ -155,7 +191,7 @@ public final class EvidenceQueue: Sendable {
         }
     }
 
-    private func add(kind: EvidenceKind, contentType: String, incidentId: String, silent: Bool,
+    private func add(kind: EvidenceKind, contentType: String, incidentId: String, silent: Bool, segment: EvidenceItem.Segment? = nil,
                      read: () throws -> [UInt8]) throws -> EvidenceItem {
         let id = Self.newID()
         let writer = try AtomicFileWriter(path: dataPath(id))
@@ -167,7 +203,7 @@ public final class EvidenceQueue: Sendable {
         let sealed = try EvidenceCipher.seal(key: key, read: read, into: writer)
         try writer.commit()
         let item = EvidenceItem(id: id, incidentId: incidentId, kind: kind, contentType: contentType, size: sealed.size,
-                                sha256: sealed.sha256, createdAt: Date(), phase: .queued, silent: silent ? true : nil)
+                                sha256: sealed.sha256, createdAt: Date(), phase: .queued, silent: silent ? true : nil, segment: segment)
         try save(item)
         return item
     }

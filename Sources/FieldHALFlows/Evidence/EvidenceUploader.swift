@@ -92,12 +92,18 @@ public struct EvidenceUploader: Sendable {
         while true {
             do {
                 return try await client.finalize(incidentId: item.incidentId, kind: item.kind, key: item.objectKey ?? "",
-                                                 size: item.size, sha256: item.sha256).evidenceId
+                                                 size: item.size, sha256: item.sha256, segment: item.segment.map(Self.wire)).evidenceId
             } catch let error as TransrifyError where attempt < 2 && !Self.needsNewUpload(error) {
                 attempt += 1
                 try await clock.sleep(for: .seconds(1 << (attempt - 1)))
             }
         }
+    }
+
+    static func wire(_ segment: EvidenceItem.Segment) -> EvidenceSegment {
+        EvidenceSegment(recording: segment.recording, sequence: segment.sequence,
+                        startedAtMs: Int64((segment.startedAt.timeIntervalSince1970 * 1000).rounded()),
+                        durationMs: Int64((segment.durationSeconds * 1000).rounded()), previousSha256: segment.previousSHA256)
     }
 
     static func needsNewUpload(_ error: TransrifyError) -> Bool {

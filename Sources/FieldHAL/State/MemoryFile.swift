@@ -1,0 +1,68 @@
+import CMemfd
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `/dev/fd/N` as a destination: a file this process already has open, not a name on disk.
+/// The writers (`AtomicFileWriter`, and so `WAVFileWriter` and `MJPEGAVIWriter`) write
+/// straight into such a descriptor, so a backend records into a `MemoryFile` through the
+/// same `record(_:to:)` it uses for a path. A plugin process does the same with the
+/// descriptor the host passed it (protocol 1.4).
+public enum DescriptorPath {
+    public static func path(_ descriptor: Int32) -> String { "/dev/fd/\(descriptor)" }
+
+    /// The directories whose entries name this process's descriptors.
+    public static let directories: Set<String> = ["/dev/fd", "/proc/self/fd"]
+
+    /// The descriptor `path` names (`/dev/fd/N` or `/proc/self/fd/N`), or nil for any other path.
+    public static func descriptor(in path: String) -> Int32? {
+        for prefix in directories.map({ $0 + "/" }) where path.hasPrefix(prefix) {
+            let digits = path.dropFirst(prefix.count)
+            guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber), let number = Int32(digits) else { return nil }
+            return number
+        }
+        return nil
+    }
+}
+
+/// An anonymous file in memory (memfd_create(2)): where a recording that must never reach a
+/// disk in plaintext is written (an evidence segment), to be sealed into the evidence queue
+/// once it closes. It has no name in any file system, and it is gone when closed or when
+/// the process dies, whatever kills it.
+public final class MemoryFile: Sendable {
+    public let descriptor: Int32
+
+    public init(name: String) throws(FieldHALError) {
+        let made = fieldhal_memfd_create(name)
+        guard made >= 0 else {
+            throw FieldHALError(.io, subject: "memory file \(name)", detail: "memfd_create: \(String(cString: strerror(errno)))",
+                                advice: "the kernel must be 3.17 or newer, and the process below its limit of open files")
+        }
+        descriptor = made
+    }
+
+    deinit { close(descriptor) }
+
+    /// Where a writer writes it (see `DescriptorPath`).
+    public var path: String { DescriptorPath.path(descriptor) }
+
+    public var size: Int {
+        var info = stat()
+        return fstat(descriptor, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// Up to `count` bytes from `offset` (fewer at the end; none past it).
+    public func read(at offset: Int, count: Int) throws(FieldHALError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        while true {
+            let got = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, off_t(offset)) }
+            if got >= 0 {
+                bytes.removeLast(count - got)
+                return bytes
+            }
+            guard errno == EINTR else {
+                throw FieldHALError(.io, subject: "memory file", detail: "read: \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import FakePlugin
+import FieldHAL
+@testable import FieldHALFlows
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+import Transrify
+import TransrifyLabServer
+
+/// Issue 19, first step: audio and video recorded at the same time in segments, each sealed
+/// into the queue as it closes (from memory: never in plaintext on disk), chained by SHA-256,
+/// and uploaded while the next one records; the lab server checks the chain.
+@Suite(.timeLimit(.minutes(2)))
+struct SegmentedEvidenceTests {
+    /// The fake kit's camera, microphone and GPS, in process (real-time devices).
+    func fakeDevices(_ state: String) async throws -> (any Camera, any Microphone, any LocationProvider) {
+        let context = PluginContext(configDirectory: state, stateDirectory: state)
+        guard case .camera(let camera) = try await FakePlugin.descriptor.open(.camera, PluginParameters([:]), context),
+              case .microphone(let microphone) = try await FakePlugin.descriptor.open(.microphone, PluginParameters([:]), context),
+              case .location(let location) = try await FakePlugin.descriptor.open(.location, Self.track, context) else {
+            throw CLIError("the fake kit lacks a device")
+        }
+        return (camera, microphone, location)
+    }
+
+    /// A receiver with a fix from the start, a point every 300 ms.
+    static let track = PluginParameters([
+        "track": .array([.table(["lat": .float(52.52), "lon": .float(13.405), "acc": .float(5)]),
+                         .table(["lat": .float(52.521), "lon": .float(13.406), "acc": .float(5)])]),
+        "interval_ms": .integer(300),
+    ])
+
+    /// Plaintext markers of what the fake devices record: a WAV's and an AVI's headers and a
+    /// JPEG's JFIF segment. In sealed bytes each appears by chance about once in 2^64 tries.
+    static let plaintextMarkers = [Array("WAVEfmt ".utf8), Array("AVI LIST".utf8), Array("JFIF\0".utf8)]
+
+    /// Every file under `directory` that holds one of the markers.
+    static func filesWithPlaintext(under directory: String) -> [String] {
+        guard let names = FileManager.default.enumerator(atPath: directory)?.allObjects as? [String] else { return [] }
+        return names.filter { name in
+            guard let data = FileManager.default.contents(atPath: directory + "/" + name) else { return false }
+            let bytes = [UInt8](data)
+            return plaintextMarkers.contains { marker in
+                bytes.count >= marker.count && (0...(bytes.count - marker.count)).contains { bytes[$0..<($0 + marker.count)].elementsEqual(marker) }
+            }
+        }
+    }
+
+    @Test func audioAndVideoGoIntoTheQueueInChainedSegmentsWhileTheyRecord() async throws {
+        let state = scratchDirectory("segments")
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let queue = try openQueue(state)
+        let (camera, microphone, location) = try await fakeDevices(state)
+        var capture = EvidenceCapture(queue: queue, camera: camera, microphone: microphone, location: location)
+        capture.segmentLength = .seconds(1)
+        capture.audioDuration = .milliseconds(3000)
+        capture.video = VideoRequest(duration: .milliseconds(2500), width: 160, height: 120, framesPerSecond: 10)
+        let start = ContinuousClock.now
+        let arrivals = Mutex<[(EvidenceItem, Duration)]>([])
+        capture.queued = { item in arrivals.withLock { $0.append((item, ContinuousClock.now - start)) } }
+        // A scan of the state directory, again and again while the recording goes on.
+        let scanning = Task.detached {
+            var found: [String] = []
+            while !Task.isCancelled {
+                found += Self.filesWithPlaintext(under: state)
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            return found
+        }
+        let items = await capture.captureInSegments(incidentId: "incident-1", note: "a note", segmentLength: .seconds(1))
+        let ended = ContinuousClock.now - start
+        scanning.cancel()
+        #expect(await scanning.value.isEmpty, "plaintext evidence on disk")
+        #expect(Self.filesWithPlaintext(under: state).isEmpty)
+
+        let kinds = items.map(\.kind)
+        #expect(kinds.filter { $0 == .audio }.count == 3 && kinds.filter { $0 == .video }.count == 3, "\(kinds)")
+        #expect(kinds.filter { $0 == .text }.count == 1 && kinds.filter { $0 == .photo }.count == 1)
+        #expect(kinds.filter { $0 == .nearby }.count == 2, "the cached fix at once, then a live one")
+        #expect(items.allSatisfy { $0.failedKind == nil }, "\(items.filter { $0.failedKind != nil })")
+
+        let times = arrivals.withLock { $0 }
+        // TEXT and the cached NEARBY were queued before any device started.
+        #expect(times.prefix(2).map(\.0.kind) == [.text, .nearby])
+        #expect(times[1].1 < .milliseconds(500), "first two items after \(times[1].1)")
+        for kind in [EvidenceKind.audio, .video] {
+            let segments = items.filter { $0.kind == kind }
+            #expect(segments.map { $0.segment?.sequence } == [0, 1, 2])
+            #expect(Set(segments.compactMap { $0.segment?.recording }).count == 1, "one recording per kind")
+            #expect(segments.first?.segment?.previousSHA256 == nil)
+            for (previous, next) in zip(segments, segments.dropFirst()) {
+                #expect(next.segment?.previousSHA256 == previous.sha256, "the chain links \(kind) \(next.segment?.sequence ?? -1)")
+            }
+            // The first segment was in the queue while the recording went on.
+            let first = try #require(times.first { $0.0.id == segments.first?.id })
+            #expect(first.1 < ended - .milliseconds(1200), "\(kind) segment 0 queued at \(first.1), the capture ended at \(ended)")
+            // Each segment is a whole file of its own.
+            for segment in segments {
+                let out = state + "/check-\(segment.id)"
+                try queue.decrypt(segment, to: out)
+                let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: out)))
+                try? FileManager.default.removeItem(atPath: out)
+                #expect(bytes.prefix(4).elementsEqual("RIFF".utf8) && bytes[8..<12].elementsEqual((kind == .audio ? "WAVE" : "AVI ").utf8))
+                let riffSize = Int(bytes[4]) | Int(bytes[5]) << 8 | Int(bytes[6]) << 16 | Int(bytes[7]) << 24
+                #expect(riffSize + 8 == bytes.count, "\(kind) segment \(segment.segment?.sequence ?? -1): RIFF size \(riffSize + 8) of \(bytes.count)")
+            }
+        }
+        let audio = items.filter { $0.kind == .audio }.compactMap { $0.segment?.durationSeconds }
+        #expect(audio.map { ($0 * 10).rounded() } == [10, 10, 10], "\(audio)")
+        let video = items.filter { $0.kind == .video }.compactMap { $0.segment?.durationSeconds }
+        #expect(video.map { ($0 * 10).rounded() } == [10, 10, 5], "\(video)")
+        // Audio and video at the same time: the whole took about the longer of the two plus the
+        // photo, not their sum.
+        #expect(ended < .milliseconds(5500), "the capture took \(ended)")
+        await camera.close()
+        await microphone.close()
+        await location.close()
+    }
+
+    @Test func aSignOutEndsTheRecordingAtTheNextSegment() async throws {
+        let state = scratchDirectory("signout")
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let queue = try openQueue(state)
+        let (camera, microphone, location) = try await fakeDevices(state)
+        var capture = EvidenceCapture(queue: queue, camera: nil, microphone: microphone, location: location)
+        capture.audioDuration = .seconds(30)
+        capture.liveFixWait = .milliseconds(100)
+        // Signed in while the second segment starts, signed out before the third.
+        let asked = Mutex(0)
+        capture.keepRecording = { asked.withLock { $0 += 1; return $0 < 2 } }
+        let start = ContinuousClock.now
+        let items = await capture.captureInSegments(incidentId: "incident-2", note: "n", segmentLength: .milliseconds(500))
+        #expect(items.filter { $0.kind == .audio }.count == 2)
+        #expect(ContinuousClock.now - start < .seconds(5))
+        // No camera: the error item says so, and the rest went on.
+        #expect(items.contains { $0.failedKind == .video } && items.contains { $0.failedKind == .photo })
+        await camera.close()
+        await microphone.close()
+        await location.close()
+    }
+
+    func evidence(_ sequence: Int, sha: String, previous: String?, recording: String = "r") -> LabState.Evidence {
+        LabState.Evidence(evidenceId: "e\(sequence)\(sha)", incidentId: "i", kind: "AUDIO", key: "k\(sequence)\(sha)", size: 1, sha256: sha, finalizeCalls: 1,
+                          segment: EvidenceSegment(recording: recording, sequence: sequence, startedAtMs: 0, durationMs: 1000, previousSha256: previous))
+    }
+
+    @Test func theLabServersChainCheckFindsAMissingARepeatedAndAnAlteredSegment() {
+        let whole = [evidence(2, sha: "c", previous: "b"), evidence(0, sha: "a", previous: nil), evidence(1, sha: "b", previous: "a")]
+        #expect(LabState.recordings(of: whole) == [.init(recording: "r", incidentId: "i", kind: "AUDIO", segments: 3, seconds: 3, problems: [])],
+                "arrival order does not matter")
+        let missing = [evidence(0, sha: "a", previous: nil), evidence(2, sha: "c", previous: "b")]
+        #expect(LabState.recordings(of: missing).first?.problems == ["segment 1 is missing"])
+        let repeated = whole + [evidence(1, sha: "x", previous: "a")]
+        #expect(LabState.recordings(of: repeated).first?.problems == ["segment 1 arrived twice"])
+        let altered = [evidence(0, sha: "a", previous: nil), evidence(1, sha: "B", previous: "a"), evidence(2, sha: "c", previous: "b")]
+        #expect(LabState.recordings(of: altered).first?.problems == ["segment 2 does not follow segment 1 (its SHA-256 is not the one named)"])
+        let headless = [evidence(0, sha: "a", previous: "z")]
+        #expect(LabState.recordings(of: headless).first?.problems.count == 1, "a first segment names no predecessor")
+    }
+
+    @Test func segmentsReachTheLabServerWithTheirChainIntact() async throws {
+        let state = scratchDirectory("upload")
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        var configuration = LabServer.Configuration(directory: scratchDirectory("lab"))
+        configuration.port = 0
+        let server = try LabServer(configuration)
+        try server.addTenant(key: EvidenceQueueTests.tenantKey, name: "Flows")
+        let lab = try await server.start()
+        defer { Task { await lab.stop() } }
+        let queue = try openQueue(state)
+        let (camera, microphone, location) = try await fakeDevices(state)
+        var capture = EvidenceCapture(queue: queue, camera: camera, microphone: microphone, location: location)
+        capture.audioDuration = .milliseconds(2500)
+        capture.video = VideoRequest(duration: .seconds(2), width: 160, height: 120, framesPerSecond: 10)
+        capture.liveFixWait = .milliseconds(100)
+        let uploader = EvidenceQueueTests().uploader(queue, lab)
+        _ = await capture.captureInSegments(incidentId: "incident-3", note: "n", segmentLength: .seconds(1))
+        let report = try await uploader.flush()
+        #expect(report.deferred.isEmpty, "\(report.deferred)")
+        let labState = try server.state(tenantKey: EvidenceQueueTests.tenantKey)
+        let recordings = try #require(labState.recordings)
+        #expect(recordings.map(\.kind).sorted() == ["AUDIO", "VIDEO"])
+        #expect(recordings.allSatisfy { $0.problems.isEmpty }, "\(recordings)")
+        #expect(recordings.first { $0.kind == "AUDIO" }?.segments == 3 && recordings.first { $0.kind == "VIDEO" }?.segments == 2)
+        #expect(abs((recordings.first { $0.kind == "AUDIO" }?.seconds ?? 0) - 2.5) < 0.05)
+        await camera.close()
+        await microphone.close()
+        await location.close()
+    }
+}
