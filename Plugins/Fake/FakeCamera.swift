@@ -5,6 +5,9 @@ import Foundation
 /// frame counter band, encoded as a real baseline JPEG of the requested size.
 actor FakeCamera: Camera {
     nonisolated let deviceName: String
+    /// Records at the request's frame rate, as a camera does (`realtime`); otherwise as fast
+    /// as frames are made (flows and demos).
+    nonisolated let realtime: Bool
     private var frameNumber = 0
 
     static let offeredFormats: [CameraFormat] = [
@@ -13,8 +16,9 @@ actor FakeCamera: Camera {
         CameraFormat(pixelFormat: "MJPG", width: 1280, height: 720, framesPerSecond: [15]),
     ]
 
-    init(deviceName: String) {
+    init(deviceName: String, realtime: Bool = false) {
         self.deviceName = deviceName
+        self.realtime = realtime
     }
 
     func formats() async throws -> [CameraFormat] { Self.offeredFormats }
@@ -36,15 +40,19 @@ actor FakeCamera: Camera {
     }
 
     /// Writes `duration × framesPerSecond` frames of the test pattern (its band changes
-    /// shade each frame) without waiting in real time: the fake kit is for flows and demos.
+    /// shade each frame), each at its time when `realtime`, else without waiting.
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: "camera \(deviceName)")
         let frames = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
         let writer = try MJPEGAVIWriter(path: path, width: request.width, height: request.height)
         let encoder = BaselineJPEGEncoder(quality: request.quality)
         var full: MJPEGAVIWriter.Full?
-        for _ in 0..<frames {
+        let start = ContinuousClock.now
+        for index in 0..<frames {
             try Task.checkCancellation()
+            if realtime {
+                try await sleepCancellable(until: start + .microseconds(index * 1_000_000 / request.framesPerSecond), subject: "camera \(deviceName)")
+            }
             frameNumber += 1
             let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
             let jpeg = encoder.encode(rgb: pixels, width: request.width, height: request.height)

@@ -12,7 +12,8 @@ public enum FakePlugin {
             .location: locationParameters,
             .nfcReader: nfcReaderParameters,
             .nfcEmulator: nfcEmulatorParameters,
-            .camera: [deviceParameter],
+            .camera: [deviceParameter,
+                      ParameterSpec("realtime", .boolean, help: "record video at its frame rate, as a camera does (default false: as fast as frames are made)")],
             .microphone: microphoneParameters,
             .speaker: outputParameters,
             .haptics: outputParameters,
@@ -100,7 +101,7 @@ public enum FakePlugin {
             return .nfcEmulator(FakeNFCTagEmulator(deviceName: device, reader: reader,
                                                    readAfterMilliseconds: parameters.integer("read_after_ms") ?? 300))
         case .camera:
-            return .camera(FakeCamera(deviceName: device))
+            return .camera(FakeCamera(deviceName: device, realtime: parameters.boolean("realtime") ?? false))
         case .microphone:
             return .microphone(try openMicrophone(device, parameters, context))
         case .speaker:

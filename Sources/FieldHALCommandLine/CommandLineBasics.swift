@@ -66,6 +66,14 @@ public enum BuiltinConfiguration {
     """
 }
 
+extension BuiltinConfiguration {
+    /// The same kit with the camera and the microphone in real time (a recording takes as long
+    /// as it lasts): for measurements in which time is the point (`bench seizure`).
+    public static let realTimeText = text
+        .replacingOccurrences(of: "[camera]\nplugin = \"fake\"\n", with: "[camera]\nplugin = \"fake\"\nrealtime = true\n")
+        .replacingOccurrences(of: "[microphone]\nplugin = \"fake\"\nrealtime = false\n", with: "[microphone]\nplugin = \"fake\"\nrealtime = true\n")
+}
+
 /// Which configuration a command runs with, and where the daemon's socket is for it.
 public enum CommandLineConfiguration {
     /// What `--config` or `FIELDHAL_CONFIG` names to ask for the built-in fake kit.

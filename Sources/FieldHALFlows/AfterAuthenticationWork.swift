@@ -172,18 +172,7 @@ public struct AfterAuthenticationWork: Sendable {
         capture.silent = true
         capture.segmentLength = settings.segment
         capture.keepRecording = { [sessions] in (try? sessions.load())?.sessionId == record.sessionId }
-        // Each item goes up as it enters the queue, while the recording goes on (issue 19):
-        // a kit taken mid-recording has already sent what it recorded before.
-        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        capture.queued = { _ in wake.yield() }
-        let uploader = EvidenceUploader(client: client, queue: queue)
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await _ in wakeups { _ = try? await uploader.flush() }
-            }
-            _ = await capture.captureDuressEvidence(for: record)
-            wake.finish()
-        }
+        _ = await capture.captureDuressEvidence(for: record, uploadingWith: EvidenceUploader(client: client, queue: queue))
         await lease.release()
     }
 }

@@ -253,7 +253,8 @@ public final class LabStore: Sendable {
                                   segment: (row["recording"] as String?).map {
                                       EvidenceSegment(recording: $0, sequence: row["sequence"], startedAtMs: row["startedAtMs"],
                                                       durationMs: row["durationMs"], previousSha256: row["previousSha256"])
-                                  })
+                                  },
+                                  finalizedAtMs: row["at"])
             }
             return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence, recordings: LabState.recordings(of: evidence))
         }

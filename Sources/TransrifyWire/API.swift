@@ -268,10 +268,12 @@ public struct LabState: Codable, Sendable {
         public var evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int
         /// Where it stands in a recording sent in segments, when it is one.
         public var segment: EvidenceSegment?
+        /// When the server confirmed it (its first finalize), milliseconds since 1970.
+        public var finalizedAtMs: Int64?
         public init(evidenceId: String, incidentId: String, kind: String, key: String, size: Int64, sha256: String, finalizeCalls: Int,
-                    segment: EvidenceSegment? = nil) {
+                    segment: EvidenceSegment? = nil, finalizedAtMs: Int64? = nil) {
             (self.evidenceId, self.incidentId, self.kind, self.key) = (evidenceId, incidentId, kind, key)
-            (self.size, self.sha256, self.finalizeCalls, self.segment) = (size, sha256, finalizeCalls, segment)
+            (self.size, self.sha256, self.finalizeCalls, self.segment, self.finalizedAtMs) = (size, sha256, finalizeCalls, segment, finalizedAtMs)
         }
     }
 

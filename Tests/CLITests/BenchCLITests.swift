@@ -23,6 +23,28 @@ struct BenchCLITests {
                 "\(result.stdout)")
     }
 
+    /// Issue 19's seizure benchmark on the fake kit: both pipelines put every item on the lab
+    /// server, and the segments' first audio is confirmed before the whole file's (the latter
+    /// waits for the photo, then the audio, then the video, then the uploads).
+    @Test func seizureRunsBothPipelinesAgainstTheLabServer() async throws {
+        let result = try await CLI.run(["bench", "seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
+                                        "--fps", "10", "--taken-at", "2,9", "--json"])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let runs = report?["runs"] as? [[String: Any]] ?? []
+        #expect(runs.map { $0["pipeline"] as? String } == ["segments", "whole"], "\(result.stdout)")
+        for run in runs {
+            #expect((run["items"] as? Int ?? 0) >= 5 && run["items"] as? Int == run["itemsConfirmed"] as? Int, "\(run)")
+            let taken = run["takenAt"] as? [[String: Any]] ?? []
+            // Long after the recordings ended everything recorded is on the server.
+            #expect((taken.last?["lostAudio"] as? Double).map { $0 < 0.01 } == true && (taken.last?["lostVideo"] as? Double).map { $0 < 0.01 } == true, "\(run)")
+        }
+        let segmentsAudio = runs.first?["firstAudioConfirmedSeconds"] as? Double ?? .infinity
+        let wholeAudio = runs.last?["firstAudioConfirmedSeconds"] as? Double ?? 0
+        #expect(segmentsAudio < wholeAudio, "first audio: segments \(segmentsAudio) s, whole \(wholeAudio) s")
+        #expect((report?["firstAudioConfirmedRatio"] as? Double ?? 0) > 1, "\(result.stdout)")
+    }
+
     /// The gpsd and libnfc backends in process and out of process (a plugin process), and
     /// the plugin process at rest.
     @Test func pluginsMeasuresBothWaysAndTheProcessAtRest() async throws {

@@ -255,6 +255,23 @@ struct FakeMediaTests {
         }
     }
 
+    /// `realtime = true` paces the frames at the request's rate (bench seizure times with it);
+    /// by default a clip is made as fast as the frames are.
+    @Test func aRealTimeCameraTakesAsLongAsItsClip() async throws {
+        let directory = NSTemporaryDirectory() + "fieldhal-fake-video-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let request = VideoRequest(duration: .milliseconds(800), width: 32, height: 32, framesPerSecond: 10)
+        for realtime in [true, false] {
+            guard case .camera(let camera) = try await open(.camera, ["realtime": .boolean(realtime)]) else { throw SimulatedFailure() }
+            let start = ContinuousClock.now
+            let video = try await camera.recordVideo(request, to: directory + "/clip.avi")
+            let took = ContinuousClock.now - start
+            #expect(video.frames == 8)
+            #expect(realtime ? took >= .milliseconds(700) : took < .milliseconds(700), "realtime \(realtime): \(took)")
+        }
+    }
+
     @Test func cameraRejectsImpossibleSizes() async throws {
         guard case .camera(let camera) = try await open(.camera) else { throw SimulatedFailure() }
         await #expect { try await camera.captureStill(PhotoRequest(width: 8, height: 8)) } throws: { ($0 as? FieldHALError)?.kind == .unsupported }

@@ -95,12 +95,17 @@ struct SegmentedEvidenceTests {
             // The first segment was in the queue while the recording went on.
             let first = try #require(times.first { $0.0.id == segments.first?.id })
             #expect(first.1 < ended - .milliseconds(1200), "\(kind) segment 0 queued at \(first.1), the capture ended at \(ended)")
-            // Each segment is a whole file of its own.
+            // Each segment is a whole file of its own, which ffprobe reads to its length.
             for segment in segments {
-                let out = state + "/check-\(segment.id)"
+                let out = state + "/check-\(segment.id)." + (kind == .audio ? "wav" : "avi")
                 try queue.decrypt(segment, to: out)
                 let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: out)))
+                let probe = try await ToolProcess.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", out],
+                                                      subject: "ffprobe", timeout: .seconds(30))
                 try? FileManager.default.removeItem(atPath: out)
+                let probed = Double(probe.standardOutput.first?.trimmingCharacters(in: .whitespaces) ?? "") ?? -1
+                #expect(probe.status == 0 && abs(probed - (segment.segment?.durationSeconds ?? 0)) < 0.15,
+                        "ffprobe: \(kind) segment \(segment.segment?.sequence ?? -1) lasts \(probed) s of \(segment.segment?.durationSeconds ?? 0) (\(probe.standardError))")
                 #expect(bytes.prefix(4).elementsEqual("RIFF".utf8) && bytes[8..<12].elementsEqual((kind == .audio ? "WAVE" : "AVI ").utf8))
                 let riffSize = Int(bytes[4]) | Int(bytes[5]) << 8 | Int(bytes[6]) << 16 | Int(bytes[7]) << 24
                 #expect(riffSize + 8 == bytes.count, "\(kind) segment \(segment.segment?.sequence ?? -1): RIFF size \(riffSize + 8) of \(bytes.count)")

@@ -40,11 +40,46 @@ public struct EvidenceCapture: Sendable {
 
     /// Limited mode's capture (Req 19, 21): every kind, filed under the duress alert's
     /// incident (the session's, if the alert has not gone out yet).
-    public func captureDuressEvidence(for record: SessionRecord) async -> [EvidenceItem] {
+    /// With an `uploader`, each item goes up as it enters the queue, while the recording goes
+    /// on (issue 19): a kit taken mid-recording has already sent what it recorded before.
+    public func captureDuressEvidence(for record: SessionRecord, uploadingWith uploader: EvidenceUploader? = nil) async -> [EvidenceItem] {
         let note = "Duress sign-in by \(record.customerRef) at \(ISO8601DateFormatter().string(from: record.signedInAt))."
-        let incidentId = record.alertId ?? record.sessionId
+        return await captureIncident(record.alertId ?? record.sessionId, note: note, uploadingWith: uploader)
+    }
+
+    /// Every kind for one incident: in segments (`segmentLength`) or the whole-file pipeline,
+    /// with the uploads beside it when an `uploader` is given.
+    public func captureIncident(_ incidentId: String, note: String, uploadingWith uploader: EvidenceUploader? = nil) async -> [EvidenceItem] {
+        guard let uploader else { return await captureEveryKind(incidentId, note: note) }
+        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        var capture = self
+        let heard = queued
+        capture.queued = { item in
+            heard(item)
+            wake.yield()
+        }
+        return await withTaskGroup(of: [EvidenceItem].self) { group in
+            group.addTask {
+                for await _ in wakeups { _ = try? await uploader.flush() }
+                return []
+            }
+            let items = await capture.captureEveryKind(incidentId, note: note)
+            wake.finish()
+            await group.waitForAll()
+            return items
+        }
+    }
+
+    private func captureEveryKind(_ incidentId: String, note: String) async -> [EvidenceItem] {
         guard let segmentLength else {
-            return await capture([.text, .nearby, .photo, .audio, .video], incidentId: incidentId, note: note)
+            // Each item as it is queued, here too (the uploader beside it hears them).
+            var items: [EvidenceItem] = []
+            for kind in [EvidenceKind.text, .nearby, .photo, .audio, .video] {
+                let captured = await capture([kind], incidentId: incidentId, note: note)
+                captured.forEach(queued)
+                items += captured
+            }
+            return items
         }
         return await captureInSegments(incidentId: incidentId, note: note, segmentLength: segmentLength)
     }

@@ -1,0 +1,214 @@
+import ArgumentParser
+import FieldHAL
+import FieldHALFlows
+import FieldHALVault
+import Foundation
+import Transrify
+import FieldHALCommandLine
+
+/// `fieldhal bench seizure` (issue 19): how soon the evidence of a duress capture is on the
+/// server, and how much of a recording a kit taken at t seconds has already sent. The same
+/// capture runs twice on the kit's devices against a private lab server: in segments with the
+/// uploads beside it (what limited mode does now), and the whole-file pipeline with the
+/// uploads after it (what it did before; `evidence_segment_seconds = 0`).
+struct SeizureBench: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(
+        commandName: "seizure",
+        abstract: "Time from a duress verdict to evidence on the server, segments vs whole files; what a kit taken at t has sent.",
+        discussion: """
+        Starts fieldhal-labserver on 127.0.0.1, then runs the duress capture on the kit's camera, \
+        microphone and GPS (the built-in fake kit unless --config names another: the fake's \
+        devices run in real time) twice: "segments" (audio beside photo and video, in segments of \
+        --segment-seconds, each uploaded as it closes) and "whole" (each kind in turn as one \
+        file, uploaded after). Both record --seconds of audio and of video at \
+        --width x --height and --fps. From the times the server confirmed each item (its \
+        finalize), it reports the time from the verdict to the first item, the first audio and \
+        the first video confirmed, and for each --taken-at time t: the seconds of audio and video \
+        recorded by t and those confirmed on the server by t — what is left if the kit is \
+        destroyed or cut off at t. Exit 0 when both runs put every item on the server.
+        """)
+    static var fakeKitUnlessConfigured: Bool { true }
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "Seconds of audio and of video recorded.") var seconds = 20
+    @Option(help: "Segment length in seconds (the segments run).") var segmentSeconds = 4
+    @Option(help: "Video size and rate.") var width = 640
+    @Option(help: "Video size and rate.") var height = 480
+    @Option(help: "Video size and rate.") var fps = 30
+    @Option(help: "Times after the verdict (seconds, comma-separated) at which to count what was sent.")
+    var takenAt = "2,5,10,20,30"
+    @Option(help: "Which pipelines: segments, whole, or both.") var pipelines = "both"
+    /// `--json` is the global option's.
+    var json: Bool { global.json }
+
+    struct Run: Encodable {
+        var pipeline: String
+        var captureSeconds: Double
+        var items: Int
+        var itemsConfirmed: Int
+        var firstConfirmedSeconds, firstAudioConfirmedSeconds, firstVideoConfirmedSeconds: Double?
+        var allConfirmedSeconds: Double?
+        var takenAt: [TakenAt]
+    }
+
+    struct TakenAt: Encodable {
+        var seconds: Double
+        var audioRecorded, audioConfirmed, videoRecorded, videoConfirmed: Double
+        var lostAudio: Double { max(0, audioRecorded - audioConfirmed) }
+        var lostVideo: Double { max(0, videoRecorded - videoConfirmed) }
+        enum CodingKeys: String, CodingKey { case seconds, audioRecorded, audioConfirmed, videoRecorded, videoConfirmed, lostAudio, lostVideo }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(seconds, forKey: .seconds)
+            try container.encode(audioRecorded, forKey: .audioRecorded)
+            try container.encode(audioConfirmed, forKey: .audioConfirmed)
+            try container.encode(videoRecorded, forKey: .videoRecorded)
+            try container.encode(videoConfirmed, forKey: .videoConfirmed)
+            try container.encode(lostAudio, forKey: .lostAudio)
+            try container.encode(lostVideo, forKey: .lostVideo)
+        }
+    }
+
+    struct Report: Encodable {
+        var seconds: Int
+        var segmentSeconds: Int
+        var video: String
+        var runs: [Run]
+        /// Whole-file's first evidence time over the segments' (how many times sooner).
+        var firstConfirmedRatio: Double?
+        var firstAudioConfirmedRatio: Double?
+        var firstVideoConfirmedRatio: Double?
+    }
+
+    func execute(_ environment: Environment) async throws {
+        guard seconds > 0, seconds <= 600, segmentSeconds > 0, segmentSeconds <= 60 else {
+            throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--seconds must be 1–600 and --segment-seconds 1–60")
+        }
+        let times = takenAt.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+        guard !times.isEmpty, times.allSatisfy({ $0 > 0 }) else {
+            throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--taken-at must be positive seconds, comma-separated, e.g. 2,5,10")
+        }
+        let chosen: [String] = switch pipelines {
+        case "both": ["segments", "whole"]
+        case "segments", "whole": [pipelines]
+        default: throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--pipelines must be segments, whole or both")
+        }
+        let scratch = try ScratchDirectory.make("fieldhal-bench-seizure")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let lab = try LabProcess.start(directory: scratch + "/lab")
+        defer { lab.stop() }
+        let kit = try await Self.kit(environment)
+        defer { Task { await kit.close() } }
+        let progress = Progress(enabled: !json && isatty(STDERR_FILENO) == 1)
+        var runs: [Run] = []
+        for pipeline in chosen {
+            progress.say("\(pipeline): recording \(seconds) s of audio and video…")
+            runs.append(try await measure(pipeline, kit: kit, lab: lab, scratch: scratch + "/" + pipeline, times: times))
+        }
+        let segments = runs.first { $0.pipeline == "segments" }, whole = runs.first { $0.pipeline == "whole" }
+        func ratio(_ path: KeyPath<Run, Double?>) -> Double? {
+            guard let fast = segments?[keyPath: path], let slow = whole?[keyPath: path], fast > 0 else { return nil }
+            return slow / fast
+        }
+        let report = Report(seconds: seconds, segmentSeconds: segmentSeconds, video: "\(width)x\(height) at \(fps)", runs: runs,
+                            firstConfirmedRatio: ratio(\.firstConfirmedSeconds), firstAudioConfirmedRatio: ratio(\.firstAudioConfirmedSeconds),
+                            firstVideoConfirmedRatio: ratio(\.firstVideoConfirmedSeconds))
+        try Output.emit(report, json: json) { Self.text(report) }
+        if runs.contains(where: { $0.itemsConfirmed < $0.items }) {
+            throw ExitCode(70)  // EX_SOFTWARE: evidence that never reached the server
+        }
+    }
+
+    /// The configured kit; the built-in fake kit with its camera and microphone in real time.
+    static func kit(_ environment: Environment) async throws -> Kit {
+        let wanted: Set<Capability> = [.location, .camera, .microphone]
+        guard environment.configuration.file == BuiltinConfiguration.label else { return await environment.loadKit(only: wanted) }
+        let configuration = try KitConfiguration.parse(BuiltinConfiguration.realTimeText, file: BuiltinConfiguration.label,
+                                                       directory: environment.configuration.directory, registry: environment.registry,
+                                                       settings: Environment.settings)
+        return await Kit.load(configuration, registry: environment.registry,
+                              context: PluginContext(configDirectory: configuration.directory, stateDirectory: environment.stateDirectory.path),
+                              only: wanted)
+    }
+
+    private func measure(_ pipeline: String, kit: Kit, lab: LabProcess, scratch: String, times: [Double]) async throws -> Run {
+        let state = StateDirectory(path: scratch)
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let queue = try EvidenceQueue(stateDirectory: state, vault: try Vault(stateDirectory: state))
+        let client = TransrifyClient(baseURL: lab.baseURL, tenantKey: lab.tenantKey)
+        var capture = EvidenceCapture(queue: queue, kit: kit)
+        capture.silent = true
+        capture.audioDuration = .seconds(seconds)
+        capture.video = VideoRequest(duration: .seconds(seconds), width: width, height: height, framesPerSecond: fps)
+        capture.segmentLength = pipeline == "segments" ? .seconds(segmentSeconds) : nil
+        let incident = "bench-\(pipeline)-\(UUID().uuidString.prefix(8).lowercased())"
+        let uploader = EvidenceUploader(client: client, queue: queue)
+        let verdict = Date()
+        let started = ContinuousClock.now
+        let items = await capture.captureIncident(incident, note: "bench seizure", uploadingWith: pipeline == "segments" ? uploader : nil)
+        let captureSeconds = (ContinuousClock.now - started).seconds
+        await uploader.uploadUntilDone(within: .seconds(120))
+        let server = try await client.labState().evidence.filter { $0.incidentId == incident }
+        // A segment by its place (a steady tone's segments are alike byte for byte), anything
+        // else by its digest.
+        func confirmedAt(_ item: EvidenceItem) -> Double? {
+            let match = server.first { stored in
+                if let segment = item.segment {
+                    return stored.segment?.recording == segment.recording && stored.segment?.sequence == segment.sequence
+                }
+                return stored.segment == nil && stored.sha256 == item.sha256 && stored.size == item.size
+            }
+            return match?.finalizedAtMs.map { Double($0) / 1000 - verdict.timeIntervalSince1970 }
+        }
+        let confirmed = items.compactMap { item in confirmedAt(item).map { (item, $0) } }
+        func first(_ kind: EvidenceKind?) -> Double? {
+            confirmed.filter { kind == nil || ($0.0.kind == kind && $0.0.failedKind == nil) }.map(\.1).min()
+        }
+        // A recording's seconds: a segment's own, or the whole file's (read back from its
+        // header would need the plaintext; the request's length is what was recorded).
+        func length(_ item: EvidenceItem) -> Double { item.segment?.durationSeconds ?? Double(seconds) }
+        func start(_ item: EvidenceItem) -> Double {
+            item.segment.map { $0.startedAt.timeIntervalSince(verdict) } ?? (item.createdAt.timeIntervalSince(verdict) - length(item))
+        }
+        let taken = times.map { t in
+            func recorded(_ kind: EvidenceKind) -> Double {
+                items.filter { $0.kind == kind && $0.failedKind == nil }.reduce(0) { $0 + min(length($1), max(0, t - start($1))) }
+            }
+            func sent(_ kind: EvidenceKind) -> Double {
+                confirmed.filter { $0.0.kind == kind && $0.0.failedKind == nil && $0.1 <= t }.reduce(0) { $0 + length($1.0) }
+            }
+            return TakenAt(seconds: t, audioRecorded: recorded(.audio), audioConfirmed: sent(.audio), videoRecorded: recorded(.video), videoConfirmed: sent(.video))
+        }
+        return Run(pipeline: pipeline, captureSeconds: captureSeconds, items: items.count, itemsConfirmed: confirmed.count,
+                   firstConfirmedSeconds: first(nil), firstAudioConfirmedSeconds: first(.audio), firstVideoConfirmedSeconds: first(.video),
+                   allConfirmedSeconds: confirmed.count == items.count ? confirmed.map(\.1).max() : nil, takenAt: taken)
+    }
+
+    static func text(_ report: Report) -> String {
+        func time(_ value: Double?) -> String { value.map { String(format: "%.2f s", $0) } ?? "never" }
+        var lines = ["duress capture: \(report.seconds) s of audio and of video (\(report.video)), segments of \(report.segmentSeconds) s"]
+        for run in report.runs {
+            lines.append("\n\(run.pipeline): capture \(String(format: "%.1f", run.captureSeconds)) s, \(run.itemsConfirmed) of \(run.items) items confirmed")
+            lines.append("  first item confirmed \(time(run.firstConfirmedSeconds)) after the verdict; first audio \(time(run.firstAudioConfirmedSeconds)); first video \(time(run.firstVideoConfirmedSeconds)); all \(time(run.allConfirmedSeconds))")
+            lines.append("  taken at   audio recorded / on the server   video recorded / on the server")
+            for taken in run.takenAt {
+                lines.append(String(format: "  %5.0f s   %7.1f s / %5.1f s (lost %4.1f)        %7.1f s / %5.1f s (lost %4.1f)",
+                                    taken.seconds, taken.audioRecorded, taken.audioConfirmed, taken.lostAudio,
+                                    taken.videoRecorded, taken.videoConfirmed, taken.lostVideo))
+            }
+        }
+        func ratio(_ value: Double?) -> String { value.map { String(format: "%.1f×", $0) } ?? "n/a" }
+        if report.runs.count == 2 {
+            lines.append("\nsegments vs whole files: first evidence \(ratio(report.firstConfirmedRatio)) sooner, first audio \(ratio(report.firstAudioConfirmedRatio)), first video \(ratio(report.firstVideoConfirmedRatio))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// One line on stderr at a terminal: the runs take a while.
+    struct Progress {
+        var enabled: Bool
+        func say(_ text: String) {
+            guard enabled else { return }
+            FileHandle.standardError.write(Data((text + "\n").utf8))
+        }
+    }
+}
