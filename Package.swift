@@ -263,7 +263,7 @@ let package = Package(
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALFlows", "FieldHALVault", "Transrify", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
