@@ -33,14 +33,7 @@ struct SegmentedEvidenceLabTests {
         capture.audioDuration = .seconds(3)
         capture.video = VideoRequest(duration: .seconds(3), width: 640, height: 480, framesPerSecond: 30)
         let started = ContinuousClock.now
-        let scanning = Task.detached {
-            var found: [String] = []
-            while !Task.isCancelled {
-                found += Self.filesWithPlaintext(under: state)
-                try? await Task.sleep(for: .milliseconds(200))
-            }
-            return found
-        }
+        let scanning = PlaintextScan.watch(state, every: .milliseconds(200))
         let items = await capture.captureInSegments(incidentId: "lab", note: "kernel lab", segmentLength: .seconds(1))
         let took = ContinuousClock.now - started
         scanning.cancel()
@@ -79,19 +72,5 @@ struct SegmentedEvidenceLabTests {
         print("segments on vivid and snd-aloop (\(way)): capture \(took), \(items.count) items; \(timeline.joined(separator: "; "))")
         await camera.close()
         await microphone.close()
-    }
-
-    /// A WAV's and an AVI's headers and a JPEG's JFIF segment: plaintext of what the devices record.
-    static let markers = [Array("WAVEfmt ".utf8), Array("AVI LIST".utf8), Array("JFIF\0".utf8)]
-
-    static func filesWithPlaintext(under directory: String) -> [String] {
-        guard let names = FileManager.default.enumerator(atPath: directory)?.allObjects as? [String] else { return [] }
-        return names.filter { name in
-            guard let data = FileManager.default.contents(atPath: directory + "/" + name) else { return false }
-            let bytes = [UInt8](data)
-            return markers.contains { marker in
-                bytes.count >= marker.count && (0...(bytes.count - marker.count)).contains { bytes[$0..<($0 + marker.count)].elementsEqual(marker) }
-            }
-        }
     }
 }

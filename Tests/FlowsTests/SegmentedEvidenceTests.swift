@@ -31,22 +31,6 @@ struct SegmentedEvidenceTests {
         "interval_ms": .integer(300),
     ])
 
-    /// Plaintext markers of what the fake devices record: a WAV's and an AVI's headers and a
-    /// JPEG's JFIF segment. In sealed bytes each appears by chance about once in 2^64 tries.
-    static let plaintextMarkers = [Array("WAVEfmt ".utf8), Array("AVI LIST".utf8), Array("JFIF\0".utf8)]
-
-    /// Every file under `directory` that holds one of the markers.
-    static func filesWithPlaintext(under directory: String) -> [String] {
-        guard let names = FileManager.default.enumerator(atPath: directory)?.allObjects as? [String] else { return [] }
-        return names.filter { name in
-            guard let data = FileManager.default.contents(atPath: directory + "/" + name) else { return false }
-            let bytes = [UInt8](data)
-            return plaintextMarkers.contains { marker in
-                bytes.count >= marker.count && (0...(bytes.count - marker.count)).contains { bytes[$0..<($0 + marker.count)].elementsEqual(marker) }
-            }
-        }
-    }
-
     @Test func audioAndVideoGoIntoTheQueueInChainedSegmentsWhileTheyRecord() async throws {
         let state = scratchDirectory("segments")
         defer { try? FileManager.default.removeItem(atPath: state) }
@@ -60,19 +44,12 @@ struct SegmentedEvidenceTests {
         let arrivals = Mutex<[(EvidenceItem, Duration)]>([])
         capture.queued = { item in arrivals.withLock { $0.append((item, ContinuousClock.now - start)) } }
         // A scan of the state directory, again and again while the recording goes on.
-        let scanning = Task.detached {
-            var found: [String] = []
-            while !Task.isCancelled {
-                found += Self.filesWithPlaintext(under: state)
-                try? await Task.sleep(for: .milliseconds(100))
-            }
-            return found
-        }
+        let scanning = PlaintextScan.watch(state, every: .milliseconds(100))
         let items = await capture.captureInSegments(incidentId: "incident-1", note: "a note", segmentLength: .seconds(1))
         let ended = ContinuousClock.now - start
         scanning.cancel()
         #expect(await scanning.value.isEmpty, "plaintext evidence on disk")
-        #expect(Self.filesWithPlaintext(under: state).isEmpty)
+        #expect(PlaintextScan.files(under: state).isEmpty)
 
         let kinds = items.map(\.kind)
         #expect(kinds.filter { $0 == .audio }.count == 3 && kinds.filter { $0 == .video }.count == 3, "\(kinds)")
@@ -118,6 +95,22 @@ struct SegmentedEvidenceTests {
         // Audio and video at the same time: the whole took about the longer of the two plus the
         // photo, not their sum.
         #expect(ended < .milliseconds(5500), "the capture took \(ended)")
+        await camera.close()
+        await microphone.close()
+        await location.close()
+    }
+
+    /// The scan the tests above rely on finds what the old pipeline left: a recording in a
+    /// scratch file, as the fake devices write it.
+    @Test func thePlaintextScanFindsARecordingOnDisk() async throws {
+        let state = scratchDirectory("scan")
+        try FileManager.default.createDirectory(atPath: state + "/evidence", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let (camera, microphone, location) = try await fakeDevices(state)
+        #expect(PlaintextScan.files(under: state).isEmpty)
+        _ = try await microphone.record(RecordingRequest(duration: .milliseconds(100)), to: state + "/evidence/.capture-1.wav")
+        _ = try await camera.recordVideo(VideoRequest(duration: .milliseconds(200), width: 32, height: 32, framesPerSecond: 10), to: state + "/.capture-2.avi")
+        #expect(PlaintextScan.files(under: state).sorted() == [".capture-2.avi", "evidence/.capture-1.wav"])
         await camera.close()
         await microphone.close()
         await location.close()
