@@ -133,9 +133,11 @@ public final class AtomicFileWriter {
         return true
     }
 
-    /// The file was written where it is: only the writer's own descriptor is left to close.
+    /// The file was written where it is: only the writer's own descriptor is left to sync
+    /// (nothing to do for a memfd; a disk file passed this way is made durable too) and close.
     private func commitInPlace() throws {
         try inject(.wroteAll)
+        guard fsync(descriptor) == 0 || errno == EINVAL || errno == EROFS else { throw Self.ioError(path, "fsync") }
         guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
         descriptor = -1
         committed = true

@@ -194,12 +194,12 @@ public struct EvidenceCapture: Sendable {
             return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg, silent: silent)
         case .audio:
             guard let microphone else { throw Self.missing("microphone") }
-            return try await captureInMemory(.audio, "wav", contentType: "audio/wav", incidentId: incidentId) { scratch in
+            return try await captureInMemory(.audio, contentType: "audio/wav", incidentId: incidentId) { scratch in
                 _ = try await microphone.record(RecordingRequest(duration: audioDuration), to: scratch)
             }
         case .video:
             guard let camera else { throw Self.missing("camera") }
-            return try await captureInMemory(.video, "avi", contentType: "video/x-msvideo", incidentId: incidentId) { scratch in
+            return try await captureInMemory(.video, contentType: "video/x-msvideo", incidentId: incidentId) { scratch in
                 _ = try await camera.recordVideo(video, to: scratch)
             }
         case .text:
@@ -213,9 +213,9 @@ public struct EvidenceCapture: Sendable {
 
     /// Records into a file in memory (`MemoryFile`), then seals it into the queue: the
     /// recording never reaches the disk in plaintext, and a kill leaves nothing behind.
-    private func captureInMemory(_ kind: EvidenceKind, _ fileExtension: String, contentType: String, incidentId: String,
+    private func captureInMemory(_ kind: EvidenceKind, contentType: String, incidentId: String,
                                            record: (String) async throws -> Void) async throws -> EvidenceItem {
-        let scratch = try MemoryFile(name: "fieldhal-\(kind.rawValue.lowercased()).\(fileExtension)")
+        let scratch = try MemoryFile(name: "fieldhal")  // neutral, as a segment's (SegmentedRecording)
         try await record(scratch.path)
         return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: scratch, silent: silent)
     }

@@ -59,7 +59,9 @@ struct SegmentedRecording: Sendable {
                         if sequence > 0, !(await keepRecording()) { break }
                         try Task.checkCancellation()
                         let length = min(segmentLength, total - recorded)
-                        let file = try MemoryFile(name: "fieldhal-\(kind.rawValue.lowercased())-segment")
+                        // One neutral name for every kind: /proc/PID/fd shows it (to root and
+                        // the daemon's user) and must say no more than the devices do.
+                        let file = try MemoryFile(name: "fieldhal")
                         let startedAt = Date()
                         let seconds = try await record(file.path, length)
                         closer.yield(Closed(file: file, sequence: sequence, startedAt: startedAt, seconds: seconds))
