@@ -306,34 +306,32 @@ public struct LabState: Codable, Sendable {
     /// recording's sequence numbers run 0, 1, 2, … without a gap or a repeat, and each
     /// segment names its predecessor's SHA-256 (the first names none).
     public static func recordings(of evidence: [Evidence]) -> [Recording] {
-        let segmented = evidence.filter { $0.segment != nil }
         var order: [String] = []
-        var byRecording: [String: [Evidence]] = [:]
-        for item in segmented {
-            let name = item.segment!.recording
-            if byRecording[name] == nil { order.append(name) }
-            byRecording[name, default: []].append(item)
+        var byRecording: [String: [(item: Evidence, segment: EvidenceSegment)]] = [:]
+        for item in evidence {
+            guard let segment = item.segment else { continue }
+            if byRecording[segment.recording] == nil { order.append(segment.recording) }
+            byRecording[segment.recording, default: []].append((item, segment))
         }
         return order.map { name in
-            let items = byRecording[name]!.sorted { $0.segment!.sequence < $1.segment!.sequence }
+            let segments = byRecording[name, default: []].sorted { $0.segment.sequence < $1.segment.sequence }
             var problems: [String] = []
-            var previous: Evidence?
-            for item in items {
-                let segment = item.segment!
-                let expected = previous.map { $0.segment!.sequence + 1 } ?? 0
+            var previous: (item: Evidence, segment: EvidenceSegment)?
+            for (item, segment) in segments {
+                let expected = previous.map { $0.segment.sequence + 1 } ?? 0
                 if segment.sequence < expected {
                     problems.append("segment \(segment.sequence) arrived twice")
                     continue
                 }
                 if segment.sequence > expected {
                     problems.append(expected == segment.sequence - 1 ? "segment \(expected) is missing" : "segments \(expected)–\(segment.sequence - 1) are missing")
-                } else if segment.previousSha256 != previous?.sha256 {
+                } else if segment.previousSha256 != previous?.item.sha256 {
                     problems.append("segment \(segment.sequence) does not follow segment \(expected - 1) (its SHA-256 is not the one named)")
                 }
-                previous = item
+                previous = (item, segment)
             }
-            return Recording(recording: name, incidentId: items[0].incidentId, kind: items[0].kind, segments: items.count,
-                             seconds: Double(items.reduce(Int64(0)) { $0 + $1.segment!.durationMs }) / 1000, problems: problems)
+            return Recording(recording: name, incidentId: segments[0].item.incidentId, kind: segments[0].item.kind, segments: segments.count,
+                             seconds: Double(segments.reduce(Int64(0)) { $0 + $1.segment.durationMs }) / 1000, problems: problems)
         }
     }
 }

@@ -53,18 +53,14 @@ struct SeizureBench: FieldHALSubcommand {
     struct TakenAt: Encodable {
         var seconds: Double
         var audioRecorded, audioConfirmed, videoRecorded, videoConfirmed: Double
-        var lostAudio: Double { max(0, audioRecorded - audioConfirmed) }
-        var lostVideo: Double { max(0, videoRecorded - videoConfirmed) }
-        enum CodingKeys: String, CodingKey { case seconds, audioRecorded, audioConfirmed, videoRecorded, videoConfirmed, lostAudio, lostVideo }
-        func encode(to encoder: any Encoder) throws {
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(seconds, forKey: .seconds)
-            try container.encode(audioRecorded, forKey: .audioRecorded)
-            try container.encode(audioConfirmed, forKey: .audioConfirmed)
-            try container.encode(videoRecorded, forKey: .videoRecorded)
-            try container.encode(videoConfirmed, forKey: .videoConfirmed)
-            try container.encode(lostAudio, forKey: .lostAudio)
-            try container.encode(lostVideo, forKey: .lostVideo)
+        /// What a kit taken at `seconds` had recorded and not yet delivered.
+        var lostAudio, lostVideo: Double
+
+        init(seconds: Double, audioRecorded: Double, audioConfirmed: Double, videoRecorded: Double, videoConfirmed: Double) {
+            (self.seconds, self.audioRecorded, self.audioConfirmed) = (seconds, audioRecorded, audioConfirmed)
+            (self.videoRecorded, self.videoConfirmed) = (videoRecorded, videoConfirmed)
+            lostAudio = max(0, audioRecorded - audioConfirmed)
+            lostVideo = max(0, videoRecorded - videoConfirmed)
         }
     }
 
