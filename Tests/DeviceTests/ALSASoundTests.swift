@@ -23,13 +23,18 @@ func openSpeaker(_ pcm: String, way: Way = .inProcess) async throws -> any Speak
     return speaker
 }
 
-/// Writes a mono 16-bit sine tone WAV (for aplay to play into the loopback).
-func writeTone(_ path: String, frequency: Double, amplitude: Double, seconds: Double, sampleRate: Int = 48_000) throws {
+/// Writes a mono 16-bit sine tone WAV (for aplay to play into the loopback). A whole
+/// number of hertz is a whole number of cycles a second, so one second is computed and
+/// written `seconds` times: a debug build in the emulated guest takes about a second per
+/// second of tone to compute it sample by sample.
+func writeTone(_ path: String, frequency: Int, amplitude: Double, seconds: Int, sampleRate: Int = 48_000) throws {
     let writer = try WAVFileWriter(path: path, sampleRate: sampleRate, channels: 1, format: .s16le)
-    let samples = (0..<Int(seconds * Double(sampleRate))).map {
-        Int16((amplitude * 32767 * sin(2 * Double.pi * frequency * Double($0) / Double(sampleRate))).rounded())
+    let second = (0..<sampleRate).map {
+        Int16((amplitude * 32767 * sin(2 * Double.pi * Double(frequency) * Double($0) / Double(sampleRate))).rounded())
     }
-    try samples.withUnsafeBytes { try writer.append($0) }
+    try second.withUnsafeBytes { bytes in
+        for _ in 0..<seconds { try writer.append(bytes) }
+    }
     try writer.finish()
 }
 
@@ -41,8 +46,12 @@ struct LoopbackSoundTests {
 
     @Test(arguments: Way.allCases) func recordsAKnownToneAtItsFrequencyAndLevel(way: Way) async throws {
         let tone = KernelLab.scratch("tone.wav")
-        try writeTone(tone, frequency: 1000, amplitude: 0.5, seconds: 6)
-        let player = try KernelLab.start("/usr/bin/aplay", ["-q", "-D", Self.playbackSide, tone])
+        // The tone outlasts any start-up (a plugin process spawned in an emulated guest on a
+        // loaded host took over 5 s once, and the recording caught the end of a 6 s tone:
+        // 916 Hz, −9.41 dBFS). aplay is killed once the recording is in, and its 1 s buffer
+        // keeps a slow guest from underrunning into silence.
+        try writeTone(tone, frequency: 1000, amplitude: 0.5, seconds: 30)
+        let player = try KernelLab.start("/usr/bin/aplay", ["-q", "--buffer-time=1000000", "-D", Self.playbackSide, tone])
         try await Task.sleep(for: .milliseconds(500))
         let path = KernelLab.scratch("tone-recorded.wav")
         let recording: AudioRecording
