@@ -170,7 +170,8 @@ let package = Package(
         .target(
             name: "TransrifyLabServer",
             dependencies: [
-                "Transrify", "CSodium",
+                // FieldHAL: the WAV and AVI writers an export joins segments with.
+                "Transrify", "CSodium", "FieldHAL",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),

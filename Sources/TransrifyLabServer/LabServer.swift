@@ -94,6 +94,36 @@ public final class LabServer: Sendable {
     /// What `GET /lab/v1/state` answers for the tenant: its evidence with each segment's
     /// place, and its recordings' chains as checked.
     public func state(tenantKey: String) throws -> LabState { try store.state(tenantKey: tenantKey) }
+
+    /// Writes each recording of an incident as one file in `directory` (created if need be):
+    /// `<incident>-audio.wav`, `<incident>-video.avi`, numbered when a kind has several
+    /// recordings. Throws when the incident has no recording in segments.
+    public func export(incidentId: String, to directory: String) throws -> [RecordingExport.Exported] {
+        let (evidence, manifests) = try store.incident(incidentId)
+        let recordings = LabState.recordings(of: evidence, manifests: manifests)
+        guard !recordings.isEmpty else {
+            throw RecordingExport.Failure(evidence.isEmpty ? "the lab has no evidence of incident \(incidentId)"
+                                                           : "incident \(incidentId) has no recording in segments (\(evidence.count) items, none a segment)",
+                                         nothingToExport: true)
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var exported: [RecordingExport.Exported] = []
+        for recording in recordings {
+            let parts = evidence.compactMap { item in
+                item.segment.flatMap { $0.recording == recording.recording ? RecordingExport.Part(segment: $0, path: configuration.directory + "/objects/" + item.key) : nil }
+            }
+            let sameKind = recordings.filter { $0.kind == recording.kind }
+            let number = sameKind.count > 1 ? "-\((sameKind.firstIndex { $0.recording == recording.recording } ?? 0) + 1)" : ""
+            // The incident id is the kit's to choose: only its safe characters name a file.
+            let safe = String(incidentId.map { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") ? $0 : "_" })
+            let name = "\(safe)-\(recording.kind.lowercased())\(number).\(recording.kind == EvidenceKind.audio.rawValue ? "wav" : "avi")"
+            let path = (directory as NSString).appendingPathComponent(name)
+            let seconds = try RecordingExport.join(kind: recording.kind, parts, to: path)
+            exported.append(.init(recording: recording.recording, kind: recording.kind, path: path, segments: recording.segments, seconds: seconds,
+                                  problems: recording.problems))
+        }
+        return exported
+    }
     public func alerts(tenantKey: String) throws -> [Alert] {
         try store.nearbyAlerts(tenantKey: tenantKey, geo: nil, radiusMeters: 10_000, maxAgeMilliseconds: .max / 2)
     }
@@ -400,7 +430,16 @@ public final class LabServer: Sendable {
         guard size == request.size, sha256 == request.sha256.lowercased(), object.incidentId == request.incidentId else {
             throw APIError(.conflict, "OBJECT_MISMATCH", "stored \(size) bytes, SHA-256 \(sha256); finalize claims \(request.size), \(request.sha256)")
         }
-        return try json(FinalizeResponse(evidenceId: try store.finalize(request)))
+        // An incident's manifest is kept beside its record (the object is checked above: these
+        // are the bytes the kit hashed). One too large to be a manifest is kept as evidence
+        // and reported as unreadable.
+        var manifest: [UInt8]?
+        if object.contentType == EvidenceManifest.contentType {
+            manifest = size <= EvidenceManifest.maximumBytes
+                ? (FileManager.default.contents(atPath: configuration.directory + "/objects/" + request.key).map { Array($0) } ?? [])
+                : []
+        }
+        return try json(FinalizeResponse(evidenceId: try store.finalize(request, manifest: manifest)))
     }
 
     private func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {

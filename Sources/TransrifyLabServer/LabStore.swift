@@ -46,6 +46,11 @@ public final class LabStore: Sendable {
                 ALTER TABLE evidence ADD COLUMN previousSha256 TEXT;
                 """)
         }
+        // Issue 19: an incident's closing manifest (an object of EvidenceManifest's content
+        // type), kept as sent so that a manifest the server cannot read is reported, not lost.
+        migrator.registerMigration("v3-manifests") { db in
+            try db.execute(sql: "ALTER TABLE evidence ADD COLUMN manifest BLOB")
+        }
         return migrator
     }
 
@@ -186,12 +191,13 @@ public final class LabStore: Sendable {
         }
     }
 
-    struct StoredObject: Sendable { var tenantKey: String; var incidentId: String; var size: Int64?; var sha256: String? }
+    struct StoredObject: Sendable { var tenantKey: String; var incidentId: String; var contentType: String; var size: Int64?; var sha256: String? }
 
     func object(_ key: String) throws -> StoredObject? {
         try database.read { db in
-            try Row.fetchOne(db, sql: "SELECT tenantKey, incidentId, size, sha256 FROM object WHERE key = ?", arguments: [key])
-                .map { StoredObject(tenantKey: $0["tenantKey"], incidentId: $0["incidentId"], size: $0["size"], sha256: $0["sha256"]) }
+            try Row.fetchOne(db, sql: "SELECT tenantKey, incidentId, contentType, size, sha256 FROM object WHERE key = ?", arguments: [key])
+                .map { StoredObject(tenantKey: $0["tenantKey"], incidentId: $0["incidentId"], contentType: $0["contentType"],
+                                    size: $0["size"], sha256: $0["sha256"]) }
         }
     }
 
@@ -204,7 +210,8 @@ public final class LabStore: Sendable {
 
     /// Records the evidence once per object key; a repeated finalize (a client that lost
     /// the first answer) gets the same evidence id and is counted.
-    func finalize(_ request: FinalizeRequest) throws -> String {
+    /// `manifest`: the object's bytes when it is an incident's manifest.
+    func finalize(_ request: FinalizeRequest, manifest: [UInt8]? = nil) throws -> String {
         try database.write { db in
             if let existing = try String.fetchOne(db, sql: "SELECT evidenceId FROM evidence WHERE key = ?", arguments: [request.key]) {
                 try db.execute(sql: "UPDATE evidence SET finalizeCalls = finalizeCalls + 1 WHERE key = ?", arguments: [request.key])
@@ -214,13 +221,13 @@ public final class LabStore: Sendable {
             let segment = request.segment
             try db.execute(sql: """
                 INSERT INTO evidence (evidenceId, tenantKey, incidentId, kind, key, size, sha256, at,
-                                      recording, sequence, startedAtMs, durationMs, previousSha256)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      recording, sequence, startedAtMs, durationMs, previousSha256, manifest)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                            arguments: [evidenceId, request.tenantKey, request.incidentId, request.kind.rawValue, request.key,
                                        request.size, request.sha256, Self.nowMilliseconds(),
                                        segment?.recording, segment?.sequence, segment?.startedAtMs, segment?.durationMs,
-                                       segment?.previousSha256?.lowercased()])
+                                       segment?.previousSha256?.lowercased(), manifest.map { Data($0) }])
             return evidenceId
         }
     }
@@ -238,6 +245,24 @@ public final class LabStore: Sendable {
         }
     }
 
+    /// An incident's evidence (any tenant) in the order it arrived, with the manifests among it.
+    func incident(_ incidentId: String) throws -> (evidence: [LabState.Evidence], manifests: [EvidenceManifest]) {
+        try database.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE incidentId = ? ORDER BY at", arguments: [incidentId])
+            return (rows.map(Self.evidence), rows.compactMap { ($0["manifest"] as Data?).flatMap { try? JSONDecoder().decode(EvidenceManifest.self, from: $0) } })
+        }
+    }
+
+    private static func evidence(_ row: Row) -> LabState.Evidence {
+        LabState.Evidence(evidenceId: row["evidenceId"], incidentId: row["incidentId"], kind: row["kind"], key: row["key"],
+                          size: row["size"], sha256: row["sha256"], finalizeCalls: row["finalizeCalls"],
+                          segment: (row["recording"] as String?).map {
+                              EvidenceSegment(recording: $0, sequence: row["sequence"], startedAtMs: row["startedAtMs"],
+                                              durationMs: row["durationMs"], previousSha256: row["previousSha256"])
+                          },
+                          finalizedAtMs: row["at"])
+    }
+
     /// Everything the lab holds for one tenant, oldest first.
     func state(tenantKey: String) throws -> LabState {
         try database.read { db in
@@ -247,16 +272,15 @@ public final class LabStore: Sendable {
             let acks = try Row.fetchAll(db, sql: "SELECT ack.* FROM ack JOIN alert USING (alertId) WHERE alert.tenantKey = ? ORDER BY at",
                                         arguments: [tenantKey])
                 .map { LabState.Ack(alertId: $0["alertId"], customerRef: $0["customerRef"], method: $0["method"]) }
-            let evidence = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE tenantKey = ? ORDER BY at", arguments: [tenantKey]).map { row in
-                LabState.Evidence(evidenceId: row["evidenceId"], incidentId: row["incidentId"], kind: row["kind"], key: row["key"],
-                                  size: row["size"], sha256: row["sha256"], finalizeCalls: row["finalizeCalls"],
-                                  segment: (row["recording"] as String?).map {
-                                      EvidenceSegment(recording: $0, sequence: row["sequence"], startedAtMs: row["startedAtMs"],
-                                                      durationMs: row["durationMs"], previousSha256: row["previousSha256"])
-                                  },
-                                  finalizedAtMs: row["at"])
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM evidence WHERE tenantKey = ? ORDER BY at", arguments: [tenantKey])
+            let evidence = rows.map(Self.evidence)
+            let manifests = rows.compactMap { row -> (evidenceId: String, incidentId: String, manifest: EvidenceManifest?)? in
+                guard let bytes = row["manifest"] as Data? else { return nil }
+                return (row["evidenceId"], row["incidentId"], try? JSONDecoder().decode(EvidenceManifest.self, from: bytes))
             }
-            return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence, recordings: LabState.recordings(of: evidence))
+            return LabState(sessions: sessions, alerts: [], acks: acks, evidence: evidence,
+                            recordings: LabState.recordings(of: evidence, manifests: manifests.compactMap(\.manifest)),
+                            manifests: LabState.manifests(manifests, of: evidence))
         }
     }
 

@@ -232,6 +232,37 @@ public struct EvidenceSegment: Codable, Sendable, Equatable {
     }
 }
 
+/// The closing item of an incident whose audio and video were sent in segments: every other
+/// item of the incident, so the server can tell what never arrived — a segment the hash
+/// chain cannot show missing (the last ones), a photo, a location. FieldHAL's, beyond seed
+/// 000: it travels as a TEXT item of content type `contentType` (presign, PUT, finalize
+/// like any other), and a server that does not know it keeps it as a text.
+public struct EvidenceManifest: Codable, Sendable, Equatable {
+    public static let contentType = "application/vnd.fieldhal.evidence-manifest+json"
+    /// A manifest larger than this is not one (a lab server reads it whole).
+    public static let maximumBytes = 1 << 20
+
+    public struct Item: Codable, Sendable, Equatable {
+        public var kind: EvidenceKind
+        public var size: Int64
+        /// Lower-case hex.
+        public var sha256: String
+        public var segment: EvidenceSegment?
+        public init(kind: EvidenceKind, size: Int64, sha256: String, segment: EvidenceSegment? = nil) {
+            (self.kind, self.size, self.sha256, self.segment) = (kind, size, sha256, segment)
+        }
+    }
+
+    public var incidentId: String
+    /// When the recordings ended, milliseconds since 1970.
+    public var closedAtMs: Int64
+    /// In the order they were queued.
+    public var items: [Item]
+    public init(incidentId: String, closedAtMs: Int64, items: [Item]) {
+        (self.incidentId, self.closedAtMs, self.items) = (incidentId, closedAtMs, items)
+    }
+}
+
 public struct FinalizeResponse: Codable, Sendable, Equatable {
     public var evidenceId: String
     public init(evidenceId: String) { self.evidenceId = evidenceId }
@@ -285,10 +316,31 @@ public struct LabState: Codable, Sendable {
         public var segments: Int
         public var seconds: Double
         public var problems: [String]
-        public init(recording: String, incidentId: String, kind: String, segments: Int, seconds: Double, problems: [String]) {
+        /// The segments its incident's manifest lists: known once the recording has ended
+        /// (absent while it goes on, and for a kit that was stopped before it could say).
+        public var listed: Int?
+        public init(recording: String, incidentId: String, kind: String, segments: Int, seconds: Double, problems: [String], listed: Int? = nil) {
             (self.recording, self.incidentId, self.kind) = (recording, incidentId, kind)
-            (self.segments, self.seconds, self.problems) = (segments, seconds, problems)
+            (self.segments, self.seconds, self.problems, self.listed) = (segments, seconds, problems, listed)
         }
+        /// Every segment the manifest lists has arrived, in a whole chain.
+        public var isComplete: Bool { listed == segments && problems.isEmpty }
+    }
+
+    /// An incident's manifest as the lab server has checked it against what arrived.
+    public struct Manifest: Codable, Sendable, Equatable {
+        public var incidentId: String
+        /// The manifest item's own evidence id.
+        public var evidenceId: String
+        /// Items it lists, and how many of them the server has (by kind and SHA-256).
+        public var listed: Int
+        public var arrived: Int
+        /// What is missing, or why the manifest could not be read.
+        public var problems: [String]
+        public init(incidentId: String, evidenceId: String, listed: Int, arrived: Int, problems: [String]) {
+            (self.incidentId, self.evidenceId, self.listed, self.arrived, self.problems) = (incidentId, evidenceId, listed, arrived, problems)
+        }
+        public var isComplete: Bool { problems.isEmpty }
     }
 
     public var sessions: [Session]
@@ -297,15 +349,57 @@ public struct LabState: Codable, Sendable {
     public var evidence: [Evidence]
     /// Absent from a lab server older than segments.
     public var recordings: [Recording]?
+    /// Absent from a lab server older than manifests.
+    public var manifests: [Manifest]?
 
-    public init(sessions: [Session], alerts: [Alert], acks: [Ack], evidence: [Evidence], recordings: [Recording]? = nil) {
-        (self.sessions, self.alerts, self.acks, self.evidence, self.recordings) = (sessions, alerts, acks, evidence, recordings)
+    public init(sessions: [Session], alerts: [Alert], acks: [Ack], evidence: [Evidence], recordings: [Recording]? = nil,
+                manifests: [Manifest]? = nil) {
+        (self.sessions, self.alerts, self.acks, self.evidence) = (sessions, alerts, acks, evidence)
+        (self.recordings, self.manifests) = (recordings, manifests)
+    }
+
+    /// Checks each manifest (`manifests`: the manifest item's evidence id and what it said,
+    /// nil when it could not be read) against the evidence of its incident: every item it
+    /// lists has arrived (the same kind and SHA-256).
+    public static func manifests(_ manifests: [(evidenceId: String, incidentId: String, manifest: EvidenceManifest?)],
+                                 of evidence: [Evidence]) -> [Manifest] {
+        manifests.map { entry in
+            guard let manifest = entry.manifest else {
+                return Manifest(incidentId: entry.incidentId, evidenceId: entry.evidenceId, listed: 0, arrived: 0,
+                                problems: ["the manifest is not a readable EvidenceManifest"])
+            }
+            var problems: [String] = []
+            if manifest.incidentId != entry.incidentId {
+                problems.append("the manifest names incident \(manifest.incidentId), not its own")
+            }
+            let present = Set(evidence.filter { $0.incidentId == entry.incidentId }.map { "\($0.kind) \($0.sha256.lowercased())" })
+            var arrived = 0
+            for item in manifest.items {
+                if present.contains("\(item.kind.rawValue) \(item.sha256.lowercased())") {
+                    arrived += 1
+                } else if let segment = item.segment {
+                    problems.append("\(item.kind.rawValue) segment \(segment.sequence) of recording \(segment.recording) has not arrived")
+                } else {
+                    problems.append("the \(item.kind.rawValue) item \(item.sha256.lowercased().prefix(12))… has not arrived")
+                }
+            }
+            return Manifest(incidentId: entry.incidentId, evidenceId: entry.evidenceId, listed: manifest.items.count, arrived: arrived, problems: problems)
+        }
     }
 
     /// Checks recordings' segments (from `evidence`, any order) as the lab server does: each
     /// recording's sequence numbers run 0, 1, 2, … without a gap or a repeat, and each
     /// segment names its predecessor's SHA-256 (the first names none).
-    public static func recordings(of evidence: [Evidence]) -> [Recording] {
+    /// With `manifests`, a recording a manifest lists says how many segments it has in all
+    /// (`listed`), and the last ones missing are problems too: the chain alone cannot show them.
+    public static func recordings(of evidence: [Evidence], manifests: [EvidenceManifest] = []) -> [Recording] {
+        var listed: [String: Int] = [:]
+        for manifest in manifests {
+            for item in manifest.items {
+                guard let segment = item.segment else { continue }
+                listed[segment.recording] = max(listed[segment.recording] ?? 0, segment.sequence + 1)
+            }
+        }
         var order: [String] = []
         var byRecording: [String: [(item: Evidence, segment: EvidenceSegment)]] = [:]
         for item in evidence {
@@ -330,8 +424,14 @@ public struct LabState: Codable, Sendable {
                 }
                 previous = (item, segment)
             }
-            return Recording(recording: name, incidentId: segments[0].item.incidentId, kind: segments[0].item.kind, segments: segments.count,
-                             seconds: Double(segments.reduce(Int64(0)) { $0 + $1.segment.durationMs }) / 1000, problems: problems)
+            let arrived = Set(segments.map(\.segment.sequence)).count
+            if let total = listed[name], let last = previous?.segment.sequence, last + 1 < total {
+                problems.append(last + 2 == total ? "segment \(total - 1) is missing (the manifest lists \(total))"
+                                                  : "segments \(last + 1)–\(total - 1) are missing (the manifest lists \(total))")
+            }
+            return Recording(recording: name, incidentId: segments[0].item.incidentId, kind: segments[0].item.kind, segments: arrived,
+                             seconds: Double(segments.reduce(Int64(0)) { $0 + $1.segment.durationMs }) / 1000, problems: problems,
+                             listed: listed[name])
         }
     }
 }

@@ -16,7 +16,7 @@ struct LabServerCommand: AsyncParsableCommand {
         other machines reach is refused without --insecure-public-lab (plain HTTP, a demo key, \
         and every session's verdict on /lab/v1/state).
         """,
-        subcommands: [Serve.self, Seed.self],
+        subcommands: [Serve.self, Seed.self, Export.self],
         defaultSubcommand: Serve.self)
 
     struct Options: ParsableArguments {
@@ -53,6 +53,44 @@ struct LabServerCommand: AsyncParsableCommand {
             try await server.run { port in
                 // Unbuffered: scripts wait for this line on a pipe.
                 FileHandle.standardOutput.write(Data("fieldhal-labserver listening on http://\(host):\(port)\n".utf8))
+            }
+        }
+    }
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Join an incident's recordings, sent in segments, into one file per recording.",
+            discussion: """
+            Writes <incident>-audio.wav and <incident>-video.avi (numbered when a kind has several \
+            recordings) into --output: the segments in sequence order, each used once. A missing \
+            segment leaves a gap and is reported, as the lab's chain check reports it. Run it \
+            beside a serving lab server or after it: it only reads the state directory.
+            Exit status: 0 exported (even with gaps), 65 a segment could not be joined, 66 no \
+            such incident or no recording in it.
+            """)
+        @OptionGroup var options: Options
+        @Option(help: "The incident id (the duress alert's id, as in the lab's state).") var incident: String
+        @Option(help: "The directory to write into (created if missing).") var output = "."
+        @Flag(help: "One JSON object per line per file: recording, kind, path, segments, seconds, problems.") var json = false
+
+        func run() async throws {
+            let server = try LabServer(LabServer.Configuration(directory: options.directory))
+            let exported: [RecordingExport.Exported]
+            do {
+                exported = try server.export(incidentId: incident, to: output)
+            } catch let failure as RecordingExport.Failure {
+                FileHandle.standardError.write(Data("fieldhal-labserver export: \(failure)\n".utf8))
+                throw ExitCode(failure.nothingToExport ? 66 : 65)  // EX_NOINPUT, EX_DATAERR
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            for file in exported {
+                if json {
+                    print(String(decoding: try encoder.encode(file), as: UTF8.self))
+                } else {
+                    let gaps = file.problems.isEmpty ? "" : " — " + file.problems.joined(separator: "; ")
+                    print("\(file.path): \(file.kind), \(file.segments) segments, \(String(format: "%.1f", file.seconds)) s\(gaps)")
+                }
             }
         }
     }

@@ -53,7 +53,17 @@ struct SegmentedEvidenceTests {
 
         let kinds = items.map(\.kind)
         #expect(kinds.filter { $0 == .audio }.count == 3 && kinds.filter { $0 == .video }.count == 3, "\(kinds)")
-        #expect(kinds.filter { $0 == .text }.count == 1 && kinds.filter { $0 == .photo }.count == 1)
+        #expect(kinds.filter { $0 == .text }.count == 2 && kinds.filter { $0 == .photo }.count == 1, "the note and the manifest")
+        // The manifest comes last and lists every item before it, segments with their place.
+        let manifestItem = try #require(items.last)
+        #expect(manifestItem.contentType == EvidenceManifest.contentType && manifestItem.kind == .text)
+        let manifestPath = state + "/check-manifest.json"
+        try queue.decrypt(manifestItem, to: manifestPath)
+        let manifest = try JSONDecoder().decode(EvidenceManifest.self, from: Data(contentsOf: URL(fileURLWithPath: manifestPath)))
+        try FileManager.default.removeItem(atPath: manifestPath)
+        #expect(manifest.incidentId == "incident-1")
+        #expect(manifest.items.map(\.sha256) == items.dropLast().map(\.sha256))
+        #expect(manifest.items.compactMap(\.segment).count == 6 && manifest.items.compactMap(\.segment?.sequence).sorted() == [0, 0, 1, 1, 2, 2])
         #expect(kinds.filter { $0 == .nearby }.count == 2, "the cached fix at once, then a live one")
         #expect(items.allSatisfy { $0.failedKind == nil }, "\(items.filter { $0.failedKind != nil })")
 
@@ -157,6 +167,34 @@ struct SegmentedEvidenceTests {
         #expect(LabState.recordings(of: headless).first?.problems.count == 1, "a first segment names no predecessor")
     }
 
+    /// The chain cannot show the last segments missing (a kit taken after segment 1 looks like
+    /// a recording of two); the closing manifest can, and it names a lost photo too.
+    @Test func theManifestShowsWhatTheChainCannot() {
+        let photo = LabState.Evidence(evidenceId: "p", incidentId: "i", kind: "PHOTO", key: "kp", size: 9, sha256: "f0", finalizeCalls: 1)
+        let listed = (0..<4).map { evidence($0, sha: ["a", "b", "c", "d"][$0], previous: $0 == 0 ? nil : ["a", "b", "c"][$0 - 1]) }
+        let manifest = EvidenceManifest(incidentId: "i", closedAtMs: 0, items: [EvidenceManifest.Item(kind: .photo, size: 9, sha256: "F0")]
+                                        + listed.map { EvidenceManifest.Item(kind: .audio, size: 1, sha256: $0.sha256, segment: $0.segment) })
+        // Two segments arrived, in a whole chain: complete without the manifest's word.
+        let arrived = Array(listed.prefix(2))
+        #expect(LabState.recordings(of: arrived).first?.problems == [] && LabState.recordings(of: arrived).first?.listed == nil)
+        let checked = LabState.recordings(of: arrived, manifests: [manifest])
+        #expect(checked.first?.problems == ["segments 2–3 are missing (the manifest lists 4)"] && checked.first?.listed == 4)
+        #expect(checked.first?.isComplete == false)
+        let incident = LabState.manifests([("m", "i", manifest)], of: arrived)
+        #expect(incident == [LabState.Manifest(incidentId: "i", evidenceId: "m", listed: 5, arrived: 2, problems: [
+            "the PHOTO item f0… has not arrived",
+            "AUDIO segment 2 of recording r has not arrived", "AUDIO segment 3 of recording r has not arrived",
+        ])])
+        // Everything there (the SHA-256 compared without regard to case): complete.
+        #expect(LabState.manifests([("m", "i", manifest)], of: listed + [photo]).first?.isComplete == true)
+        #expect(LabState.recordings(of: listed, manifests: [manifest]).first?.isComplete == true)
+        // A manifest the server could not read, or one naming another incident, says so.
+        #expect(LabState.manifests([("m", "i", nil)], of: listed).first?.problems == ["the manifest is not a readable EvidenceManifest"])
+        var elsewhere = manifest
+        elsewhere.incidentId = "j"
+        #expect(LabState.manifests([("m", "i", elsewhere)], of: listed + [photo]).first?.problems == ["the manifest names incident j, not its own"])
+    }
+
     @Test func segmentsReachTheLabServerWithTheirChainIntact() async throws {
         let state = scratchDirectory("upload")
         defer { try? FileManager.default.removeItem(atPath: state) }
@@ -182,6 +220,37 @@ struct SegmentedEvidenceTests {
         #expect(recordings.allSatisfy { $0.problems.isEmpty }, "\(recordings)")
         #expect(recordings.first { $0.kind == "AUDIO" }?.segments == 3 && recordings.first { $0.kind == "VIDEO" }?.segments == 2)
         #expect(abs((recordings.first { $0.kind == "AUDIO" }?.seconds ?? 0) - 2.5) < 0.05)
+        // The manifest arrived last and the lab found everything it lists.
+        #expect(recordings.allSatisfy { $0.isComplete }, "\(recordings)")
+        let manifests = try #require(labState.manifests)
+        #expect(manifests.count == 1 && manifests.first?.isComplete == true && manifests.first?.listed == labState.evidence.count - 1, "\(manifests)")
+
+        // `fieldhal-labserver export`: one file per recording, which ffprobe reads to its
+        // whole length and ffmpeg decodes without an error.
+        let out = scratchDirectory("export")
+        defer { try? FileManager.default.removeItem(atPath: out) }
+        let labDirectory = configuration.directory
+        let export = try await offPool {
+            try CLI.runBlocking(["export", "--directory", labDirectory, "--incident", "incident-3", "--output", out, "--json"],
+                                executable: CLI.products.appendingPathComponent("fieldhal-labserver"))
+        }
+        #expect(export.status == 0, "\(export)")
+        let files = try export.stdout.split(separator: "\n").map { try JSONDecoder().decode(RecordingExport.Exported.self, from: Data($0.utf8)) }
+        #expect(files.map(\.kind).sorted() == ["AUDIO", "VIDEO"] && files.allSatisfy { $0.problems.isEmpty }, "\(files)")
+        for file in files {
+            #expect(file.path == out + "/incident-3-" + (file.kind == "AUDIO" ? "audio.wav" : "video.avi"))
+            let probe = try await ToolProcess.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", file.path],
+                                                  subject: "ffprobe", timeout: .seconds(30))
+            let probed = Double(probe.standardOutput.first?.trimmingCharacters(in: .whitespaces) ?? "") ?? -1
+            #expect(probe.status == 0 && abs(probed - (file.kind == "AUDIO" ? 2.5 : 2.0)) < 0.15, "ffprobe: \(file.kind) \(probed) s (\(probe.standardError))")
+            let decode = try await ToolProcess.run("/usr/bin/ffmpeg", ["-v", "error", "-i", file.path, "-f", "null", "-"], subject: "ffmpeg", timeout: .seconds(30))
+            #expect(decode.status == 0 && decode.standardError.isEmpty, "ffmpeg: \(decode.standardError)")
+        }
+        let unknown = try await offPool {
+            try CLI.runBlocking(["export", "--directory", labDirectory, "--incident", "no-such", "--output", out],
+                                executable: CLI.products.appendingPathComponent("fieldhal-labserver"))
+        }
+        #expect(unknown.status == 66 && unknown.stderr.contains("no evidence of incident no-such"), "\(unknown)")
         await camera.close()
         await microphone.close()
         await location.close()

@@ -87,7 +87,7 @@ public struct EvidenceCapture: Sendable {
     /// Issue 19's order: TEXT and the cached fix at once (they are on their way before any
     /// device has started); then the audio recording, beside the PHOTO and then the video
     /// recording (one camera); and a live fix as a second NEARBY if one comes within
-    /// `liveFixWait`. Every item is handed to `queued` as it enters the queue.
+    /// `liveFixWait`; last, the manifest. Every item is handed to `queued` as it enters the queue.
     func captureInSegments(incidentId: String, note: String, segmentLength: Duration) async -> [EvidenceItem] {
         var items = await capture([.text], incidentId: incidentId, note: note)
         if let item = try? queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
@@ -106,7 +106,26 @@ public struct EvidenceCapture: Sendable {
             group.addTask { (2, await recordInSegments(.audio, incidentId: incidentId, segmentLength: segmentLength)) }
             return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
         }
-        return items + (0...2).flatMap { parts[$0] ?? [] }
+        items += (0...2).flatMap { parts[$0] ?? [] }
+        if let manifest = try? closingManifest(incidentId: incidentId, listing: items) {
+            queued(manifest)
+            items.append(manifest)
+        }
+        return items
+    }
+
+    /// The incident's last item (issue 19): every item before it, segments with their place,
+    /// so that the server can tell what never arrived — the chain cannot show the last
+    /// segments missing. A kit stopped before this point sends none, and the server knows
+    /// the recordings did not end.
+    private func closingManifest(incidentId: String, listing items: [EvidenceItem]) throws -> EvidenceItem {
+        let manifest = EvidenceManifest(incidentId: incidentId, closedAtMs: Int64(Date().timeIntervalSince1970 * 1000), items: items.map {
+            EvidenceManifest.Item(kind: $0.kind, size: $0.size, sha256: $0.sha256, segment: $0.segment.map(EvidenceUploader.wire))
+        })
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return try queue.add(kind: .text, contentType: EvidenceManifest.contentType, incidentId: incidentId,
+                             bytes: Array(try encoder.encode(manifest)), silent: silent)
     }
 
     /// A live fix within `liveFixWait`, as a second NEARBY; nothing if none comes.
