@@ -372,10 +372,20 @@ public struct LabState: Codable, Sendable {
             if manifest.incidentId != entry.incidentId {
                 problems.append("the manifest names incident \(manifest.incidentId), not its own")
             }
-            let present = Set(evidence.filter { $0.incidentId == entry.incidentId }.map { "\($0.kind) \($0.sha256.lowercased())" })
+            // A segment is matched by its place as well as its hash (a silent microphone records
+            // the same bytes second after second); other items by kind and hash, each once.
+            func place(_ kind: String, _ sha256: String, _ segment: EvidenceSegment?) -> String {
+                "\(kind) \(sha256.lowercased())" + (segment.map { " \($0.recording) \($0.sequence)" } ?? "")
+            }
+            var present: [String: Int] = [:]
+            for item in evidence where item.incidentId == entry.incidentId {
+                present[place(item.kind, item.sha256, item.segment), default: 0] += 1
+            }
             var arrived = 0
             for item in manifest.items {
-                if present.contains("\(item.kind.rawValue) \(item.sha256.lowercased())") {
+                let key = place(item.kind.rawValue, item.sha256, item.segment)
+                if let count = present[key], count > 0 {
+                    present[key] = count - 1
                     arrived += 1
                 } else if let segment = item.segment {
                     problems.append("\(item.kind.rawValue) segment \(segment.sequence) of recording \(segment.recording) has not arrived")

@@ -50,6 +50,19 @@ struct Environment {
                        only: capabilities)
     }
 
+    /// The kit's GPS, camera and microphone for evidence in real time: the configured kit, or
+    /// the built-in fake kit with its camera and microphone recording as long as they last
+    /// (`bench seizure` measures time; `demo` shows segments arriving while they record).
+    func loadEvidenceKit() async throws -> Kit {
+        let wanted: Set<Capability> = [.location, .camera, .microphone]
+        guard configuration.file == BuiltinConfiguration.label else { return await loadKit(only: wanted) }
+        let realTime = try KitConfiguration.parse(BuiltinConfiguration.realTimeText, file: BuiltinConfiguration.label,
+                                                  directory: configuration.directory, registry: registry, settings: Environment.settings)
+        return await Kit.load(realTime, registry: registry,
+                              context: PluginContext(configDirectory: realTime.directory, stateDirectory: stateDirectory.path),
+                              only: wanted)
+    }
+
     /// Where the configured devices are now, for the daemon's following of them (hotplug).
     func devicePresence() async -> [Capability: DevicePresence] {
         await registry.presence(in: configuration,

@@ -300,7 +300,16 @@ struct DemoCLITests {
         #expect(demo.stdout.contains("silent DURESS alert"))
         #expect(demo.stdout.contains("both sign-ins showed the same two lines"))
         #expect(demo.stdout.contains("Done: the device showed the same thing twice"))
-        #expect(demo.stdout.contains("sealed in the queue: VIDEO"), "the fake camera's clip is evidence too")
+        #expect(demo.stdout.contains("sealed VIDEO segment 0"), "the fake camera's clip is evidence too")
+        // Segments arrive while the recording goes on: the first is confirmed by the lab
+        // before the last is sealed, and the manifest comes last and finds everything.
+        let lines = demo.stdout.split(separator: "\n").map(String.init)
+        let firstConfirmed = try #require(lines.firstIndex { $0.contains("confirmed AUDIO segment 0") }, "\(demo.stdout)")
+        let lastSealed = try #require(lines.firstIndex { $0.contains("sealed AUDIO segment 2") }, "\(demo.stdout)")
+        #expect(firstConfirmed < lastSealed, "\(demo.stdout)")
+        #expect(lines.contains { $0.contains("sealed the manifest (TEXT)") })
+        #expect(lines.contains { $0.contains("AUDIO recording: 3 of 3 segments") && $0.contains("complete, its chain whole") }, "\(demo.stdout)")
+        #expect(lines.contains { $0.contains("manifest: ") && $0.contains(" items arrived") && !$0.contains("—") }, "\(demo.stdout)")
         #expect(!demo.stdout.contains("could not be captured"), "\(demo.stdout)")
     }
 }

@@ -188,6 +188,10 @@ struct SegmentedEvidenceTests {
         // Everything there (the SHA-256 compared without regard to case): complete.
         #expect(LabState.manifests([("m", "i", manifest)], of: listed + [photo]).first?.isComplete == true)
         #expect(LabState.recordings(of: listed, manifests: [manifest]).first?.isComplete == true)
+        // Silence records the same bytes every second: a segment is found by its place too.
+        let silent = (0..<3).map { evidence($0, sha: "s", previous: $0 == 0 ? nil : "s") }
+        let silence = EvidenceManifest(incidentId: "i", closedAtMs: 0, items: silent.map { EvidenceManifest.Item(kind: .audio, size: 1, sha256: "s", segment: $0.segment) })
+        #expect(LabState.manifests([("m", "i", silence)], of: Array(silent.prefix(2))).first?.problems == ["AUDIO segment 2 of recording r has not arrived"])
         // A manifest the server could not read, or one naming another incident, says so.
         #expect(LabState.manifests([("m", "i", nil)], of: listed).first?.problems == ["the manifest is not a readable EvidenceManifest"])
         var elsewhere = manifest

@@ -24,6 +24,8 @@ public struct EvidenceUploader: Sendable {
     public var includeSilent = true
     /// Hears each item's plaintext bytes read for its PUT so far (a terminal's progress line).
     public var progress: (@Sendable (EvidenceItem, Int64) -> Void)?
+    /// Hears each item the server has confirmed (finalize answered), with its evidence id.
+    public var confirmed: (@Sendable (EvidenceItem, String) -> Void)?
 
     public init(client: TransrifyClient, queue: EvidenceQueue) {
         self.client = client
@@ -63,6 +65,7 @@ public struct EvidenceUploader: Sendable {
                 let evidenceId = try await finalize(current)
                 try queue.remove(current.id)
                 report.uploaded[current.id] = evidenceId
+                confirmed?(current, evidenceId)
             } catch let error as TransrifyError {
                 current.attempts += 1
                 current.nextAttemptAt = now().addingTimeInterval(Self.retryDelay(afterAttempts: current.attempts))

@@ -92,7 +92,7 @@ struct SeizureBench: FieldHALSubcommand {
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let lab = try LabProcess.start(directory: scratch + "/lab")
         defer { lab.stop() }
-        let kit = try await Self.kit(environment)
+        let kit = try await environment.loadEvidenceKit()
         defer { Task { await kit.close() } }
         let progress = Progress(enabled: !json && isatty(STDERR_FILENO) == 1)
         var runs: [Run] = []
@@ -112,18 +112,6 @@ struct SeizureBench: FieldHALSubcommand {
         if runs.contains(where: { $0.itemsConfirmed < $0.items }) {
             throw ExitCode(70)  // EX_SOFTWARE: evidence that never reached the server
         }
-    }
-
-    /// The configured kit; the built-in fake kit with its camera and microphone in real time.
-    static func kit(_ environment: Environment) async throws -> Kit {
-        let wanted: Set<Capability> = [.location, .camera, .microphone]
-        guard environment.configuration.file == BuiltinConfiguration.label else { return await environment.loadKit(only: wanted) }
-        let configuration = try KitConfiguration.parse(BuiltinConfiguration.realTimeText, file: BuiltinConfiguration.label,
-                                                       directory: environment.configuration.directory, registry: environment.registry,
-                                                       settings: Environment.settings)
-        return await Kit.load(configuration, registry: environment.registry,
-                              context: PluginContext(configDirectory: configuration.directory, stateDirectory: environment.stateDirectory.path),
-                              only: wanted)
     }
 
     private func measure(_ pipeline: String, kit: Kit, lab: LabProcess, scratch: String, times: [Double]) async throws -> Run {
