@@ -77,4 +77,68 @@ struct SegmentedEvidenceLabTests {
         await camera.close()
         await microphone.close()
     }
+
+    /// The state directory on a 2 MiB tmpfs, a 20 s recording of both kinds: the disk fills
+    /// within seconds. Recording stops there; every segment sealed before it stays in the
+    /// queue, whole (it plays) and chained; nothing half-written is left once the queue
+    /// opens again.
+    @Test func aFullDiskStopsTheRecordingAndKeepsEverySealedSegment() async throws {
+        let state = KernelLab.scratch("full-state")
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        let mounted = try await KernelLab.run("/bin/mount", ["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", state])
+        try #require(mounted.status == 0, "\(mounted.output)")
+        var failure: (any Error)?
+        do { try await recordUntilFull(state) } catch { failure = error }
+        try await KernelLab.run("/bin/umount", [state])
+        if let failure { throw failure }
+    }
+
+    private func recordUntilFull(_ state: String) async throws {
+        let directory = StateDirectory(path: state)
+        let queue = try EvidenceQueue(stateDirectory: directory, vault: try Vault(stateDirectory: directory))
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        guard case .camera(let camera) = try await Way.outOfProcess.descriptor(V4L2Plugin.descriptor!, "v4l2")
+            .open(.camera, PluginParameters(["device": .string(node)]), KernelLab.context) else { throw LabError("no camera") }
+        let microphone = try await openMicrophone("hw:Dummy,0,0", way: .outOfProcess)
+        var capture = EvidenceCapture(queue: queue, camera: camera, microphone: microphone, location: nil)
+        capture.audioDuration = .seconds(20)
+        capture.video = VideoRequest(duration: .seconds(20), width: 320, height: 240, framesPerSecond: 30)
+        let started = ContinuousClock.now
+        let items = await capture.captureInSegments(incidentId: "full", note: "disk full", segmentLength: .seconds(1))
+        let took = ContinuousClock.now - started
+        await camera.close()
+        await microphone.close()
+        #expect(took < .seconds(14), "recording stopped when the disk was full, not after 20 s: \(took)")
+
+        let segments = items.filter { $0.segment != nil }
+        #expect(segments.contains { $0.kind == .video } && segments.contains { $0.kind == .audio }, "\(items.map(\.kind))")
+        // Everything the capture says it sealed is in the queue when it opens again, and
+        // nothing else: no item without its payload, no payload or temporary file left.
+        let reopened = try EvidenceQueue(stateDirectory: directory, vault: try Vault(stateDirectory: directory))
+        let queued = try reopened.items()
+        #expect(Set(queued.map(\.id)) == Set(items.map(\.id)), "queued \(queued.count), sealed \(items.count)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: state + "/evidence").sorted()
+        #expect(names.allSatisfy { $0.hasSuffix(".item") || $0.hasSuffix(".data") || $0 == "queue.lock" }, "\(names)")
+        #expect(names.filter { $0.hasSuffix(".data") }.count == queued.count, "\(names)")
+        for kind in [EvidenceKind.audio, .video] {
+            let chain = segments.filter { $0.kind == kind }
+            #expect(chain.map { $0.segment?.sequence ?? -1 } == Array(0..<chain.count), "\(kind)")
+            for (previous, next) in zip(chain, chain.dropFirst()) {
+                #expect(next.segment?.previousSHA256 == previous.sha256)
+            }
+            // Each decrypts to its recorded size and SHA-256; the last, sealed nearest the full
+            // disk, also plays to its length (ffprobe takes seconds a file in this guest).
+            for segment in chain {
+                let out = KernelLab.scratch("full-\(segment.id).\(kind == .audio ? "wav" : "avi")")
+                defer { try? FileManager.default.removeItem(atPath: out) }
+                try reopened.decrypt(segment, to: out)
+                guard segment.id == chain.last?.id else { continue }
+                let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", out])
+                let seconds = Double(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+                #expect(probe.status == 0 && abs(seconds - (segment.segment?.durationSeconds ?? 0)) < 0.2,
+                        "\(kind) segment \(segment.segment?.sequence ?? -1): ffprobe \(probe.output)")
+            }
+        }
+        print("disk full mid-recording: stopped after \(took); sealed \(segments.filter { $0.kind == .audio }.count) audio and \(segments.filter { $0.kind == .video }.count) video segments, \(items.count) items in all")
+    }
 }
