@@ -169,7 +169,7 @@ struct SignInCLITests {
                     try await waitForBackgroundRuns(state)
                     // Through a daemon the work after the sign-in runs in it: the evidence it
                     // owes the server has arrived, and no item is left in its queue.
-                    try await waitForEvidence(state, count: 6 * (round + (mode == "duress" ? 1 : 0)), on: lab)
+                    try await waitForEvidence(state, count: 7 * (round + (mode == "duress" ? 1 : 0)), on: lab)
                     listings[mode] = try await settledListing(state)
                     let session = try await CLI.run(["session", "--config", lab.config, "--state-dir", state])
                     #expect(session.stdout.replacingOccurrences(of: #"…[0-9a-f]{4}"#, with: "…XXXX", options: .regularExpression)
