@@ -100,10 +100,13 @@ public final class LabServer: Sendable {
     /// recordings. Throws when the incident has no recording in segments.
     public func export(incidentId: String, to directory: String) throws -> [RecordingExport.Exported] {
         let (evidence, manifests) = try store.incident(incidentId)
+        // Audio and video are what a kit records in segments; anything else claiming to be a
+        // segment is left out rather than stopping the export of the rest.
         let recordings = LabState.recordings(of: evidence, manifests: manifests)
+            .filter { [EvidenceKind.audio.rawValue, EvidenceKind.video.rawValue].contains($0.kind) }
         guard !recordings.isEmpty else {
             throw RecordingExport.Failure(evidence.isEmpty ? "the lab has no evidence of incident \(incidentId)"
-                                                           : "incident \(incidentId) has no recording in segments (\(evidence.count) items, none a segment)",
+                                                           : "incident \(incidentId) has no audio or video recorded in segments (\(evidence.count) items)",
                                          nothingToExport: true)
         }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
