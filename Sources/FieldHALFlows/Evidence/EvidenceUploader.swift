@@ -24,6 +24,9 @@ public struct EvidenceUploader: Sendable {
     public var includeSilent = true
     /// Hears each item's plaintext bytes read for its PUT so far (a terminal's progress line).
     public var progress: (@Sendable (EvidenceItem, Int64) -> Void)?
+    /// Uploads at once (each lane one incident's one kind, in order): a link with latency
+    /// spends most of an item's time waiting on its three round trips, not sending.
+    public var lanes = 3
     /// Hears each item the server has confirmed (finalize answered), with its evidence id.
     public var confirmed: (@Sendable (EvidenceItem, String) -> Void)?
 
@@ -37,15 +40,46 @@ public struct EvidenceUploader: Sendable {
         min(300, 2 * pow(2, Double(max(0, attempts - 1))))
     }
 
-    /// Uploads every item that is due (all of them with `ignoringBackoff`). Stops at the
-    /// first network failure: the others would fail the same way.
+    /// Uploads every item that is due (all of them with `ignoringBackoff`), in `lanes` at
+    /// once: one lane per incident and kind, so that each kind goes up in the order it was
+    /// queued (a recording's segments in sequence) while the kinds go side by side. A
+    /// network failure stops every lane after the item it is on: the others would fail the
+    /// same way.
     public func flush(ignoringBackoff: Bool = false) async throws -> Report {
         var report = Report()
+        var order: [String] = []
+        var byLane: [String: [EvidenceItem]] = [:]
         for listed in try queue.items() where includeSilent || !listed.isSilent {
             if !ignoringBackoff, let next = listed.nextAttemptAt, next > now() {
                 report.waiting += 1
                 continue
             }
+            let lane = "\(listed.incidentId) \(listed.kind.rawValue)"
+            if byLane[lane] == nil { order.append(lane) }
+            byLane[lane, default: []].append(listed)
+        }
+        let offline = LockedValue(false)
+        try await withThrowingTaskGroup(of: Report.self) { group in
+            var pending = order.makeIterator()
+            func startNext() {
+                guard let lane = pending.next(), let items = byLane[lane] else { return }
+                group.addTask { try await self.upload(items, stoppingWhen: offline) }
+            }
+            for _ in 0..<max(1, lanes) { startNext() }
+            while let done = try await group.next() {
+                report.uploaded.merge(done.uploaded) { first, _ in first }
+                report.deferred.merge(done.deferred) { first, _ in first }
+                startNext()
+            }
+        }
+        return report
+    }
+
+    /// One lane: its items in order, until one fails for the network (here or in another lane).
+    private func upload(_ items: [EvidenceItem], stoppingWhen offline: LockedValue<Bool>) async throws -> Report {
+        var report = Report()
+        for listed in items {
+            if offline.withLock({ $0 }) { break }
             // Another process is uploading it: not ours to wait for. Read again once claimed:
             // it may have moved on (or left the queue) since it was listed.
             guard let claim = queue.claim(listed.id), let item = try queue.item(listed.id) else { continue }
@@ -76,7 +110,12 @@ public struct EvidenceUploader: Sendable {
                 }
                 try queue.save(current)
                 report.deferred[current.id] = error.detail
-                if error.kind == .network { break }
+                if error.kind == .network {
+                    offline.withLock { $0 = true }
+                    break
+                }
+                // A refused item does not hold up the rest of its kind (a refusal can last):
+                // the server orders a recording's segments by their sequence, not their arrival.
             } catch let error as FieldHALError {  // a damaged sealed file: keep it, say why, go on
                 current.attempts += 1
                 current.nextAttemptAt = now().addingTimeInterval(Self.retryDelay(afterAttempts: current.attempts))
