@@ -51,9 +51,18 @@ struct BenchCLITests {
         let emulator = CLI.repositoryRoot.appendingPathComponent("Tests/TestSupport/Peers/pn532-emulator.py").path
         // Small stills: the debug build's JPEG encoder takes a quarter of a second for a
         // 640x480 one, and 200 of them starved the tests beside this one.
-        let result = try await CLI.run(["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--nfc-reads", "10",
-                                        "--media-calls", "10", "--still-width", "64", "--still-height", "48",
-                                        "--emulator", emulator, "--json"])
+        let arguments = ["bench", "plugins", "--epochs", "40", "--rest-seconds", "1", "--nfc-reads", "10",
+                         "--media-calls", "10", "--still-width", "64", "--still-height", "48",
+                         "--emulator", emulator, "--json"]
+        var result = try await CLI.run(arguments)
+        // Once in a fresh-clone CI run (session 29), on a machine loaded by the tests beside
+        // this one, none of gpsfake's 40 reports reached either consumer; the bench said so
+        // with exit 75 (EX_TEMPFAIL: try again). This checks the bench's shape, not gpsfake
+        // under load: one more try, said in the log, for that failure only.
+        if result.status == 75 && result.stderr.contains("reports reached the two consumers") {
+            print("bench plugins: \(result.stderr.trimmingCharacters(in: .whitespacesAndNewlines)); once more")
+            result = try await CLI.run(arguments)
+        }
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         for phase in ["alone", "atOnce"] {
