@@ -58,8 +58,7 @@ struct SegmentedEvidenceLabTests {
                 let out = KernelLab.scratch("segment-\(segment.segment?.sequence ?? -1).\(kind == .audio ? "wav" : "avi")")
                 defer { try? FileManager.default.removeItem(atPath: out) }
                 try queue.decrypt(segment, to: out)
-                let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", out])
-                let seconds = Double(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+                let (probe, seconds) = try await Self.probedSeconds(out)
                 #expect(probe.status == 0 && abs(seconds - 1) < 0.2, "\(kind) segment \(segment.segment?.sequence ?? -1) \(way): ffprobe \(probe.output)")
                 if kind == .audio {
                     let samples = try KernelLab.samples(ofWAV: out)
@@ -76,6 +75,12 @@ struct SegmentedEvidenceLabTests {
         print("segments on vivid and snd-aloop (\(way)): capture \(took), \(items.count) items; \(timeline.joined(separator: "; "))")
         await camera.close()
         await microphone.close()
+    }
+
+    /// ffprobe's reading of a file's duration (−1 when it reads none), and its run.
+    static func probedSeconds(_ path: String) async throws -> (probe: (status: Int32, output: String), seconds: Double) {
+        let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", path])
+        return (probe, Double(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1)
     }
 
     /// The state directory on a 2 MiB tmpfs, a 20 s recording of both kinds: the disk fills
@@ -133,8 +138,7 @@ struct SegmentedEvidenceLabTests {
                 defer { try? FileManager.default.removeItem(atPath: out) }
                 try reopened.decrypt(segment, to: out)
                 guard segment.id == chain.last?.id else { continue }
-                let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", out])
-                let seconds = Double(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+                let (probe, seconds) = try await Self.probedSeconds(out)
                 #expect(probe.status == 0 && abs(seconds - (segment.segment?.durationSeconds ?? 0)) < 0.2,
                         "\(kind) segment \(segment.segment?.sequence ?? -1): ffprobe \(probe.output)")
             }
