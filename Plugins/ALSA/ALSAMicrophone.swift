@@ -36,18 +36,74 @@ final class ALSAMicrophone: Microphone {
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
         try request.validate(subject: subject)
         return try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
-            wakeup.drain()
-            let pcm = try ALSAPCM(name: settings.pcm, direction: .capture, subject: subject)
-            defer { pcm.close() }
-            try pcm.configure(format: request.format, channels: request.channels, sampleRate: request.sampleRate,
-                              period: settings.period, buffer: settings.buffer)
-            let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
-            let periodFrames = max(64, Int(settings.period.seconds * Double(request.sampleRate)))
-            let chunk = UnsafeMutableRawPointer.allocate(byteCount: periodFrames * pcm.bytesPerFrame, alignment: 8)
-            defer { chunk.deallocate() }
-            try pcm.start()
+            var recording: AudioRecording?
+            try capture(request) { _, _ in
+                let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+                return (writer, request.frameCount)
+            } closed: { writer, overruns in
+                try writer.finish()
+                recording = Self.recording(path, request, writer, overruns: overruns)
+                return false
+            }
+            guard let recording else { throw FieldHALError(.io, subject: subject, detail: "the capture ended without a recording") }
+            return recording
+        }
+    }
+
+    /// One capture for the whole recording, cut into segments between two periods: the PCM
+    /// runs on while one segment's file closes and the next opens (microseconds; the
+    /// device's buffer holds far more), so no sample is lost at a boundary. Boundaries are
+    /// counted in frames, exactly.
+    func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
+        try request.validate(subject: subject)
+        try segments.validate(subject: subject)
+        let segmentFrames = max(1, Int((segments.length.seconds * Double(request.sampleRate)).rounded()))
+        try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
+            var recorded = 0
+            var open: (file: MemoryFile, sequence: Int, startedAt: Date)?
+            var sequence = 0
+            try capture(request) { _, startsAt in
+                // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
+                let file = try MemoryFile(name: "fieldhal")
+                open = (file, sequence, startsAt)
+                sequence += 1
+                let writer = try WAVFileWriter(path: file.path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+                return (writer, min(segmentFrames, request.frameCount - recorded))
+            } closed: { writer, overruns in
+                try writer.finish()
+                recorded += writer.framesWritten
+                guard let (file, number, startedAt) = open else { return false }
+                let recording = Self.recording(file.path, request, writer, overruns: overruns)
+                segments.closed(RecordedSegment(sequence: number, startedAt: startedAt, seconds: recording.durationSeconds, file: file, recording: recording))
+                open = nil
+                return recorded < request.frameCount && !segments.finish.isFinished
+            }
+        }
+    }
+
+    /// On the device's thread: opens and starts the PCM once, then fills file after file —
+    /// `next` opens one (told its number and when its first sample was taken, on the
+    /// capture's own clock: the start plus the samples before it) and says how many frames
+    /// it takes, `closed` finishes it and says whether another follows — until `closed`
+    /// says no.
+    private func capture(_ request: RecordingRequest, next: (Int, Date) throws -> (WAVFileWriter, Int),
+                         closed: (WAVFileWriter, Int) throws -> Bool) throws {
+        wakeup.drain()
+        let pcm = try ALSAPCM(name: settings.pcm, direction: .capture, subject: subject)
+        defer { pcm.close() }
+        try pcm.configure(format: request.format, channels: request.channels, sampleRate: request.sampleRate,
+                          period: settings.period, buffer: settings.buffer)
+        let periodFrames = max(64, Int(settings.period.seconds * Double(request.sampleRate)))
+        let chunk = UnsafeMutableRawPointer.allocate(byteCount: periodFrames * pcm.bytesPerFrame, alignment: 8)
+        defer { chunk.deallocate() }
+        try pcm.start()
+        let started = Date()
+        var files = 0
+        var captured = 0
+        repeat {
+            let (writer, target) = try next(files, started.addingTimeInterval(Double(captured) / Double(request.sampleRate)))
+            files += 1
             var overruns = 0
-            let target = request.frameCount
             while writer.framesWritten < target {
                 switch try pcm.transfer(chunk, frames: min(periodFrames, target - writer.framesWritten),
                                         timeout: settings.readTimeout, wakeup: wakeup) {
@@ -57,11 +113,14 @@ final class ALSAMicrophone: Microphone {
                 case .frames: continue
                 }
             }
-            try writer.finish()
-            return AudioRecording(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format,
-                                  frames: writer.framesWritten, peakDBFS: writer.levels.peakDBFS, rmsDBFS: writer.levels.rmsDBFS,
-                                  overruns: overruns)
-        }
+            captured += writer.framesWritten
+            if try !closed(writer, overruns) { return }
+        } while true
+    }
+
+    private static func recording(_ path: String, _ request: RecordingRequest, _ writer: WAVFileWriter, overruns: Int) -> AudioRecording {
+        AudioRecording(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format,
+                       frames: writer.framesWritten, peakDBFS: writer.levels.peakDBFS, rmsDBFS: writer.levels.rmsDBFS, overruns: overruns)
     }
 
     func close() async { thread.stop() }

@@ -109,44 +109,130 @@ final class V4L2Camera: Camera {
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: subject)
         return try await onThread { [self] handle in
-            let stream = try openStream(handle, width: request.width, height: request.height,
-                                        framesPerSecond: request.framesPerSecond)
-            defer { stream.release() }
-            let encoder = try FrameEncoder(stream: stream, subject: subject)
-            let tap = StillTap(width: stream.width, height: stream.height)
-            recordingTap.withLock { $0 = tap }
-            defer {
-                recordingTap.withLock { $0 = nil }
-                tap.close()  // a still that came too late is taken the usual way
-            }
-            let writer = try MJPEGAVIWriter(path: path, width: stream.width, height: stream.height)
-            var started: ContinuousClock.Instant?
-            var lastSequence: UInt32?
-            var dropped = 0
+            var writer: MJPEGAVIWriter?
             var full: MJPEGAVIWriter.Full?
-            while started.map({ ContinuousClock.now - $0 < request.duration }) ?? true {
-                let more = try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame -> Bool in
-                    if started == nil { started = .now }
-                    if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
-                    lastSequence = frame.sequence
-                    for still in tap.take() {
-                        still.deliver(Result { try encoder.jpeg(frame, quality: still.quality) { Array($0) } })
-                    }
-                    return try encoder.jpeg(frame, quality: request.quality) { jpeg in
-                        full = writer.full(forFrameOf: jpeg.count)
-                        if full != nil { return false }
-                        try writer.append(jpeg: jpeg)
-                        return true
-                    }
-                }
-                if !more { break }
-            }
-            let elapsed = started.map { ContinuousClock.now - $0 } ?? .zero
-            let bytes = try writer.finish(duration: elapsed)
-            return VideoRecording(path: path, width: stream.width, height: stream.height, frames: writer.frameCount,
-                                  durationSeconds: elapsed.seconds, droppedFrames: dropped, bytes: bytes,
+            let streamed = try stream(request, handle, opened: { width, height in
+                writer = try MJPEGAVIWriter(path: path, width: width, height: height)
+            }, frame: { jpeg, _, _, _ in
+                guard let writer else { return false }
+                full = writer.full(forFrameOf: jpeg.count)
+                if full != nil { return false }
+                try writer.append(jpeg: jpeg)
+                return true
+            })
+            guard let writer else { throw FieldHALError(.io, subject: subject, detail: "the stream opened without a size") }
+            let bytes = try writer.finish(duration: streamed.elapsed)
+            return VideoRecording(path: path, width: streamed.width, height: streamed.height, frames: writer.frameCount,
+                                  durationSeconds: streamed.elapsed.seconds, droppedFrames: streamed.dropped, bytes: bytes,
                                   stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
         }
+    }
+
+    /// One stream for the whole recording, cut into segments between two frames: a frame
+    /// taken at or after a segment's end starts the next one, so no frame is lost at a
+    /// boundary (restarting the stream per segment lost 0.4–0.7 s each time on vivid).
+    /// Boundaries fall at whole multiples of the length from the first frame, so segments
+    /// do not drift however long the recording.
+    func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
+        try request.validate(subject: subject)
+        try segments.validate(subject: subject)
+        try await onThread { [self] handle in
+            struct Open {
+                let file: MemoryFile
+                let writer: MJPEGAVIWriter
+                let sequence: Int
+                let startedAt: Date
+                /// Since the recording's first frame: this segment's first frame, and its end.
+                let first: Duration
+                let end: Duration
+                let droppedBefore: Int
+            }
+            var size = (width: 0, height: 0)
+            var current: Open?
+            var sequence = 0
+            var dropped = 0
+            var full: MJPEGAVIWriter.Full?
+            func close(_ open: Open, at end: Duration) throws {
+                let bytes = try open.writer.finish(duration: end - open.first)
+                let recording = VideoRecording(path: open.file.path, width: size.width, height: size.height, frames: open.writer.frameCount,
+                                               durationSeconds: (end - open.first).seconds, droppedFrames: dropped - open.droppedBefore,
+                                               bytes: bytes, stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
+                segments.closed(RecordedSegment(sequence: open.sequence, startedAt: open.startedAt, seconds: recording.durationSeconds,
+                                                file: open.file, recording: recording))
+            }
+            let streamed = try stream(request, handle, opened: { size = ($0, $1) }, frame: { jpeg, at, date, droppedSoFar in
+                dropped = droppedSoFar
+                if let open = current, at >= open.end {
+                    try close(open, at: at)
+                    current = nil
+                    if segments.finish.isFinished { return false }
+                }
+                if current == nil {
+                    // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
+                    let file = try MemoryFile(name: "fieldhal")
+                    current = Open(file: file, writer: try MJPEGAVIWriter(path: file.path, width: size.width, height: size.height),
+                                   sequence: sequence, startedAt: date, first: at,
+                                   end: segments.length * (Int(at / segments.length) + 1), droppedBefore: dropped)
+                    sequence += 1
+                }
+                guard let open = current else { return false }
+                full = open.writer.full(forFrameOf: jpeg.count)
+                if full != nil { return false }
+                try open.writer.append(jpeg: jpeg)
+                return true
+            })
+            if let open = current { try close(open, at: max(streamed.elapsed, open.first)) }
+        }
+    }
+
+    private struct Streamed {
+        var width: Int
+        var height: Int
+        /// From the first frame to the last one's end.
+        var elapsed: Duration
+        var dropped: Int
+    }
+
+    /// Streams `request`'s frames as JPEG for its duration: `opened` hears the size the
+    /// device gave, then `frame` each frame with its time since the first, that time as a
+    /// date (the first frame's date plus it: one clock for the whole recording) and the
+    /// frames the device skipped so far, until it returns false. A frame taken at or past
+    /// the duration is not part of the recording. Stills asked for meanwhile are served
+    /// from the frames as they pass.
+    private func stream(_ request: VideoRequest, _ handle: V4L2Handle, opened: (Int, Int) throws -> Void,
+                        frame take: (UnsafeRawBufferPointer, Duration, Date, Int) throws -> Bool) throws -> Streamed {
+        let stream = try openStream(handle, width: request.width, height: request.height, framesPerSecond: request.framesPerSecond)
+        defer { stream.release() }
+        let encoder = try FrameEncoder(stream: stream, subject: subject)
+        let tap = StillTap(width: stream.width, height: stream.height)
+        recordingTap.withLock { $0 = tap }
+        defer {
+            recordingTap.withLock { $0 = nil }
+            tap.close()  // a still that came too late is taken the usual way
+        }
+        try opened(stream.width, stream.height)
+        var started: ContinuousClock.Instant?
+        var startedDate = Date()
+        var lastSequence: UInt32?
+        var dropped = 0
+        while started.map({ ContinuousClock.now - $0 < request.duration }) ?? true {
+            let more = try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame -> Bool in
+                let now = ContinuousClock.now
+                if started == nil { (started, startedDate) = (now, Date()) }
+                let at = now - started!
+                if at >= request.duration { return false }
+                if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
+                lastSequence = frame.sequence
+                for still in tap.take() {
+                    still.deliver(Result { try encoder.jpeg(frame, quality: still.quality) { Array($0) } })
+                }
+                return try encoder.jpeg(frame, quality: request.quality) { jpeg in
+                    try take(jpeg, at, startedDate.addingTimeInterval(at.seconds), dropped)
+                }
+            }
+            if !more { break }
+        }
+        return Streamed(width: stream.width, height: stream.height, elapsed: started.map { ContinuousClock.now - $0 } ?? .zero, dropped: dropped)
     }
 
     func close() async {

@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALPluginProtocol
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,6 +35,20 @@ final class ExternalCamera: Camera, ExternalRequestDevice {
             try PluginProtocol.videoRecording(from: $0, path: path, plugin: link.manifest.name)
         }
     }
+
+    /// In segments cut by the plugin from one stream (1.5); a plugin of 1.4 records each
+    /// segment on its own.
+    func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
+        guard link.manifest.protocolVersion >= PluginProtocol.segmentedRecording else {
+            return try await recordVideoOneSegmentAtATime(request, in: segments)
+        }
+        try request.validate(subject: "video recording")
+        try segments.validate(subject: "video recording")
+        let plugin = link.manifest.name
+        try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments) { value, path throws(FieldHALError) in
+            try PluginProtocol.videoRecording(from: value, path: path, plugin: plugin)
+        }
+    }
 }
 
 /// A microphone in an external plugin (protocol 1.3): each recording written by the plugin
@@ -52,6 +67,20 @@ final class ExternalMicrophone: Microphone, ExternalRequestDevice {
         try request.validate(subject: "recording")
         return try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), to: path, lasting: request.duration) {
             try PluginProtocol.audioRecording(from: $0, path: path, plugin: link.manifest.name)
+        }
+    }
+
+    /// In segments cut by the plugin from one capture (1.5); a plugin of 1.4 records each
+    /// segment on its own.
+    func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
+        guard link.manifest.protocolVersion >= PluginProtocol.segmentedRecording else {
+            return try await recordOneSegmentAtATime(request, in: segments)
+        }
+        try request.validate(subject: "recording")
+        try segments.validate(subject: "recording")
+        let plugin = link.manifest.name
+        try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments) { value, path throws(FieldHALError) in
+            try PluginProtocol.audioRecording(from: value, path: path, plugin: plugin)
         }
     }
 }
@@ -111,6 +140,45 @@ extension RequestLink.Hold {
         fields["into"] = .string("file")
         let answer = try await call(method, .object(fields), descriptors: [OwnedDescriptor(copy)], timeout: duration + .seconds(30))
         return try recording(answer.result)
+    }
+}
+
+extension RequestLink.Hold {
+    /// A recording in segments (protocol 1.5): each segment comes as a `$/progress` with its
+    /// sealed memfd and is handed to `segments.closed` at once, in order; a finish asked of
+    /// `segments` goes to the plugin as `camera.finish` / `microphone.finish`. A segment out
+    /// of order, or an answer that does not count what was sent, is the plugin's fault: the
+    /// segments received before it stay the caller's.
+    func record<Recording: Sendable>(_ method: String, _ parameters: JSONValue, lasting duration: Duration, in segments: RecordingSegments<Recording>,
+                                     _ recording: @escaping @Sendable (JSONValue, String) throws(FieldHALError) -> Recording) async throws {
+        let plugin = manifest.name
+        // What the plugin sent, and the first fault in it (seen on the session's thread).
+        let received = Mutex<(count: Int, fault: FieldHALError?)>((0, nil))
+        segments.finish.onFinish { [self] in notify(PluginProtocol.finishMethod(capability), .object([:])) }
+        let answer = try await call(method, PluginProtocol.segmented(parameters, length: segments.length), descriptors: [],
+                                    timeout: duration + .seconds(30), progress: { value, descriptors in
+            received.withLock { state in
+                guard state.fault == nil else { return }
+                do throws(FieldHALError) {
+                    let segment = try PluginProtocol.segment(from: value, descriptors, plugin: plugin, recording)
+                    guard segment.sequence == state.count else {
+                        throw FieldHALError(.protocolError, subject: "plugin \(plugin)", detail: "sent segment \(segment.sequence) where \(state.count) was due",
+                                            advice: "a fault in the plugin: segments go in order from 0")
+                    }
+                    state.count += 1
+                    segments.closed(segment)
+                } catch {
+                    state.fault = error
+                }
+            }
+        })
+        let (count, fault) = received.withLock { ($0.count, $0.fault) }
+        if let fault { throw fault }
+        guard answer.result["segments"]?.integer == Int64(count) else {
+            throw FieldHALError(.protocolError, subject: "plugin \(plugin)",
+                                detail: "answered the recording with \(answer.result["segments"]?.integer.map { "\($0)" } ?? "no count of") segments after sending \(count)",
+                                advice: "a fault in the plugin: docs/plugin-protocol.md, \"Recording in segments\"")
+        }
     }
 }
 

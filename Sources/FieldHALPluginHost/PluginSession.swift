@@ -26,8 +26,9 @@ public final class PluginSession: Sendable {
         var method: String
         var timeout: Duration
         var deadline: ContinuousClock.Instant
-        /// Where the request's `$/progress` notifications go (an enrollment's stages).
-        var progress: (@Sendable (JSONValue) -> Void)?
+        /// Where the request's `$/progress` notifications go (an enrollment's stages, a
+        /// recording's segments), with the descriptors each names.
+        var progress: Progress?
         /// What the plugin may still be using for this request (see `call`'s `holding`).
         var held: (any Sendable)?
     }
@@ -76,6 +77,10 @@ public final class PluginSession: Sendable {
         return session
     }
 
+    /// Hears a request's `$/progress` steps, each with the descriptors it names (since 1.5: a
+    /// recording's segment in a sealed memfd), on the session's thread: keep it short.
+    public typealias Progress = @Sendable (_ value: JSONValue, _ descriptors: [OwnedDescriptor]) -> Void
+
     /// A request's result and the descriptors it names (`"fds"`), in order.
     public struct Answer: Sendable {
         public var result: JSONValue
@@ -88,7 +93,9 @@ public final class PluginSession: Sendable {
     /// notifications for this request go to `progress`, in order, before its answer.
     public func call(_ method: String, _ parameters: JSONValue = .object([:]), timeout: Duration,
                      progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
-        try await call(method, parameters, descriptors: [], timeout: timeout, progress: progress).result
+        var steps: Progress?
+        if let progress { steps = { value, _ in progress(value) } }
+        return try await call(method, parameters, descriptors: [], timeout: timeout, progress: steps).result
     }
 
     /// `call` with descriptors beside the request (`parameters` names how many in
@@ -98,7 +105,7 @@ public final class PluginSession: Sendable {
     /// plugin may still be writing into a directory it was given (a recording's), which
     /// is removed when the last holder lets go.
     public func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
-                     progress: (@Sendable (JSONValue) -> Void)? = nil, holding: (any Sendable)? = nil) async throws -> Answer {
+                     progress: Progress? = nil, holding: (any Sendable)? = nil) async throws -> Answer {
         let identifier = state.withLock { state -> Int64 in
             defer { state.nextIdentifier += 1 }
             return state.nextIdentifier
@@ -235,7 +242,7 @@ public final class PluginSession: Sendable {
                 // one for a request no longer waiting is dropped.
                 if let request = parameters["id"]?.integer, let value = parameters["value"],
                    let progress = state.withLock({ $0.pending[request]?.progress }) {
-                    progress(value)
+                    progress(value, descriptors)
                 }
                 return
             }

@@ -125,8 +125,13 @@ final class RequestLink: Sendable {
         }
 
         func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
-                  holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
-            try await link.call(method, parameters, descriptors: descriptors, timeout: timeout, holding: holding)
+                  progress: PluginSession.Progress? = nil, holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
+            try await link.call(method, parameters, descriptors: descriptors, timeout: timeout, progress: progress, holding: holding)
+        }
+
+        /// A notification to the plugin, if it is running (none is started for it).
+        func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
+            link.notify(method, parameters)
         }
 
         func release() async {
@@ -204,10 +209,16 @@ final class RequestLink: Sendable {
     /// `call` with descriptors beside the request, answered with those beside the answer.
     /// `holding` stays alive until the plugin has answered (see `PluginSession.call`).
     func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
-              holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
+              progress: PluginSession.Progress? = nil, holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
         let session = try await serving()
         return try await session.call(method, parameters, descriptors: descriptors, timeout: min(timeout, PluginProtocol.longestWait) + Self.grace,
-                                      holding: holding)
+                                      progress: progress, holding: holding)
+    }
+
+    /// A notification to the running plugin; dropped when none runs (what it would tell
+    /// concerns a request that ended with the process).
+    func notify(_ method: String, _ parameters: JSONValue) {
+        state.withLock { $0.session }?.notify(method, parameters)
     }
 
     private func close() async {

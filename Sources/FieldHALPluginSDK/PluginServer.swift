@@ -50,6 +50,9 @@ public final class PluginServer: Sendable {
         /// and streams, by the request's id.
         var requests: [Int64: (capability: Capability?, task: Task<Void, Never>)] = [:]
         var streams: [Int64: Subscription] = [:]
+        /// The segmented recording running on the camera or microphone (1.5): what its
+        /// `camera.finish` / `microphone.finish` asks to end at the next boundary.
+        var finishing: [Capability: RecordingFinish] = [:]
     }
 
     /// `name` defaults to the descriptor's; `input` and `output` to standard input and output.
@@ -101,6 +104,10 @@ public final class PluginServer: Sendable {
             case "exit": return .exit
             case "$/cancel":
                 if let cancelled = parameters["id"]?.integer { cancel(cancelled) }
+            case PluginProtocol.finishMethod(.camera):
+                state.withLock { $0.finishing[.camera] }?.finish()
+            case PluginProtocol.finishMethod(.microphone):
+                state.withLock { $0.finishing[.microphone] }?.finish()
             default: break  // notifications not known are ignored
             }
             return .goOn
@@ -125,9 +132,11 @@ public final class PluginServer: Sendable {
         case PluginProtocol.BiometricsMethod.availability, PluginProtocol.BiometricsMethod.verify, PluginProtocol.BiometricsMethod.enroll:
             track(id, on: .biometrics) { [self] in await biometrics(method, id, parameters) }
         case PluginProtocol.CameraMethod.formats, PluginProtocol.CameraMethod.still, PluginProtocol.CameraMethod.record:
-            track(id, on: .camera) { [self] in await camera(method, id, parameters, descriptors) }
+            let finish = segmentedRecordingStarts(method == PluginProtocol.CameraMethod.record, parameters, on: .camera)
+            track(id, on: .camera) { [self] in await camera(method, id, parameters, descriptors, finish) }
         case PluginProtocol.MicrophoneMethod.record:
-            track(id, on: .microphone) { [self] in await recordAudio(id, parameters, descriptors) }
+            let finish = segmentedRecordingStarts(true, parameters, on: .microphone)
+            track(id, on: .microphone) { [self] in await recordAudio(id, parameters, descriptors, finish) }
         case PluginProtocol.SpeakerMethod.play:
             track(id, on: .speaker) { [self] in await playSound(id, parameters, descriptors) }
         case "shutdown":
@@ -154,6 +163,38 @@ public final class PluginServer: Sendable {
                 state.withLock { _ = $0.requests.removeValue(forKey: number) }
             })
         }
+    }
+
+    /// A segmented recording's finish, made as its request is read (before any later
+    /// message: a finish sent right after the request must find it).
+    private func segmentedRecordingStarts(_ recording: Bool, _ parameters: JSONValue, on capability: Capability) -> RecordingFinish? {
+        guard recording, parameters["into"]?.string == "segments" else { return nil }
+        let finish = RecordingFinish()
+        state.withLock { $0.finishing[capability] = finish }
+        return finish
+    }
+
+    /// Runs a segmented recording (1.5): each segment goes to the host as it closes, as a
+    /// `$/progress` with the file sealed beside it; the answer counts them.
+    private func recordSegments<Recording: Sendable>(_ id: JSONValue, on capability: Capability, length: Duration, finish: RecordingFinish,
+                                                      details: @escaping @Sendable (Recording) -> JSONValue,
+                                                      _ record: (RecordingSegments<Recording>) async throws -> Void) async throws -> JSONValue {
+        defer { state.withLock { if $0.finishing[capability] === finish { $0.finishing[capability] = nil } } }
+        let sent = LockedValue(0)
+        let failure = LockedValue<FieldHALError?>(nil)
+        try await record(RecordingSegments(length: length, finish: finish) { [self] segment in
+            do throws(FieldHALError) {
+                let (value, memory) = try PluginProtocol.progress(of: segment, recording: details(segment.recording))
+                send(PluginProtocol.notification(PluginProtocol.progress, .object(["id": id, "value": value, "fds": .integer(1)])), descriptors: [memory])
+                sent.withLock { $0 += 1 }
+            } catch {
+                // The segment cannot be sent: end the recording rather than send a chain with a hole.
+                failure.withLock { $0 = $0 ?? error }
+                finish.finish()
+            }
+        })
+        if let failure = failure.withLock({ $0 }) { throw failure }
+        return .object(["segments": .integer(Int64(sent.withLock { $0 }))])
     }
 
     private func cancel(_ id: Int64) {
@@ -311,7 +352,7 @@ public final class PluginServer: Sendable {
 
     /// `camera.formats`, `camera.still` (the JPEG answered in a sealed memfd) and
     /// `camera.record` (written into the directory the host passed).
-    private func camera(_ method: String, _ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
+    private func camera(_ method: String, _ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ finish: RecordingFinish?) async {
         let subject = "\(method) from the host"
         do {
             guard case .camera(let camera)? = state.value.opened[.camera] else {
@@ -326,6 +367,13 @@ public final class PluginServer: Sendable {
                 send(PluginProtocol.response(id, result: answer), descriptors: [memory])
             default:
                 let request = try PluginProtocol.videoRequest(from: parameters, subject: subject)
+                if let finish, let length = try PluginProtocol.segmentLength(in: parameters, subject: subject) {
+                    let answer = try await recordSegments(id, on: .camera, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
+                        try await camera.recordVideo(request, in: segments)
+                    }
+                    send(PluginProtocol.response(id, result: answer))
+                    return
+                }
                 let recording = try await withRecordingPath(parameters, descriptors, .camera, subject: subject) { path in
                     try await camera.recordVideo(request, to: path)
                 }
@@ -337,13 +385,18 @@ public final class PluginServer: Sendable {
     }
 
     /// `microphone.record`: written into the directory the host passed.
-    private func recordAudio(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
+    private func recordAudio(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ finish: RecordingFinish?) async {
         let subject = "microphone.record from the host"
         await answer(id) { [self] in
             guard case .microphone(let microphone)? = state.value.opened[.microphone] else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "microphone.record before microphone is open")
             }
             let request = try PluginProtocol.recordingRequest(from: parameters, subject: subject)
+            if let finish, let length = try PluginProtocol.segmentLength(in: parameters, subject: subject) {
+                return try await recordSegments(id, on: .microphone, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
+                    try await microphone.record(request, in: segments)
+                }
+            }
             return PluginProtocol.value(of: try await withRecordingPath(parameters, descriptors, .microphone, subject: subject) { path in
                 try await microphone.record(request, to: path)
             })

@@ -134,12 +134,14 @@ struct SegmentedEvidenceTests {
         var capture = EvidenceCapture(queue: queue, camera: nil, microphone: microphone, location: location)
         capture.audioDuration = .seconds(30)
         capture.liveFixWait = .milliseconds(100)
-        // Signed in while the second segment starts, signed out before the third.
-        let asked = Mutex(0)
-        capture.keepRecording = { asked.withLock { $0 += 1; return $0 < 2 } }
+        // Signed out 1.3 s in, during the second segment: the recording ends at its end
+        // (2 s), whole, and no third starts. (Asked every 0.25 s: seen by 1.5 s.)
         let start = ContinuousClock.now
-        let items = await capture.captureInSegments(incidentId: "incident-2", note: "n", segmentLength: .milliseconds(500))
-        #expect(items.filter { $0.kind == .audio }.count == 2)
+        capture.keepRecording = { ContinuousClock.now - start < .milliseconds(1300) }
+        let items = await capture.captureInSegments(incidentId: "incident-2", note: "n", segmentLength: .seconds(1))
+        let audio = items.filter { $0.kind == .audio }
+        #expect(audio.count == 2)
+        #expect(audio.allSatisfy { abs(($0.segment?.durationSeconds ?? 0) - 1) < 0.01 }, "each segment whole: \(audio.map { $0.segment?.durationSeconds ?? 0 })")
         #expect(ContinuousClock.now - start < .seconds(5))
         // No camera: the error item says so, and the rest went on.
         #expect(items.contains { $0.failedKind == .video } && items.contains { $0.failedKind == .photo })

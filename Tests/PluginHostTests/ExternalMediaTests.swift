@@ -2,6 +2,7 @@ import FieldHAL
 import FakePlugin
 import FieldHALPluginHost
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -110,6 +111,53 @@ import Testing
         await camera.close()
     }
 
+    /// Protocol 1.5: the plugin cuts one recording into segments and sends each as it
+    /// closes, in a sealed memfd of its own; nothing reaches the disk. A finish asked
+    /// mid-recording ends it at the next boundary, the segment under way kept whole.
+    @Test func aRecordingInSegmentsComesSegmentBySegmentAndAFinishEndsItAtABoundary() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .microphone(let fast) = try await open(descriptor, .microphone, ["realtime": .boolean(false)], in: scratch),
+              case .camera(let camera) = try await open(descriptor, .camera, in: scratch) else {
+            throw CLIError("no microphone or camera")
+        }
+        let sounds = Mutex<[RecordedSegment<AudioRecording>]>([])
+        try await fast.record(RecordingRequest(duration: .milliseconds(1250), sampleRate: 16_000),
+                              in: RecordingSegments(length: .milliseconds(500)) { segment in sounds.withLock { $0.append(segment) } })
+        let audio = sounds.withLock { $0 }
+        #expect(audio.map(\.sequence) == [0, 1, 2])
+        #expect(audio.map(\.recording.frames) == [8_000, 8_000, 4_000])
+        for segment in audio {
+            #expect(segment.file.size == 44 + 2 * segment.recording.frames && segment.recording.path == segment.file.path)
+            #expect(try segment.file.read(at: 0, count: 4) == Array("RIFF".utf8))
+        }
+        let clips = Mutex<[RecordedSegment<VideoRecording>]>([])
+        try await camera.recordVideo(VideoRequest(duration: .milliseconds(1000), width: 160, height: 120, framesPerSecond: 10),
+                                     in: RecordingSegments(length: .milliseconds(500)) { segment in clips.withLock { $0.append(segment) } })
+        let video = clips.withLock { $0 }
+        #expect(video.map(\.sequence) == [0, 1])
+        #expect(video.allSatisfy { $0.recording.frames > 0 && $0.file.size == $0.recording.bytes })
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty, "nothing on disk")
+        await fast.close()
+
+        // In real time: 30 s asked, finished 0.7 s in: it ends with the second segment, at 1 s.
+        guard case .microphone(let live) = try await open(descriptor, .microphone, in: scratch) else { throw CLIError("no microphone") }
+        let finish = RecordingFinish()
+        let heard = Mutex(0)
+        let start = ContinuousClock.now
+        let recording = Task {
+            try await live.record(RecordingRequest(duration: .seconds(30), sampleRate: 16_000),
+                                  in: RecordingSegments(length: .milliseconds(500), finish: finish) { _ in heard.withLock { $0 += 1 } })
+        }
+        try await Task.sleep(for: .milliseconds(700))
+        finish.finish()
+        try await recording.value
+        #expect(heard.withLock { $0 } == 2)
+        #expect(ContinuousClock.now - start < .seconds(3))
+        await live.close()
+        await camera.close()
+    }
+
     @Test func cancellingARecordingOutOfProcessLeavesNoFileAndNoDirectory() async throws {
         let (descriptor, scratch) = try await fakeOutOfProcess()
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -172,6 +220,24 @@ import Testing
             try await Task.sleep(for: .milliseconds(600))
             #expect(try await kit.camera().formats().count == 1)
         }
+        await kit.close()
+    }
+
+    /// A plugin of 1.5 that gets a segmented recording wrong: each fault is the plugin's
+    /// `protocolError`, and the segments that came right before it are the caller's.
+    @Test(arguments: [("segments-out-of-order", "sent segment 1 where 0 was due", 0), ("segments-unsealed", "not a sealed memfd", 0),
+                      ("segments-miscounted", "with 4 segments after sending 3", 3)])
+    func aSegmentedRecordingGotWrongIsTheProtocolError(mode: String, expected: String, kept: Int) async throws {
+        let fixtures = try PluginFixtures()
+        let manifest = PluginFixtures.manifest(name: "media", minor: 5, capabilities: #"{"microphone": {}}"#)
+        try fixtures.plugin("media", mode: mode, manifest: manifest, script: PluginFixtures.mediaScript)
+        let kit = try await fixtures.kit("[microphone]\nplugin = \"media\"\n")
+        let got = Mutex(0)
+        await #expect { try await kit.microphone().record(RecordingRequest(duration: .milliseconds(1500)),
+                                                          in: RecordingSegments(length: .milliseconds(500)) { _ in got.withLock { $0 += 1 } }) } throws: { error in
+            (error as? FieldHALError)?.kind == .protocolError && "\(error)".contains(expected) && "\(error)".contains("plugin media")
+        }
+        #expect(got.withLock { $0 } == kept)
         await kit.close()
     }
 

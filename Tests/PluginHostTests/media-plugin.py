@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A camera, microphone and speaker plugin for the plugin host's tests (protocol 1.3,
-standard library only): bulk bytes travel as descriptors beside the messages
+"""A camera, microphone and speaker plugin for the plugin host's tests (protocol 1.3 to
+1.5, as its manifest says; standard library only): bulk bytes travel as descriptors beside the messages
 (docs/plugin-protocol.md, "Descriptors"). It serves them well, or gets them wrong in the
 way its first argument names."""
 import fcntl
@@ -72,6 +72,22 @@ def record(ident, params, fds, result):
     answer(ident, result)
 
 
+def record_segments(ident, params, result, data):
+    """Protocol 1.5, "into": "segments": each segment a sealed memfd beside a $/progress of
+    the request, then the answer counting them; or wrong in the way the mode names."""
+    count = -(-params["durationMs"] // params["segmentMs"])
+    order = list(range(count))
+    if mode == "segments-out-of-order":
+        order[0], order[1] = order[1], order[0]
+    for number in order:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        fd = sealed(data, seal=mode != "segments-unsealed")
+        send({"jsonrpc": "2.0", "method": "$/progress", "params": {"id": ident, "fds": 1, "value": {"segment": {
+            "sequence": number, "startedAt": when, "seconds": params["segmentMs"] / 1000, "recording": result}}}}, [fd])
+        os.close(fd)
+    answer(ident, {"segments": count + (1 if mode == "segments-miscounted" else 0)})
+
+
 buffered = b""
 waiting = []  # descriptors received, for the message that names them
 while True:
@@ -109,6 +125,12 @@ while True:
                 answer(ident, result, [sealed(JPEG)] * 5)
             else:
                 answer(ident, result, [sealed(JPEG)])
+        elif method in ("camera.record", "microphone.record") and params.get("into") == "segments":
+            if method == "camera.record":
+                record_segments(ident, params, {"width": 8, "height": 8, "frames": 30, "durationSeconds": 1.0, "bytes": 12}, b"RIFF....AVI ")
+            else:
+                record_segments(ident, params, {"sampleRate": 48000, "channels": 1, "format": "S16_LE", "frames": 480,
+                                                "peakDBFS": -160.0, "rmsDBFS": -160.0}, wav(48000, 480))
         elif method == "camera.record":
             record(ident, params, mine, {"width": 8, "height": 8, "frames": 30, "durationSeconds": 1.0, "bytes": 12})
         elif method == "microphone.record":

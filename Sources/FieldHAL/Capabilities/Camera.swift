@@ -59,6 +59,28 @@ public protocol Camera: Device {
     /// Records video for `request.duration` to an AVI file at `path` (Motion-JPEG), frames
     /// streamed to disk. The file appears only when complete; cancelling leaves no file.
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording
+
+    /// Records video for `request.duration` in segments (`RecordingSegments`), each a
+    /// complete AVI in memory handed over as it closes. A backend that can streams once
+    /// and cuts between frames; the default records each segment on its own.
+    func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws
+}
+
+extension Camera {
+    public func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
+        try await recordVideoOneSegmentAtATime(request, in: segments)
+    }
+
+    /// The default: each segment a recording of its own (the device restarts between them).
+    public func recordVideoOneSegmentAtATime(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
+        try request.validate(subject: "video recording")
+        try segments.validate(subject: "video recording")
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds) { length, path in
+            var segment = request
+            segment.duration = length
+            return try await recordVideo(segment, to: path)
+        }
+    }
 }
 
 /// What a video recording asks for. The backend picks the nearest size and rate the device

@@ -70,4 +70,26 @@ public protocol Microphone: Device {
     /// Records to a WAV file at `path`, streamed to disk. The file appears at `path` only
     /// when complete (written beside it, then renamed); cancelling leaves no file.
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording
+
+    /// Records for `request.duration` in segments (`RecordingSegments`), each a complete WAV
+    /// in memory handed over as it closes. A backend that can keeps one capture running and
+    /// cuts between samples; the default records each segment on its own.
+    func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws
+}
+
+extension Microphone {
+    public func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
+        try await recordOneSegmentAtATime(request, in: segments)
+    }
+
+    /// The default: each segment a recording of its own (the capture restarts between them).
+    public func recordOneSegmentAtATime(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
+        try request.validate(subject: "recording")
+        try segments.validate(subject: "recording")
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds) { length, path in
+            var segment = request
+            segment.duration = length
+            return try await record(segment, to: path)
+        }
+    }
 }

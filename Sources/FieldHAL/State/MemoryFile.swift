@@ -41,6 +41,12 @@ public final class MemoryFile: Sendable {
         descriptor = made
     }
 
+    /// Takes over an open descriptor (a segment a plugin recorded and passed sealed): it is
+    /// closed with this object.
+    public init(adopting descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
     deinit { close(descriptor) }
 
     /// Where a writer writes it (see `DescriptorPath`).

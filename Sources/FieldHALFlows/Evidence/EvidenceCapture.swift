@@ -19,7 +19,8 @@ public struct EvidenceCapture: Sendable {
     /// each closes (issue 19); nil: the whole-file pipeline (each kind in turn, one file
     /// each), kept as the baseline `bench seizure` measures against.
     public var segmentLength: Duration? = .seconds(4)
-    /// Asked before each segment: false ends the recordings there (the session signed out).
+    /// Asked every quarter second while recording: false ends the recordings at their next
+    /// segment boundary (the session signed out).
     public var keepRecording: @Sendable () async -> Bool = { true }
     /// Hears each item as it enters the queue (the uploader beside the capture waits on it).
     public var queued: @Sendable (EvidenceItem) -> Void = { _ in }
@@ -142,27 +143,27 @@ public struct EvidenceCapture: Sendable {
     /// segments already queued (a kind whose device is missing gets only the error item).
     private func recordInSegments(_ kind: EvidenceKind, incidentId: String, segmentLength: Duration) async -> [EvidenceItem] {
         let contentType: String
-        let total: Duration
-        let record: @Sendable (String, Duration) async throws -> Double
+        let record: @Sendable (Duration, RecordingFinish, @escaping @Sendable (SegmentedRecording.Closed) -> Void) async throws -> Void
         switch kind {
         case .audio:
             guard let microphone else { return recordError(kind, incidentId: incidentId, Self.missing("microphone")) }
-            (contentType, total) = ("audio/wav", audioDuration)
-            record = { path, length in try await microphone.record(RecordingRequest(duration: length), to: path).durationSeconds }
+            contentType = "audio/wav"
+            let request = RecordingRequest(duration: audioDuration)
+            record = { length, finish, closed in
+                try await microphone.record(request, in: RecordingSegments(length: length, finish: finish) { closed(.init($0)) })
+            }
         case .video:
             guard let camera else { return recordError(kind, incidentId: incidentId, Self.missing("camera")) }
-            (contentType, total) = ("video/x-msvideo", video.duration)
+            contentType = "video/x-msvideo"
             let request = video
-            record = { path, length in
-                var segment = request
-                segment.duration = length
-                return try await camera.recordVideo(segment, to: path).durationSeconds
+            record = { length, finish, closed in
+                try await camera.recordVideo(request, in: RecordingSegments(length: length, finish: finish) { closed(.init($0)) })
             }
         default:
             return []
         }
         let recording = SegmentedRecording(queue: queue, kind: kind, contentType: contentType, incidentId: incidentId, silent: silent,
-                                           segmentLength: segmentLength, total: total, keepRecording: keepRecording, queued: queued, record: record)
+                                           segmentLength: segmentLength, keepRecording: keepRecording, queued: queued, record: record)
         let outcome = await recording.run()
         guard let failure = outcome.failure, !(failure is CancellationError) else { return outcome.items }
         return outcome.items + recordError(kind, incidentId: incidentId, failure)

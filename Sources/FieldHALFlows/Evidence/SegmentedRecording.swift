@@ -3,25 +3,28 @@ import Foundation
 import Transrify
 
 /// Records one kind of evidence (audio or video) as a sequence of segments, each a complete
-/// file of its own recorded into memory (`MemoryFile`), sealed into the queue the moment it
-/// closes while the next one records, and chained to the one before it by its SHA-256
-/// (issue 19). Plaintext never reaches the disk; a kill loses at most the segment being
-/// recorded (memory), never one already sealed.
+/// file of its own recorded into memory (`MemoryFile`, through the device's
+/// `RecordingSegments` recording: one stream cut between frames where the backend can),
+/// sealed into the queue the moment it closes while the next one records, and chained to
+/// the one before it by its SHA-256 (issue 19). Plaintext never reaches the disk; a kill
+/// loses at most the segment being recorded (memory), never one already sealed.
 struct SegmentedRecording: Sendable {
     var queue: EvidenceQueue
     var kind: EvidenceKind
     var contentType: String
     var incidentId: String
     var silent: Bool
-    /// Each segment's length (the last may be shorter, to end at `total`).
+    /// Each segment's length (the last may be shorter, to end at the recording's duration).
     var segmentLength: Duration
-    var total: Duration
-    /// Asked before each segment after the first: false ends the recording there (a sign-out).
+    /// Asked every `signOutCheck` while recording: false ends the recording at the next
+    /// segment boundary (a sign-out). The first segment is always recorded whole.
     var keepRecording: @Sendable () async -> Bool
+    var signOutCheck: Duration = .milliseconds(250)
     /// Hears each segment as it enters the queue (wakes the uploader).
     var queued: @Sendable (EvidenceItem) -> Void
-    /// Records one segment of `length` into the file at the path; returns the seconds it holds.
-    var record: @Sendable (_ path: String, _ length: Duration) async throws -> Double
+    /// Records the whole recording in segments of `length`, handing each to `closed` as it
+    /// closes, until its duration or until `finish` is asked.
+    var record: @Sendable (_ length: Duration, _ finish: RecordingFinish, _ closed: @escaping @Sendable (Closed) -> Void) async throws -> Void
 
     /// What was recorded and queued, and the error that ended the recording early, if one did:
     /// the segments sealed before it stay queued whatever happened after.
@@ -30,11 +33,15 @@ struct SegmentedRecording: Sendable {
         var failure: (any Error)?
     }
 
-    private struct Closed: Sendable {
+    struct Closed: Sendable {
         var file: MemoryFile
         var sequence: Int
         var startedAt: Date
         var seconds: Double
+
+        init<Recording>(_ segment: RecordedSegment<Recording>) {
+            (file, sequence, startedAt, seconds) = (segment.file, segment.sequence, segment.startedAt, segment.seconds)
+        }
     }
 
     private enum Finished: Sendable {
@@ -50,23 +57,19 @@ struct SegmentedRecording: Sendable {
         return await withTaskGroup(of: Finished.self) { group in
             group.addTask { [self] in
                 defer { closer.finish() }
+                let finish = RecordingFinish()
                 do {
-                    var recorded = Duration.zero
-                    var sequence = 0
-                    // The first segment whatever happens: a sign-out at once must not leave
-                    // the server with nothing of this kind.
-                    while recorded < total {
-                        if sequence > 0, !(await keepRecording()) { break }
-                        try Task.checkCancellation()
-                        let length = min(segmentLength, total - recorded)
-                        // One neutral name for every kind: /proc/PID/fd shows it (to root and
-                        // the daemon's user) and must say no more than the devices do.
-                        let file = try MemoryFile(name: "fieldhal")
-                        let startedAt = Date()
-                        let seconds = try await record(file.path, length)
-                        closer.yield(Closed(file: file, sequence: sequence, startedAt: startedAt, seconds: seconds))
-                        sequence += 1
-                        recorded += length
+                    try await withThrowingTaskGroup(of: Void.self) { watching in
+                        // A sign-out ends the recording at the next boundary, not mid-segment:
+                        // what is being recorded is kept whole.
+                        watching.addTask { [self] in
+                            while true {
+                                try await Task.sleep(for: signOutCheck)
+                                if !(await keepRecording()) { return finish.finish() }
+                            }
+                        }
+                        try await record(segmentLength, finish) { closer.yield($0) }
+                        watching.cancelAll()
                     }
                     return .recorder(nil)
                 } catch {
