@@ -28,7 +28,7 @@ struct BenchCLITests {
     /// waits for the photo, then the audio, then the video, then the uploads).
     @Test func seizureRunsBothPipelinesAgainstTheLabServer() async throws {
         let result = try await CLI.run(["bench", "seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
-                                        "--fps", "10", "--taken-at", "2,9", "--json"])
+                                        "--fps", "10", "--taken-at", "2,9", "--faults", "none", "--json"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         let runs = report?["runs"] as? [[String: Any]] ?? []
@@ -43,6 +43,25 @@ struct BenchCLITests {
         let wholeAudio = runs.last?["firstAudioConfirmedSeconds"] as? Double ?? 0
         #expect(segmentsAudio < wholeAudio, "first audio: segments \(segmentsAudio) s, whole \(wholeAudio) s")
         #expect((report?["firstAudioConfirmedRatio"] as? Double ?? 0) > 1, "\(result.stdout)")
+    }
+
+    /// The faults for real: the capture in a process of its own, SIGKILLed 1.5 s after its
+    /// verdict (it may lose the segment recording and the one uploading, and what it sealed
+    /// is whole), then cut off from the server at 1.5 s for 1 s (nothing lost: it uploads
+    /// once the link is back).
+    @Test func seizureKillsAndCutsOffTheCaptureAndCountsWhatIsLeft() async throws {
+        let result = try await CLI.run(["bench", "seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
+                                        "--fps", "10", "--taken-at", "1.5", "--pipelines", "segments", "--faults", "both", "--cut-seconds", "1", "--json"])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let faults = report?["faults"] as? [[String: Any]] ?? []
+        #expect(faults.map { $0["fault"] as? String } == ["kill", "cut"], "\(result.stdout)")
+        let kill = faults.first ?? [:], cut = faults.last ?? [:]
+        #expect(kill["withinBound"] as? Bool == true && kill["sealedIntact"] as? Bool == true, "\(kill)")
+        #expect((kill["audioRecorded"] as? Double).map { $0 > 1 && $0 <= 1.5 } == true, "recorded until the kill: \(kill)")
+        #expect((kill["lostAudio"] as? Double ?? 9) <= 2 && (kill["lostVideo"] as? Double ?? 9) <= 2, "\(kill)")
+        #expect(cut["withinBound"] as? Bool == true && cut["lostAudio"] as? Double == 0 && cut["lostVideo"] as? Double == 0, "\(cut)")
+        #expect((cut["connectionsEnded"] as? Int ?? 0) + (cut["connectionsRefused"] as? Int ?? 0) >= 1, "the cut met the uploads: \(cut)")
     }
 
     /// The gpsd and libnfc backends in process and out of process (a plugin process), and

@@ -263,17 +263,28 @@ public final class EvidenceQueue: Sendable {
     /// Writes the item's plaintext to `path` (0600), verifying size and SHA-256 on the way.
     func decrypt(_ item: EvidenceItem, to path: String) throws {
         let writer = try AtomicFileWriter(path: path)
+        try readSealed(item) { try writer.write($0) }
+        try writer.commit()
+    }
+
+    /// Opens the item's sealed file to its end and checks it against its recorded size and
+    /// SHA-256, keeping nothing: whether what a killed capture left is whole.
+    public func verify(_ item: EvidenceItem) throws {
+        try readSealed(item) { _ in }
+    }
+
+    /// Each chunk of the item's plaintext, in order; throws when the file is not the item's.
+    private func readSealed(_ item: EvidenceItem, _ each: ([UInt8]) throws -> Void) throws {
         var hash = SHA256()
         var size: Int64 = 0
         try EvidenceCipher.open(key: key, path: dataPath(item.id)) { chunk in
             hash.update(data: chunk)
             size += Int64(chunk.count)
-            try writer.write(chunk)
+            try each(chunk)
         }
         guard size == item.size, EvidenceCipher.hex(Array(hash.finalize())) == item.sha256 else {
             throw FieldHALError(.malformedData, subject: dataPath(item.id), detail: "sealed evidence does not match its recorded size and SHA-256")
         }
-        try writer.commit()
     }
 
     /// The item's plaintext for an upload, decrypted as it is read and never written anywhere;

@@ -10,7 +10,7 @@ import Glibc
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench", abstract: "Measure a backend against a baseline tool in the same run.",
-        subcommands: [GPSBench.self, NFCBench.self, EvidenceBench.self, DuressBench.self, CameraBench.self, AlertsBench.self, APIBench.self, APIFixBench.self, PluginsBench.self, SeizureBench.self])
+        subcommands: [GPSBench.self, NFCBench.self, EvidenceBench.self, DuressBench.self, CameraBench.self, AlertsBench.self, APIBench.self, APIFixBench.self, PluginsBench.self, SeizureBench.self, SeizureWorker.self])
 }
 
 /// `fieldhal bench gps`: how long a gpsd report takes to reach a Swift consumer through the

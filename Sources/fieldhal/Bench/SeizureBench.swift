@@ -25,7 +25,18 @@ struct SeizureBench: FieldHALSubcommand {
         finalize), it reports the time from the verdict to the first item, the first audio and \
         the first video confirmed, and for each --taken-at time t: the seconds of audio and video \
         recorded by t and those confirmed on the server by t — what is left if the kit is \
-        destroyed or cut off at t. Exit 0 when both runs put every item on the server.
+        destroyed or cut off at t.
+
+        Then the faults (--faults), each --taken-at time t in turn, the capture in a process of \
+        its own: "kill" sends it SIGKILL at t, then reads what the server has, and reopens the \
+        queue it left to check that every sealed item is whole; "cut" ends its connections and \
+        refuses new ones from t for --cut-seconds, then lets it finish. A kill may lose the \
+        segment being recorded and the one being uploaded (2 × --segment-seconds of each \
+        kind); a cut, nothing. The faults take about --seconds plus t each: a few minutes at \
+        the defaults (--faults none skips them).
+
+        Exit 0 when both runs put every item on the server and every fault stayed within its \
+        bound; 70 otherwise.
         """)
     static var fakeKitUnlessConfigured: Bool { true }
     @OptionGroup var global: GlobalOptions
@@ -37,6 +48,8 @@ struct SeizureBench: FieldHALSubcommand {
     @Option(help: "Times after the verdict (seconds, comma-separated) at which to count what was sent.")
     var takenAt = "2,5,10,20,30"
     @Option(help: "Which pipelines: segments, whole, or both.") var pipelines = "both"
+    @Option(help: "Faults injected at each --taken-at time: kill, cut, both, or none.") var faults = "both"
+    @Option(help: "How long a cut keeps the link down, in seconds.") var cutSeconds = 10.0
     /// `--json` is the global option's.
     var json: Bool { global.json }
 
@@ -73,6 +86,8 @@ struct SeizureBench: FieldHALSubcommand {
         var firstConfirmedRatio: Double?
         var firstAudioConfirmedRatio: Double?
         var firstVideoConfirmedRatio: Double?
+        /// The capture killed or cut off at each time (`SeizureFaults`).
+        var faults: [SeizureFaults.Run]
     }
 
     func execute(_ environment: Environment) async throws {
@@ -82,6 +97,15 @@ struct SeizureBench: FieldHALSubcommand {
         let times = takenAt.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
         guard !times.isEmpty, times.allSatisfy({ $0 > 0 }) else {
             throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--taken-at must be positive seconds, comma-separated, e.g. 2,5,10")
+        }
+        let injected: [String] = switch faults {
+        case "both": ["kill", "cut"]
+        case "kill", "cut": [faults]
+        case "none": []
+        default: throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--faults must be kill, cut, both or none")
+        }
+        guard cutSeconds > 0, cutSeconds <= 300 else {
+            throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--cut-seconds must be above 0 and at most 300")
         }
         let chosen: [String] = switch pipelines {
         case "both": ["segments", "whole"]
@@ -100,6 +124,16 @@ struct SeizureBench: FieldHALSubcommand {
             progress.say("\(pipeline): recording \(seconds) s of audio and video…")
             runs.append(try await measure(pipeline, kit: kit, lab: lab, scratch: scratch + "/" + pipeline, times: times))
         }
+        let faulted = SeizureFaults(seconds: seconds, segmentSeconds: segmentSeconds,
+                                    video: VideoRequest(duration: .seconds(seconds), width: width, height: height, framesPerSecond: fps),
+                                    cutSeconds: cutSeconds, config: global.config, lab: lab, scratch: scratch, say: progress.say)
+        var faultRuns: [SeizureFaults.Run] = []
+        for fault in injected {
+            for t in times {
+                progress.say("\(fault) at \(t) s…")
+                faultRuns.append(fault == "kill" ? try await faulted.kill(at: t) : try await faulted.cut(at: t))
+            }
+        }
         let segments = runs.first { $0.pipeline == "segments" }, whole = runs.first { $0.pipeline == "whole" }
         func ratio(_ path: KeyPath<Run, Double?>) -> Double? {
             guard let fast = segments?[keyPath: path], let slow = whole?[keyPath: path], fast > 0 else { return nil }
@@ -107,9 +141,9 @@ struct SeizureBench: FieldHALSubcommand {
         }
         let report = Report(seconds: seconds, segmentSeconds: segmentSeconds, video: "\(width)x\(height) at \(fps)", runs: runs,
                             firstConfirmedRatio: ratio(\.firstConfirmedSeconds), firstAudioConfirmedRatio: ratio(\.firstAudioConfirmedSeconds),
-                            firstVideoConfirmedRatio: ratio(\.firstVideoConfirmedSeconds))
+                            firstVideoConfirmedRatio: ratio(\.firstVideoConfirmedSeconds), faults: faultRuns)
         try Output.emit(report, json: json) { Self.text(report) }
-        if runs.contains(where: { $0.itemsConfirmed < $0.items }) {
+        if runs.contains(where: { $0.itemsConfirmed < $0.items }) || faultRuns.contains(where: { !$0.withinBound }) {
             throw ExitCode(70)  // EX_SOFTWARE: evidence that never reached the server
         }
     }
@@ -183,6 +217,24 @@ struct SeizureBench: FieldHALSubcommand {
         func ratio(_ value: Double?) -> String { value.map { String(format: "%.1f×", $0) } ?? "n/a" }
         if report.runs.count == 2 {
             lines.append("\nsegments vs whole files: first evidence \(ratio(report.firstConfirmedRatio)) sooner, first audio \(ratio(report.firstAudioConfirmedRatio)), first video \(ratio(report.firstVideoConfirmedRatio))")
+        }
+        if !report.faults.isEmpty {
+            lines.append("\nfaults (the capture in a process of its own)   audio recorded / on the server   video recorded / on the server")
+            for run in report.faults {
+                let what = run.fault == "kill" ? String(format: "SIGKILL at %4.0f s", run.atSeconds)
+                    : String(format: "cut at %4.0f s for %.0f s", run.atSeconds, run.cutSeconds ?? 0)
+                var line = String(format: "  %@  %7.1f s / %5.1f s (lost %4.1f)   %7.1f s / %5.1f s (lost %4.1f)  %@",
+                                  what.padding(toLength: 22, withPad: " ", startingAt: 0), run.audioRecorded, run.audioConfirmed, run.lostAudio,
+                                  run.videoRecorded, run.videoConfirmed, run.lostVideo,
+                                  run.withinBound ? "within" : "OVER")
+                line += String(format: " %.1f s allowed", run.allowedLoss)
+                if let left = run.sealedLeft { line += "; \(left) sealed left, \(run.sealedIntact == true ? "all whole" : "NOT ALL WHOLE")" }
+                if run.fault == "cut" {
+                    line += "; \(run.connectionsEnded ?? 0) connections ended and \(run.connectionsRefused ?? 0) refused by the cut"
+                    line += run.allConfirmedAfterRestoreSeconds.map { String(format: "; all on the server %.1f s after the link came back", $0) } ?? ""
+                }
+                lines.append(line)
+            }
         }
         return lines.joined(separator: "\n")
     }
