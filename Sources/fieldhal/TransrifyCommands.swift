@@ -298,6 +298,7 @@ struct AfterSignInCommand: FieldHALSubcommand {
         // Its threads must not show whether it makes requests (see DispatchWorkers).
         DispatchWorkers.hold()
         await HTTPSession.prepare()
+        EvidenceSealer.prepare()  // its thread, whatever the verdict (docs/stealth.md)
         let work = try environment.afterAuthenticationWork()
         if unlock { try await work.afterUnlock() } else { await work.afterSignIn() }
     }

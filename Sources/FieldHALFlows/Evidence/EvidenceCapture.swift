@@ -91,8 +91,10 @@ public struct EvidenceCapture: Sendable {
     /// `liveFixWait`; last, the manifest. Every item is handed to `queued` as it enters the queue.
     func captureInSegments(incidentId: String, note: String, segmentLength: Duration) async -> [EvidenceItem] {
         var items = await capture([.text], incidentId: incidentId, note: note)
-        if let item = try? queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
-                                     bytes: Self.nearby(await location?.lastKnownFix().map { ($0.fix, "cached") }), silent: silent) {
+        let cached = Self.nearby(await location?.lastKnownFix().map { ($0.fix, "cached") })
+        if let item = try? await seal({ [queue, silent] in
+            try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: cached, silent: silent)
+        }) {
             items.append(item)
         }
         items.forEach(queued)
@@ -108,7 +110,7 @@ public struct EvidenceCapture: Sendable {
             return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
         }
         items += (0...2).flatMap { parts[$0] ?? [] }
-        if let manifest = try? closingManifest(incidentId: incidentId, listing: items) {
+        if let manifest = try? await closingManifest(incidentId: incidentId, listing: items) {
             queued(manifest)
             items.append(manifest)
         }
@@ -119,22 +121,26 @@ public struct EvidenceCapture: Sendable {
     /// so that the server can tell what never arrived — the chain cannot show the last
     /// segments missing. A kit stopped before this point sends none, and the server knows
     /// the recordings did not end.
-    private func closingManifest(incidentId: String, listing items: [EvidenceItem]) throws -> EvidenceItem {
+    private func closingManifest(incidentId: String, listing items: [EvidenceItem]) async throws -> EvidenceItem {
         let manifest = EvidenceManifest(incidentId: incidentId, closedAtMs: Int64(Date().timeIntervalSince1970 * 1000), items: items.map {
             EvidenceManifest.Item(kind: $0.kind, size: $0.size, sha256: $0.sha256, segment: $0.segment.map(EvidenceUploader.wire))
         })
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        return try queue.add(kind: .text, contentType: EvidenceManifest.contentType, incidentId: incidentId,
-                             bytes: Array(try encoder.encode(manifest)), silent: silent)
+        let bytes = Array(try encoder.encode(manifest))
+        return try await seal { [queue, silent] in
+            try queue.add(kind: .text, contentType: EvidenceManifest.contentType, incidentId: incidentId, bytes: bytes, silent: silent)
+        }
     }
 
     /// A live fix within `liveFixWait`, as a second NEARBY; nothing if none comes.
     private func liveNearby(incidentId: String) async -> [EvidenceItem] {
         guard let location, let reading = try? await location.currentFix(FixRequest(timeout: liveFixWait, maxAge: nil)),
-              reading.source == .live,
-              let item = try? queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
-                                        bytes: Self.nearby((reading.fix, "live")), silent: silent) else { return [] }
+              reading.source == .live else { return [] }
+        let live = Self.nearby((reading.fix, "live"))
+        guard let item = try? await seal({ [queue, silent] in
+            try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId, bytes: live, silent: silent)
+        }) else { return [] }
         queued(item)
         return [item]
     }
@@ -146,14 +152,14 @@ public struct EvidenceCapture: Sendable {
         let record: @Sendable (Duration, RecordingFinish, @escaping @Sendable (SegmentedRecording.Closed) -> Void) async throws -> Void
         switch kind {
         case .audio:
-            guard let microphone else { return recordError(kind, incidentId: incidentId, Self.missing("microphone")) }
+            guard let microphone else { return await recordError(kind, incidentId: incidentId, Self.missing("microphone")) }
             contentType = "audio/wav"
             let request = RecordingRequest(duration: audioDuration)
             record = { length, finish, closed in
                 try await microphone.record(request, in: RecordingSegments(length: length, finish: finish) { closed(.init($0)) })
             }
         case .video:
-            guard let camera else { return recordError(kind, incidentId: incidentId, Self.missing("camera")) }
+            guard let camera else { return await recordError(kind, incidentId: incidentId, Self.missing("camera")) }
             contentType = "video/x-msvideo"
             let request = video
             record = { length, finish, closed in
@@ -166,11 +172,14 @@ public struct EvidenceCapture: Sendable {
                                            segmentLength: segmentLength, keepRecording: keepRecording, queued: queued, record: record)
         let outcome = await recording.run()
         guard let failure = outcome.failure, !(failure is CancellationError) else { return outcome.items }
-        return outcome.items + recordError(kind, incidentId: incidentId, failure)
+        return outcome.items + (await recordError(kind, incidentId: incidentId, failure))
     }
 
-    private func recordError(_ kind: EvidenceKind, incidentId: String, _ error: any Error) -> [EvidenceItem] {
-        guard let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)", silent: silent) else { return [] }
+    private func recordError(_ kind: EvidenceKind, incidentId: String, _ error: any Error) async -> [EvidenceItem] {
+        let message = "\(error)"
+        guard let item = try? await seal({ [queue, silent] in
+            try queue.recordCaptureError(kind: kind, incidentId: incidentId, message: message, silent: silent)
+        }) else { return [] }
         queued(item)
         return [item]
     }
@@ -198,7 +207,10 @@ public struct EvidenceCapture: Sendable {
             do {
                 items.append(try await capture(kind, incidentId: incidentId, note: note))
             } catch {
-                if let item = try? queue.recordCaptureError(kind: kind, incidentId: incidentId, message: "\(error)", silent: silent) {
+                let message = "\(error)"
+                if let item = try? await seal({ [queue, silent] in
+                    try queue.recordCaptureError(kind: kind, incidentId: incidentId, message: message, silent: silent)
+                }) {
                     items.append(item)
                 }
             }
@@ -211,7 +223,9 @@ public struct EvidenceCapture: Sendable {
         case .photo:
             guard let camera else { throw Self.missing("camera") }
             let photo = try await camera.captureStill(PhotoRequest())
-            return try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg, silent: silent)
+            return try await seal { [queue, silent] in
+                try queue.add(kind: .photo, contentType: "image/jpeg", incidentId: incidentId, bytes: photo.jpeg, silent: silent)
+            }
         case .audio:
             guard let microphone else { throw Self.missing("microphone") }
             return try await captureInMemory(.audio, contentType: "audio/wav", incidentId: incidentId) { scratch in
@@ -223,7 +237,9 @@ public struct EvidenceCapture: Sendable {
                 _ = try await camera.recordVideo(video, to: scratch)
             }
         case .text:
-            return try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8), silent: silent)
+            return try await seal { [queue, silent] in
+                try queue.add(kind: .text, contentType: "text/plain; charset=utf-8", incidentId: incidentId, bytes: Array(note.utf8), silent: silent)
+            }
         case .nearby:
             let reading = try? await location?.currentFix(.flows)
             return try queue.add(kind: .nearby, contentType: "application/json", incidentId: incidentId,
@@ -237,7 +253,14 @@ public struct EvidenceCapture: Sendable {
                                            record: (String) async throws -> Void) async throws -> EvidenceItem {
         let scratch = try MemoryFile(name: "fieldhal")  // neutral, as a segment's (SegmentedRecording)
         try await record(scratch.path)
-        return try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: scratch, silent: silent)
+        return try await seal { [queue, silent] in
+            try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: scratch, silent: silent)
+        }
+    }
+
+    /// Seals on the sealer's thread (`EvidenceSealer`), never on the cooperative pool.
+    private func seal(_ work: @escaping @Sendable () throws -> EvidenceItem) async throws -> EvidenceItem {
+        try await EvidenceSealer.seal(work)
     }
 
     static func missing(_ device: String) -> FieldHALError {

@@ -81,9 +81,11 @@ struct SegmentedRecording: Sendable {
                 var previous: String?
                 for await segment in closed {
                     do {
-                        let item = try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: segment.file, silent: silent,
-                                                 segment: .init(recording: recording, sequence: segment.sequence, startedAt: segment.startedAt,
-                                                                durationSeconds: segment.seconds, previousSHA256: previous))
+                        let place = EvidenceItem.Segment(recording: recording, sequence: segment.sequence, startedAt: segment.startedAt,
+                                                         durationSeconds: segment.seconds, previousSHA256: previous)
+                        let item = try await EvidenceSealer.seal { [queue, kind, contentType, incidentId, silent] in
+                            try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: segment.file, silent: silent, segment: place)
+                        }
                         previous = item.sha256
                         items.append(item)
                         queued(item)

@@ -111,6 +111,7 @@ final class Daemon: Sendable {
         // The same thread names before and after HTTP requests (see DispatchWorkers).
         DispatchWorkers.hold()
         await HTTPSession.prepare()
+        EvidenceSealer.prepare()
         if HotplugMonitor.isAvailable {
             do {
                 let monitor = try HotplugMonitor()
