@@ -24,6 +24,10 @@ public struct EvidenceCapture: Sendable {
     public var keepRecording: @Sendable () async -> Bool = { true }
     /// Hears each item as it enters the queue (the uploader beside the capture waits on it).
     public var queued: @Sendable (EvidenceItem) -> Void = { _ in }
+    /// Hears what each segment holds as it closes: its frames (video) or samples (audio),
+    /// and those the device skipped (video) or the overruns (audio). `bench seizure` reports
+    /// the video's rate and dropped frames from it.
+    public var segmentRecorded: @Sendable (_ kind: EvidenceKind, _ frames: Int, _ dropped: Int) -> Void = { _, _, _ in }
     /// How long to wait for a live fix after the cached one has gone out as NEARBY.
     public var liveFixWait: Duration = .seconds(5)
 
@@ -155,15 +159,23 @@ public struct EvidenceCapture: Sendable {
             guard let microphone else { return await recordError(kind, incidentId: incidentId, Self.missing("microphone")) }
             contentType = "audio/wav"
             let request = RecordingRequest(duration: audioDuration)
+            let heard = segmentRecorded
             record = { length, finish, closed in
-                try await microphone.record(request, in: RecordingSegments(length: length, finish: finish) { closed(.init($0)) })
+                try await microphone.record(request, in: RecordingSegments(length: length, finish: finish) { segment in
+                    heard(.audio, segment.recording.frames, segment.recording.overruns)
+                    closed(.init(segment))
+                })
             }
         case .video:
             guard let camera else { return await recordError(kind, incidentId: incidentId, Self.missing("camera")) }
             contentType = "video/x-msvideo"
             let request = video
+            let heard = segmentRecorded
             record = { length, finish, closed in
-                try await camera.recordVideo(request, in: RecordingSegments(length: length, finish: finish) { closed(.init($0)) })
+                try await camera.recordVideo(request, in: RecordingSegments(length: length, finish: finish) { segment in
+                    heard(.video, segment.recording.frames, segment.recording.droppedFrames)
+                    closed(.init(segment))
+                })
             }
         default:
             return []

@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALFlows
 import FieldHALVault
 import Foundation
+import Synchronization
 import Transrify
 import FieldHALCommandLine
 
@@ -61,6 +62,11 @@ struct SeizureBench: FieldHALSubcommand {
         var firstConfirmedSeconds, firstAudioConfirmedSeconds, firstVideoConfirmedSeconds: Double?
         var allConfirmedSeconds: Double?
         var takenAt: [TakenAt]
+        /// Segments only: the video frames recorded and those the camera skipped (the
+        /// recorder fell behind), and the rate they make.
+        var videoFrames: Int?
+        var videoDroppedFrames: Int?
+        var videoFramesPerSecond: Double?
     }
 
     struct TakenAt: Encodable {
@@ -158,6 +164,10 @@ struct SeizureBench: FieldHALSubcommand {
         capture.audioDuration = .seconds(seconds)
         capture.video = VideoRequest(duration: .seconds(seconds), width: width, height: height, framesPerSecond: fps)
         capture.segmentLength = pipeline == "segments" ? .seconds(segmentSeconds) : nil
+        let frames = Mutex((count: 0, dropped: 0, segments: 0))
+        capture.segmentRecorded = { kind, count, dropped in
+            if kind == .video { frames.withLock { $0.count += count; $0.dropped += dropped; $0.segments += 1 } }
+        }
         let incident = "bench-\(pipeline)-\(UUID().uuidString.prefix(8).lowercased())"
         let uploader = EvidenceUploader(client: client, queue: queue)
         let verdict = Date()
@@ -187,6 +197,8 @@ struct SeizureBench: FieldHALSubcommand {
         func start(_ item: EvidenceItem) -> Double {
             item.segment.map { $0.startedAt.timeIntervalSince(verdict) } ?? (item.createdAt.timeIntervalSince(verdict) - length(item))
         }
+        let video = frames.withLock { $0 }
+        let videoSeconds = items.filter { $0.kind == .video }.compactMap(\.segment?.durationSeconds).reduce(0, +)
         let taken = times.map { t in
             func recorded(_ kind: EvidenceKind) -> Double {
                 items.filter { $0.kind == kind && $0.failedKind == nil }.reduce(0) { $0 + min(length($1), max(0, t - start($1))) }
@@ -198,7 +210,9 @@ struct SeizureBench: FieldHALSubcommand {
         }
         return Run(pipeline: pipeline, captureSeconds: captureSeconds, items: items.count, itemsConfirmed: confirmed.count,
                    firstConfirmedSeconds: first(nil), firstAudioConfirmedSeconds: first(.audio), firstVideoConfirmedSeconds: first(.video),
-                   allConfirmedSeconds: confirmed.count == items.count ? confirmed.map(\.1).max() : nil, takenAt: taken)
+                   allConfirmedSeconds: confirmed.count == items.count ? confirmed.map(\.1).max() : nil, takenAt: taken,
+                   videoFrames: video.segments > 0 ? video.count : nil, videoDroppedFrames: video.segments > 0 ? video.dropped : nil,
+                   videoFramesPerSecond: videoSeconds > 0 ? Double(video.count) / videoSeconds : nil)
     }
 
     static func text(_ report: Report) -> String {
@@ -207,6 +221,9 @@ struct SeizureBench: FieldHALSubcommand {
         for run in report.runs {
             lines.append("\n\(run.pipeline): capture \(String(format: "%.1f", run.captureSeconds)) s, \(run.itemsConfirmed) of \(run.items) items confirmed")
             lines.append("  first item confirmed \(time(run.firstConfirmedSeconds)) after the verdict; first audio \(time(run.firstAudioConfirmedSeconds)); first video \(time(run.firstVideoConfirmedSeconds)); all \(time(run.allConfirmedSeconds))")
+            if let count = run.videoFrames, let fps = run.videoFramesPerSecond {
+                lines.append(String(format: "  video: %d frames (%.1f per second), %d dropped by the camera", count, fps, run.videoDroppedFrames ?? 0))
+            }
             lines.append("  taken at   audio recorded / on the server   video recorded / on the server")
             for taken in run.takenAt {
                 lines.append(String(format: "  %5.0f s   %7.1f s / %5.1f s (lost %4.1f)        %7.1f s / %5.1f s (lost %4.1f)",
