@@ -30,6 +30,9 @@ public struct EvidenceItem: Codable, Sendable, Equatable {
     public var attempts: Int = 0
     public var nextAttemptAt: Date?
     public var lastError: String?
+    /// Its last attempt failed for the network (not a refusal): due again as soon as an
+    /// upload gets through, whatever its backoff says (the link is back).
+    public var waitingForNetwork: Bool?
     /// Set on the TEXT item that reports a failed capture of this kind.
     public var failedKind: EvidenceKind?
     /// Set while a process PUTs the payload (cleared when the PUT ends either way), so that
