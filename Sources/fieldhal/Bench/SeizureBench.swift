@@ -248,7 +248,7 @@ struct SeizureBench: FieldHALSubcommand {
                 if let left = run.sealedLeft { line += "; \(left) sealed left, \(run.sealedIntact == true ? "all whole" : "NOT ALL WHOLE")" }
                 if run.fault == "cut" {
                     line += "; \(run.connectionsEnded ?? 0) connections ended and \(run.connectionsRefused ?? 0) refused by the cut"
-                    line += run.allConfirmedAfterRestoreSeconds.map { String(format: "; all on the server %.1f s after the link came back", $0) } ?? ""
+                    line += run.allConfirmedAfterRestoreSeconds.map { String(format: "; all on the server %.1f s after the link was back and the recording over", $0) } ?? ""
                 }
                 lines.append(line)
             }

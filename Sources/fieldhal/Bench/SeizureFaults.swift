@@ -35,7 +35,8 @@ struct SeizureFaults {
         var sealedLeft: Int?
         var sealedIntact: Bool?
         /// Cut: how long the link was down, connections ended by the cut and refused during
-        /// it, and when everything was on the server, after the link came back.
+        /// it, and how long after the link came back and the recording ended everything was
+        /// on the server.
         var cutSeconds: Double?
         var connectionsEnded: Int?
         var connectionsRefused: Int?
@@ -89,7 +90,10 @@ struct SeizureFaults {
             $0.cutSeconds = cutSeconds
             $0.connectionsEnded = relay.reset
             $0.connectionsRefused = relay.refused
-            $0.allConfirmedAfterRestoreSeconds = last.map { max(0, $0 - restored.timeIntervalSince1970) }
+            // From when everything could be there — the link back and the recording over —
+            // to when it was.
+            let possible = max(restored.timeIntervalSince1970, verdict.timeIntervalSince1970 + Double(seconds))
+            $0.allConfirmedAfterRestoreSeconds = last.map { max(0, $0 - possible) }
             if !exited { $0.withinBound = false }
         }
     }
