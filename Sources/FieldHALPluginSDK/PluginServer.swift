@@ -133,10 +133,16 @@ public final class PluginServer: Sendable {
             track(id, on: .biometrics) { [self] in await biometrics(method, id, parameters) }
         case PluginProtocol.CameraMethod.formats, PluginProtocol.CameraMethod.still, PluginProtocol.CameraMethod.record:
             let finish = segmentedRecordingStarts(method == PluginProtocol.CameraMethod.record, parameters, on: .camera)
-            track(id, on: .camera) { [self] in await camera(method, id, parameters, descriptors, finish) }
+            track(id, on: .camera) { [self] in
+                await camera(method, id, parameters, descriptors, finish)
+                segmentedRecordingEnded(finish, on: .camera)
+            }
         case PluginProtocol.MicrophoneMethod.record:
             let finish = segmentedRecordingStarts(true, parameters, on: .microphone)
-            track(id, on: .microphone) { [self] in await recordAudio(id, parameters, descriptors, finish) }
+            track(id, on: .microphone) { [self] in
+                await recordAudio(id, parameters, descriptors, finish)
+                segmentedRecordingEnded(finish, on: .microphone)
+            }
         case PluginProtocol.SpeakerMethod.play:
             track(id, on: .speaker) { [self] in await playSound(id, parameters, descriptors) }
         case "shutdown":
@@ -174,12 +180,18 @@ public final class PluginServer: Sendable {
         return finish
     }
 
+    /// Forgets the recording's finish once its request has been answered, however it ended
+    /// (a request refused before it recorded included); a newer recording's stays.
+    private func segmentedRecordingEnded(_ finish: RecordingFinish?, on capability: Capability) {
+        guard let finish else { return }
+        state.withLock { if $0.finishing[capability] === finish { $0.finishing[capability] = nil } }
+    }
+
     /// Runs a segmented recording (1.5): each segment goes to the host as it closes, as a
     /// `$/progress` with the file sealed beside it; the answer counts them.
-    private func recordSegments<Recording: Sendable>(_ id: JSONValue, on capability: Capability, length: Duration, finish: RecordingFinish,
+    private func recordSegments<Recording: Sendable>(_ id: JSONValue, length: Duration, finish: RecordingFinish,
                                                       details: @escaping @Sendable (Recording) -> JSONValue,
                                                       _ record: (RecordingSegments<Recording>) async throws -> Void) async throws -> JSONValue {
-        defer { state.withLock { if $0.finishing[capability] === finish { $0.finishing[capability] = nil } } }
         let sent = LockedValue(0)
         let failure = LockedValue<FieldHALError?>(nil)
         try await record(RecordingSegments(length: length, finish: finish) { [self] segment in
@@ -368,7 +380,7 @@ public final class PluginServer: Sendable {
             default:
                 let request = try PluginProtocol.videoRequest(from: parameters, subject: subject)
                 if let finish, let length = try PluginProtocol.segmentLength(in: parameters, subject: subject) {
-                    let answer = try await recordSegments(id, on: .camera, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
+                    let answer = try await recordSegments(id, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
                         try await camera.recordVideo(request, in: segments)
                     }
                     send(PluginProtocol.response(id, result: answer))
@@ -393,7 +405,7 @@ public final class PluginServer: Sendable {
             }
             let request = try PluginProtocol.recordingRequest(from: parameters, subject: subject)
             if let finish, let length = try PluginProtocol.segmentLength(in: parameters, subject: subject) {
-                return try await recordSegments(id, on: .microphone, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
+                return try await recordSegments(id, length: length, finish: finish, details: PluginProtocol.value(of:)) { segments in
                     try await microphone.record(request, in: segments)
                 }
             }

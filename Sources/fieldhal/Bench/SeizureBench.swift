@@ -132,7 +132,7 @@ struct SeizureBench: FieldHALSubcommand {
         }
         let faulted = SeizureFaults(seconds: seconds, segmentSeconds: segmentSeconds,
                                     video: VideoRequest(duration: .seconds(seconds), width: width, height: height, framesPerSecond: fps),
-                                    cutSeconds: cutSeconds, config: global.config, lab: lab, scratch: scratch, say: progress.say)
+                                    cutSeconds: cutSeconds, config: global.config, lab: lab, scratch: scratch)
         var faultRuns: [SeizureFaults.Run] = []
         for fault in injected {
             for t in times {

@@ -21,7 +21,6 @@ struct SeizureFaults {
     var config: String?
     var lab: LabProcess
     var scratch: String
-    var say: (String) -> Void
 
     struct Run: Encodable {
         var fault: String
