@@ -39,13 +39,10 @@ final class ExternalCamera: Camera, ExternalRequestDevice {
     /// In segments cut by the plugin from one stream (1.5); a plugin of 1.4 records each
     /// segment on its own.
     func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
-        guard link.manifest.protocolVersion >= PluginProtocol.segmentedRecording else {
-            return try await recordVideoOneSegmentAtATime(request, in: segments)
-        }
         try request.validate(subject: "video recording")
-        try segments.validate(subject: "video recording")
         let plugin = link.manifest.name
-        try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments) { value, path throws(FieldHALError) in
+        try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments,
+                              oneAtATime: { try await recordVideoOneSegmentAtATime(request, in: segments) }) { value, path throws(FieldHALError) in
             try PluginProtocol.videoRecording(from: value, path: path, plugin: plugin)
         }
     }
@@ -73,13 +70,10 @@ final class ExternalMicrophone: Microphone, ExternalRequestDevice {
     /// In segments cut by the plugin from one capture (1.5); a plugin of 1.4 records each
     /// segment on its own.
     func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
-        guard link.manifest.protocolVersion >= PluginProtocol.segmentedRecording else {
-            return try await recordOneSegmentAtATime(request, in: segments)
-        }
         try request.validate(subject: "recording")
-        try segments.validate(subject: "recording")
         let plugin = link.manifest.name
-        try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments) { value, path throws(FieldHALError) in
+        try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), lasting: request.duration, in: segments,
+                              oneAtATime: { try await recordOneSegmentAtATime(request, in: segments) }) { value, path throws(FieldHALError) in
             try PluginProtocol.audioRecording(from: value, path: path, plugin: plugin)
         }
     }
@@ -148,9 +142,13 @@ extension RequestLink.Hold {
     /// sealed memfd and is handed to `segments.closed` at once, in order; a finish asked of
     /// `segments` goes to the plugin as `camera.finish` / `microphone.finish`. A segment out
     /// of order, or an answer that does not count what was sent, is the plugin's fault: the
-    /// segments received before it stay the caller's.
+    /// segments received before it stay the caller's. A plugin of 1.4 records
+    /// `oneAtATime` (each segment on its own, into a file it is given).
     func record<Recording: Sendable>(_ method: String, _ parameters: JSONValue, lasting duration: Duration, in segments: RecordingSegments<Recording>,
+                                     oneAtATime: () async throws -> Void,
                                      _ recording: @escaping @Sendable (JSONValue, String) throws(FieldHALError) -> Recording) async throws {
+        guard manifest.protocolVersion >= PluginProtocol.segmentedRecording else { return try await oneAtATime() }
+        try segments.validate(subject: "plugin \(manifest.name)")
         let plugin = manifest.name
         // What the plugin sent, and the first fault in it (seen on the session's thread).
         let received = Mutex<(count: Int, fault: FieldHALError?)>((0, nil))

@@ -168,18 +168,24 @@ final class LabProcess: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        var line = [UInt8]()
-        while line.last != 10 {
-            guard let byte = output.fileHandleForReading.readData(ofLength: 1).first else {
-                throw FieldHALError(.unavailable, subject: "demo", detail: "fieldhal-labserver exited before listening")
-            }
-            line.append(byte)
+        guard let text = Self.readLine(output.fileHandleForReading) else {
+            throw FieldHALError(.unavailable, subject: "demo", detail: "fieldhal-labserver exited before listening")
         }
-        let text = String(decoding: line.dropLast(), as: UTF8.self)
         guard let address = text.split(separator: " ").last, let url = URL(string: String(address)) else {
             throw FieldHALError(.protocolError, subject: "demo", detail: "unexpected line from fieldhal-labserver: \(text)")
         }
         return LabProcess(process: process, baseURL: url, tenantKey: tenantKey, customerRef: words[1], pin: words[3], duressPin: words[6])
+    }
+
+    /// A child's next line of output, without its newline, read a byte at a time so that
+    /// nothing after it is taken from the pipe; nil when the child ended first.
+    static func readLine(_ handle: FileHandle) -> String? {
+        var line = [UInt8]()
+        while line.last != 10 {
+            guard let byte = handle.readData(ofLength: 1).first else { return nil }
+            line.append(byte)
+        }
+        return String(decoding: line.dropLast(), as: UTF8.self)
     }
 
     private init(process: Process, baseURL: URL, tenantKey: String, customerRef: String, pin: String, duressPin: String) {

@@ -149,12 +149,7 @@ struct SeizureFaults {
 
         /// The verdict's time, from the worker's first line ("verdict <Unix ms>").
         func verdict() throws -> Date {
-            var line = [UInt8]()
-            while line.last != 10 {
-                guard let byte = output.readData(ofLength: 1).first else { break }
-                line.append(byte)
-            }
-            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let text = (LabProcess.readLine(output) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
             guard text.hasPrefix("verdict "), let ms = Double(text.dropFirst(8)) else {
                 process.terminate()
                 throw FieldHALError(.protocolError, subject: "bench seizure", detail: "the worker began with \"\(text)\", not its verdict",
