@@ -209,6 +209,40 @@ struct EvidenceQueueTests {
         #expect(try queue.items().isEmpty)
     }
 
+    /// After a cut that outlasts the recording nothing new comes to find the link back: a
+    /// flush with nothing due probes it with one item (one attempt, however many wait), and
+    /// once the probe gets through the whole backlog goes up in the same flush.
+    @Test func aProbeFindsTheLinkBackWhenNothingNewIsQueued() async throws {
+        let state = scratchDirectory("state")
+        let queue = try openQueue(state)
+        for size in [100, 200, 300] {
+            try queue.add(kind: .video, contentType: "video/x-msvideo", incidentId: "inc-10", bytes: randomBytes(size))
+        }
+        let labDirectory = scratchDirectory("lab")
+        let down = try await startLab(directory: labDirectory)
+        let port = down.port
+        await down.stop()
+        var tries = 0
+        while try queue.items().contains(where: { $0.waitingForNetwork != true }), tries < 5 {
+            _ = try await uploader(queue, down, port: port).flush()
+            tries += 1
+        }
+        let before = try queue.items()
+        #expect(before.count == 3 && before.allSatisfy { $0.waitingForNetwork == true && ($0.nextAttemptAt ?? .distantPast) > Date() })
+        // Still down: one probe, and only the first item's count moves.
+        let probed = try await uploader(queue, down, port: port).flush()
+        #expect(probed.deferred.count == 1 && probed.uploaded.isEmpty && probed.waiting == 2, "\(probed)")
+        let after = try queue.items()
+        #expect(after.map(\.attempts) == [before[0].attempts + 1, before[1].attempts, before[2].attempts])
+        // Back: nothing is due, and everything goes up.
+        let lab = try await startLab(port: port, directory: labDirectory)
+        defer { Task { await lab.stop() } }
+        let back = try await uploader(queue, lab).flush()
+        #expect(back.uploaded.count == 3 && back.waiting == 0, "\(back)")
+        #expect(try queue.items().isEmpty)
+        #expect(try lab.server.evidence().count == 3)
+    }
+
     @Test func finalizeIsRetriedTwiceWithBackoffThenResumesWithoutReupload() async throws {
         let state = scratchDirectory("state")
         let queue = try openQueue(state)

@@ -50,9 +50,22 @@ public struct EvidenceUploader: Sendable {
     /// once an upload of this flush gets through, those items go up in the same flush (a
     /// link back after a cut otherwise cost up to the longest backoff: 4–10 s in `bench
     /// seizure`).
+    ///
+    /// And when nothing is due but items wait for the network, the first of them is tried
+    /// whatever its backoff (a probe): once the recording is over nothing new comes to find
+    /// the link back, and the backoff, doubling to 5 minutes through a long cut, would keep
+    /// the backlog waiting that long after the link returned. A probe costs one presign,
+    /// and each flush makes at most one.
     public func flush(ignoringBackoff: Bool = false) async throws -> Report {
         var report = try await pass { [now] item in
             ignoringBackoff || (item.nextAttemptAt.map { $0 <= now() } ?? true)
+        }
+        if !ignoringBackoff, report.uploaded.isEmpty, report.deferred.isEmpty, report.waiting > 0,
+           let probe = try queue.items().first(where: { $0.waitingForNetwork == true && (includeSilent || !$0.isSilent) }) {
+            let probed = try await pass { $0.id == probe.id }
+            report.uploaded.merge(probed.uploaded) { first, _ in first }
+            report.deferred.merge(probed.deferred) { first, _ in first }
+            report.waiting = probed.waiting
         }
         if !ignoringBackoff, !report.uploaded.isEmpty, report.waiting > 0 {
             let again = try await pass { $0.waitingForNetwork == true }
@@ -207,15 +220,23 @@ public struct EvidenceUploader: Sendable {
         }
     }
 
+    /// How often `uploadUntilDone` probes the link while items wait for the network (see
+    /// `flush`): the longest a backlog waits after the link is back.
+    public var networkProbeInterval: TimeInterval = 2
+
     /// Flushes until nothing uploadable is left or `window` has passed, sleeping until the
-    /// next item is due in between (a background run after a sign-in, the daemon).
+    /// next item is due in between, or the next probe while items wait for the network (a
+    /// background run after a sign-in, the bench).
     public func uploadUntilDone(within window: Duration) async {
         let deadline = ContinuousClock.now + window
         while ContinuousClock.now < deadline {
             guard (try? await flush()) != nil, let items = try? queue.items() else { return }
             let pending = items.filter { includeSilent || !$0.isSilent }
             guard !pending.isEmpty else { return }
-            let nextDue = pending.compactMap(\.nextAttemptAt).min() ?? now()
+            var nextDue = pending.compactMap(\.nextAttemptAt).min() ?? now()
+            if pending.contains(where: { $0.waitingForNetwork == true }) {
+                nextDue = min(nextDue, now().addingTimeInterval(networkProbeInterval))
+            }
             let wait = max(0.2, nextDue.timeIntervalSince(now()))
             try? await Task.sleep(for: .milliseconds(Int(wait * 1000)))
         }
