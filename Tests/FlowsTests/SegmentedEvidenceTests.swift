@@ -134,10 +134,14 @@ struct SegmentedEvidenceTests {
         var capture = EvidenceCapture(queue: queue, camera: nil, microphone: microphone, location: location)
         capture.audioDuration = .seconds(30)
         capture.liveFixWait = .milliseconds(100)
-        // Signed out 1.3 s in, during the second segment: the recording ends at its end
-        // (2 s), whole, and no third starts. (Asked every 0.25 s: seen by 1.5 s.)
+        // Signed out once the first segment has closed, during the second: the recording ends
+        // at the second's end, whole, and no third starts. (Asked every 0.25 s: seen by
+        // 1.25 s into the recording.) Counted from the first segment, not from a clock
+        // started before the capture: on a loaded machine the microphone starts late.
         let start = ContinuousClock.now
-        capture.keepRecording = { ContinuousClock.now - start < .milliseconds(1300) }
+        let closed = LockedValue(0)
+        capture.segmentRecorded = { kind, _, _ in if kind == .audio { closed.withLock { $0 += 1 } } }
+        capture.keepRecording = { closed.value == 0 }
         let items = await capture.captureInSegments(incidentId: "incident-2", note: "n", segmentLength: .seconds(1))
         let audio = items.filter { $0.kind == .audio }
         #expect(audio.count == 2)
