@@ -16,11 +16,14 @@ final class V4L2Camera: Camera {
     struct Settings: Sendable {
         var device: String?
         var preferMJPEG = true
-        /// 8, not 4: a recording shares the CPUs with the audio, the sealing of each
-        /// segment and the uploads, and their bursts outlast 4 frames on a slow machine
-        /// (640x480 on the kernel lab's emulated guest: 11 of 501 frames dropped with 4,
-        /// none with 8). The cost: 8 frames of mapped memory (4.9 MB at 640x480 YUYV).
-        var bufferCount = 8
+        /// Nil: `V4L2Stream.defaultBufferCount`, 8 within 16 MiB. A recording shares the
+        /// CPUs with the audio, the sealing of each segment and the uploads, and their
+        /// bursts outlast 4 frames on a slow machine (640x480 on the kernel lab's emulated
+        /// guest: 11 of 501 frames dropped with 4 buffers; with 8, 2 of 2 004 in four runs;
+        /// with 16, 1 of 2 505 in five: what is left is vivid's own generator thread late
+        /// under emulation — it numbers frames by its clock, so a late frame is a skipped
+        /// number whatever the buffers).
+        var bufferCount: Int?
         /// The longest wait for one frame before the camera counts as stalled.
         var frameTimeout: Duration = .seconds(2)
     }

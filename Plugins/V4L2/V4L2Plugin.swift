@@ -24,7 +24,7 @@ public enum V4L2Plugin {
     static let parameters: [ParameterSpec] = [
         ParameterSpec("device", .string, help: "the capture node, such as /dev/video0 (default: the first capture device)"),
         ParameterSpec("prefer_mjpeg", .boolean, help: "pass the camera's own MJPEG through when it offers it (default true)"),
-        ParameterSpec("buffers", .integer, help: "memory-mapped buffers while streaming, 2–32 (default 8)"),
+        ParameterSpec("buffers", .integer, help: "memory-mapped buffers while streaming, 2–32 (default 8, fewer for frames so large that 8 would pass 16 MiB; at least 4)"),
         ParameterSpec("frame_timeout_ms", .integer, help: "the longest wait for one frame, 100–60000 (default 2000)"),
     ]
 

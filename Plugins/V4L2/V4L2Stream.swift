@@ -25,10 +25,20 @@ final class V4L2Stream {
     private var buffers: [UnsafeMutableRawBufferPointer] = []
     private var streaming = false
 
+    /// The buffers a stream maps unless told: 8, enough for the bursts of other work on a
+    /// slow machine to pass without a frame dropped (see `V4L2Camera.Settings`), fewer
+    /// where 8 frames would take more than 16 MiB of mapped memory (4 at 1920x1080 YUYV),
+    /// never fewer than 4.
+    static func defaultBufferCount(frameBytes: Int) -> Int {
+        guard frameBytes > 0 else { return 8 }
+        return min(8, max(4, (16 << 20) / frameBytes))
+    }
+
     /// Sets the format (the driver, or libv4l2's converter, picks the nearest size it
-    /// has), asks for `framesPerSecond` when given, maps `bufferCount` buffers and starts.
+    /// has), asks for `framesPerSecond` when given, maps `bufferCount` buffers (nil: the
+    /// default for the frame's size) and starts.
     init(handle: V4L2Handle, pixelFormat: FourCC, width: Int, height: Int,
-         framesPerSecond: Int?, bufferCount: Int) throws {
+         framesPerSecond: Int?, bufferCount: Int?) throws {
         self.handle = handle
         var format = v4l2_format()
         format.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
@@ -56,7 +66,7 @@ final class V4L2Stream {
         }
 
         var request = v4l2_requestbuffers()
-        request.count = UInt32(bufferCount)
+        request.count = UInt32(bufferCount ?? Self.defaultBufferCount(frameBytes: Int(format.fmt.pix.sizeimage)))
         request.type = V4L2_BUF_TYPE_VIDEO_CAPTURE.rawValue
         request.memory = V4L2_MEMORY_MMAP.rawValue
         try handle.control(FIELDHAL_VIDIOC_REQBUFS, &request, doing: "request buffers")
