@@ -23,7 +23,10 @@ struct APIFixBench: AsyncParsableCommand {
         (gpsd plugin) whose fix events this process follows over the API socket, and \
         `gpspipe -w` — so every latency is from the same instant; then again with each \
         report handed to one client in turn, so that each path is measured on its own \
-        (the clients do not compete for the CPUs), interleaved. Load: a 1 Hz feed; first \
+        (the clients do not compete for the CPUs), interleaved. Then one wake-up through a \
+        socket on this machine (a thread blocked in read, woken by a write after an epoch's \
+        idle): a daemon between the receiver and the program costs at least one, so \
+        (in-process + one wake-up) / in-process is the floor under the ratio. Load: a 1 Hz feed; first \
         --followers programs' worth of event-stream clients on one daemon (the daemon's \
         CPU and peak memory, gpsd's CPU), then as many gpspipe processes straight on gpsd \
         (gpsd's CPU, their memory), each for --seconds.
@@ -72,6 +75,12 @@ struct APIFixBench: AsyncParsableCommand {
         var latency: Latency
         /// Each report to one client in turn: each path on its own, interleaved.
         var latencyAlone: Latency
+        /// One wake-up through a socket on this machine (`WakeUpFloor`), and the ratio a
+        /// daemon that added nothing but its socket would give: (in-process alone + one
+        /// wake-up) / in-process alone. No daemon between the receiver and the program can do
+        /// better here; the Swift client's path today pays two more (the connection's event
+        /// loop, and its reader thread handing on to the caller's task is the in-process hop).
+        var wakeUpMedianMs, wakeUpP95Ms, floorRatioAlone: Double
         var load: Load
     }
 
@@ -85,8 +94,11 @@ struct APIFixBench: AsyncParsableCommand {
 
         let latency = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: false)
         let alone = try await measureLatency(gpsd, log: log, directory: directory, oneClientPerReport: true)
+        let wakeUp = try await WakeUpFloor.measure(idle: .seconds(cycle * 3))
         let load = try await measureLoad(log: log, directory: directory)
-        let report = Report(machine: GPSBench.machine, latency: latency, latencyAlone: alone, load: load)
+        let report = Report(machine: GPSBench.machine, latency: latency, latencyAlone: alone,
+                            wakeUpMedianMs: wakeUp.medianMs, wakeUpP95Ms: wakeUp.p95Ms,
+                            floorRatioAlone: (alone.inProcessMedianMs + wakeUp.medianMs) / alone.inProcessMedianMs, load: load)
         func format(_ value: Double) -> String { String(format: "%.3f", value) }
         try Output.emit(report, json: json) {
             """
@@ -105,6 +117,8 @@ struct APIFixBench: AsyncParsableCommand {
               gpspipe -w                           \(format(alone.gpspipeMedianMs)) ms  \(format(alone.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(alone.ratioVsInProcess))
               ratio event stream (Swift client) / gpspipe      \(format(alone.ratioVsGpspipe))
+            one wake-up through a socket on this machine: median \(format(report.wakeUpMedianMs)) ms  p95 \(format(report.wakeUpP95Ms)) ms
+              the floor for any daemon, alone: (in-process + one wake-up) / in-process = \(format(report.floorRatioAlone))
             \(load.clients) clients on a 1 Hz feed for \(format(load.seconds)) s (\(format(load.fixesPerClient)) fixes each):
               through the daemon: daemon CPU \(format(load.daemonCPUPercent)) %, peak RSS \(load.daemonPeakRSSKiB) KiB; gpsd CPU \(format(load.gpsdCPUPercentServingTheDaemon)) %
               straight on gpsd:   gpsd CPU \(format(load.gpsdCPUPercentServingGpspipes)) %; the gpspipes' RSS \(load.gpspipesTotalRSSKiB) KiB in all

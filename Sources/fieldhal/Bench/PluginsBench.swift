@@ -21,7 +21,10 @@ struct PluginsBench: AsyncParsableCommand {
         the gpsd plugin's watch() in this process, and the same plugin in a plugin process of \
         its own (a scratch plugin directory whose executable runs `fieldhal plugin serve \
         gpsd`), whose fixes reach this process over the plugin protocol. Twice: each report \
-        to one client in turn (each path alone), then to both at once. Then the plugin \
+        to one client in turn (each path alone), then to both at once. Then one wake-up \
+        through a socket on this machine (a thread blocked in read, woken by a write after an \
+        epoch's idle): a second process on a fix's way costs at least one, so (in process + \
+        one wake-up) / in process is the floor under the ratio. Then the plugin \
         process at rest: connected to a gpsd with no receiver, its CPU time over \
         --rest-seconds, and its peak memory. Then NFC: two PN532 emulators on ptys \
         (Tests/TestSupport/Peers/pn532-emulator.py; needs python3), one read by the libnfc \
@@ -54,6 +57,10 @@ struct PluginsBench: AsyncParsableCommand {
             var inProcessMedianMs, inProcessP95Ms, outOfProcessMedianMs, outOfProcessP95Ms, ratio: Double
         }
         struct Rest: Encodable { var seconds: Double; var pluginCPUSeconds: Double; var pluginCPUPercent: Double }
+        /// One wake-up through a socket on this machine (`WakeUpFloor`), and the ratio a
+        /// second process would give if it added nothing else: in process alone + one wake-up,
+        /// over in process alone. No plugin process can do better here.
+        struct Floor: Encodable { var wakeUpMedianMs, wakeUpP95Ms, floorRatioAlone: Double }
         struct HapticsStarts: Encodable {
             var samples: Int
             /// play() asked → the device's first play event (the motor starts).
@@ -75,6 +82,7 @@ struct PluginsBench: AsyncParsableCommand {
         var machine: String
         var alone: Latency
         var atOnce: Latency
+        var floor: Floor
         var rest: Rest
         var pluginPeakRSSKiB: Int
         var pluginRSSKiB: Int
@@ -110,6 +118,9 @@ struct PluginsBench: AsyncParsableCommand {
 
         let alone = try await measureLatency(gpsd, external, log: log, oneClientPerReport: true)
         let atOnce = try await measureLatency(gpsd, external, log: log, oneClientPerReport: false)
+        let wakeUp = try await WakeUpFloor.measure(idle: .seconds(cycle * 3))
+        let floor = Report.Floor(wakeUpMedianMs: wakeUp.medianMs, wakeUpP95Ms: wakeUp.p95Ms,
+                                 floorRatioAlone: (alone.inProcessMedianMs + wakeUp.medianMs) / alone.inProcessMedianMs)
         let (rest, peak, resident) = try await measureRest(external, directory: directory)
         let nfc = try await measureNFC(libnfc, try installExternal(libnfc, serving: "libnfc", in: directory), directory: directory)
         let fake = BuiltinPlugins.registry.plugin(named: "fake")!  // always built in
@@ -122,7 +133,7 @@ struct PluginsBench: AsyncParsableCommand {
         } else {
             hapticsSkipped = "needs the evdev plugin, /dev/uinput and \(hapticsPeer): run `lab/kernel-lab .build/release/fieldhal bench plugins`"
         }
-        let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
+        let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, floor: floor, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
                             nfc: nfc, stills: stills, clips: clips, haptics: haptics, hapticsSkipped: hapticsSkipped)
         try Output.emit(report, json: json) {
             func line(_ name: String, _ latency: Report.Latency) -> String {
@@ -138,6 +149,8 @@ struct PluginsBench: AsyncParsableCommand {
             fix latency, gpsd report to consumer, the gpsd backend
             \(line("each alone", alone))
             \(line("at once", atOnce))
+            one wake-up through a socket on this machine: median \(format(floor.wakeUpMedianMs)) ms  p95 \(format(floor.wakeUpP95Ms)) ms
+              the floor for any plugin process, alone: (in process + one wake-up) / in process = \(format(floor.floorRatioAlone))
             the plugin process: RSS \(resident) KiB (peak \(peak) KiB); at rest for \(format(rest.seconds)) s: \
             CPU \(format(rest.pluginCPUSeconds)) s (\(format(rest.pluginCPUPercent)) %)
             NFC read, readTag asked → tag decoded, the libnfc backend on the PN532 emulator (\(nfc.samples) reads each):
