@@ -35,15 +35,14 @@ extension PluginProtocol {
 
     /// One message as a line: compact JSON and a newline.
     public static func line(_ message: JSONValue) -> [UInt8] {
-        // A JSONValue always encodes (no non-finite numbers reach one: see `JSONValue(Double)`).
-        var bytes = (try? Array(JSONEncoder().encode(message))) ?? Array(#"{"jsonrpc":"2.0"}"#.utf8)
+        var bytes = message.jsonText  // by hand: see JSONText.swift
         bytes.append(10)
         return bytes
     }
 
     /// A line read from the channel as a JSON-RPC 2.0 message, or nil when it is not one.
     public static func message(_ line: some Collection<UInt8>) -> JSONValue? {
-        guard let message = try? JSONDecoder().decode(JSONValue.self, from: Data(line)), message.object != nil,
+        guard let message = try? JSONValue(parsing: line), message.object != nil,
               message["jsonrpc"] == .string("2.0") else { return nil }
         return message
     }
