@@ -17,14 +17,14 @@ public enum FieldHALAPI {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(date.formatted(timeStyle))
+            try container.encode(InternetTime.text(date))
         }
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }
 
-    /// `2026-11-24T17:41:38.354Z`; made once (a format style built per date showed in the
-    /// event stream's latency).
+    /// `2026-11-24T17:41:38.354Z`, as `InternetTime` writes it (by integer arithmetic: a
+    /// format style showed in the event stream's latency); the style reads what it does not.
     static let timeStyle = Date.ISO8601FormatStyle.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted)
 
     /// The request target of route `name` (`/v1/name?query`), as every client writes it.
@@ -45,7 +45,7 @@ public enum FieldHALAPI {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
-            if let date = try? Date(text, strategy: timeStyle) {
+            if let date = InternetTime.date(text) ?? (try? Date(text, strategy: timeStyle)) {
                 return date
             }
             if let date = try? Date(text, strategy: .iso8601) { return date }

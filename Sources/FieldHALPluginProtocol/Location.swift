@@ -39,13 +39,14 @@ extension PluginProtocol {
         return fix
     }
 
-    // Format styles are values, made once: a date formatter made per fix cost more than
+    // The format styles only for what `InternetTime` does not read (it reads RFC 3339, what
+    // every plugin of ours and Python's isoformat write): a style costs more per date than
     // the rest of a fix's trip between processes.
     private static let fractionalTime = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
     private static let wholeTime = Date.ISO8601FormatStyle()
 
     static func date(_ text: String) -> Date? {
-        (try? fractionalTime.parse(text)) ?? (try? wholeTime.parse(text))
+        InternetTime.date(text) ?? (try? fractionalTime.parse(text)) ?? (try? wholeTime.parse(text))
     }
 
     /// A fix as a plugin sends it in `gps.fix`: what `fix(from:plugin:)` reads back.
@@ -67,6 +68,6 @@ extension PluginProtocol {
     }
 
     static func timeText(_ time: Date) -> String {
-        fractionalTime.format(time)
+        InternetTime.text(time)
     }
 }
