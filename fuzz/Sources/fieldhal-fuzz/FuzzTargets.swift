@@ -123,10 +123,11 @@ enum FuzzTargets {
     /// A line from a plugin process (or, in the SDK, from the host), as the plugin protocol
     /// reads it, and every value a message carries checked as the host and the SDK check
     /// them: a misbehaving plugin's line is an error, never a crash. A line that parses must
-    /// parse again once written back.
+    /// parse again once written back, to the same value (the channel's own JSON reader and
+    /// writer, JSONText.swift).
     static func pluginMessage(_ bytes: [UInt8]) {
         guard let message = PluginProtocol.message(bytes) else { return }
-        guard PluginProtocol.message(PluginProtocol.line(message).dropLast()) != nil else {
+        guard PluginProtocol.message(PluginProtocol.line(message).dropLast()) == message else {
             fatalError("plugin-message: a message does not survive being written: \(bytes)")
         }
         // Wherever a value may sit: the result, the parameters, a notification's inner value.
