@@ -19,13 +19,13 @@ public enum InternetTime {
         var out = [UInt8]()
         out.reserveCapacity(24)
         func put(_ value: Int64, width: Int) {
-            var digits = [UInt8](repeating: UInt8(ascii: "0"), count: width)
+            let start = out.count
+            out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
             var rest = value
-            for index in stride(from: width - 1, through: 0, by: -1) {
-                digits[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            for index in stride(from: start + width - 1, through: start, by: -1) {
+                out[index] = UInt8(ascii: "0") + UInt8(rest % 10)
                 rest /= 10
             }
-            out.append(contentsOf: digits)
         }
         guard (0...9999).contains(year) else { return date.formatted(.iso8601) }  // outside what four digits hold
         put(year, width: 4); out.append(UInt8(ascii: "-"))

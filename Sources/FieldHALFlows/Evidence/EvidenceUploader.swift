@@ -11,6 +11,14 @@ public struct EvidenceUploader: Sendable {
         public var uploaded: [String: String] = [:]  // item id → evidence id
         public var deferred: [String: String] = [:]  // item id → why
         public var waiting = 0                       // not due yet (backoff)
+
+        /// A later pass of the same flush: its outcomes join these (the first outcome of an
+        /// item stands), and its count of waiting items replaces this one.
+        mutating func absorb(_ later: Report) {
+            uploaded.merge(later.uploaded) { first, _ in first }
+            deferred.merge(later.deferred) { first, _ in first }
+            waiting = later.waiting
+        }
     }
 
     public var client: TransrifyClient
@@ -57,33 +65,30 @@ public struct EvidenceUploader: Sendable {
     /// the backlog waiting that long after the link returned. A probe costs one presign,
     /// and each flush makes at most one.
     public func flush(ignoringBackoff: Bool = false) async throws -> Report {
-        var report = try await pass { [now] item in
+        var (report, notDue) = try await pass { [now] item in
             ignoringBackoff || (item.nextAttemptAt.map { $0 <= now() } ?? true)
         }
-        if !ignoringBackoff, report.uploaded.isEmpty, report.deferred.isEmpty, report.waiting > 0,
-           let probe = try queue.items().first(where: { $0.waitingForNetwork == true && (includeSilent || !$0.isSilent) }) {
-            let probed = try await pass { $0.id == probe.id }
-            report.uploaded.merge(probed.uploaded) { first, _ in first }
-            report.deferred.merge(probed.deferred) { first, _ in first }
-            report.waiting = probed.waiting
+        if !ignoringBackoff, report.uploaded.isEmpty, report.deferred.isEmpty,
+           let probe = notDue.first(where: { $0.waitingForNetwork == true }) {
+            report.absorb(try await pass { $0.id == probe.id }.report)
         }
         if !ignoringBackoff, !report.uploaded.isEmpty, report.waiting > 0 {
-            let again = try await pass { $0.waitingForNetwork == true }
-            report.uploaded.merge(again.uploaded) { first, _ in first }
-            report.deferred.merge(again.deferred) { first, _ in first }
-            report.waiting = again.waiting
+            report.absorb(try await pass { $0.waitingForNetwork == true }.report)
         }
         return report
     }
 
-    /// One pass over the queue's items that `due` picks, in lanes; the others count as waiting.
-    private func pass(_ due: (EvidenceItem) -> Bool) async throws -> Report {
+    /// One pass over the queue's items that `due` picks, in lanes; the others count as
+    /// waiting, and are returned as listed.
+    private func pass(_ due: (EvidenceItem) -> Bool) async throws -> (report: Report, notDue: [EvidenceItem]) {
         var report = Report()
+        var notDue: [EvidenceItem] = []
         var order: [String] = []
         var byLane: [String: [EvidenceItem]] = [:]
         for listed in try queue.items() where includeSilent || !listed.isSilent {
             if !due(listed) {
                 report.waiting += 1
+                notDue.append(listed)
                 continue
             }
             let lane = "\(listed.incidentId) \(listed.kind.rawValue)"
@@ -104,7 +109,7 @@ public struct EvidenceUploader: Sendable {
                 startNext()
             }
         }
-        return report
+        return (report, notDue)
     }
 
     /// One lane: its items in order, until one fails for the network (here or in another lane).
