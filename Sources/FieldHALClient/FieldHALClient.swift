@@ -55,29 +55,51 @@ public struct FieldHALClient: Sendable {
     /// `kinds`: nil for every type this caller may see.
     public func events(_ kinds: [APIEvent.Kind]? = nil) -> AsyncThrowingStream<APIEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
+        let subscription = follow(kinds, { continuation.yield($0) }, end: { error in
+            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
+        })
+        continuation.onTermination = { _ in subscription.cancel() }
+        return stream
+    }
+
+    /// `GET /v1/events` with each event handed to `handler` on the client's reading thread as
+    /// it arrives, as `LocationProvider.follow` hands fixes over in-process: for a program
+    /// that wants each event with no task woken in between (the event-stream's latency, issue
+    /// 20). `end` is called once: nil when the daemon ended the stream, else why it failed;
+    /// not after `cancel()`. Both must return quickly and not block: while they run, the
+    /// next event waits.
+    public func follow(_ kinds: [APIEvent.Kind]? = nil, _ handler: @escaping @Sendable (APIEvent) -> Void,
+                       end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
         let path = route("events", query: kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? [])
         let socketPath = socketPath
         let stop: WakeupEvent
         do {
             stop = try WakeupEvent()
         } catch {
-            continuation.finish(throwing: error)
-            return stream
+            end(error)
+            return Subscription {}
         }
-        // A thread of its own, blocking: an event costs one wake-up here before the caller's
-        // task (`EventStreamReader` says why not the event loop).
+        let cancelled = LockedValue(false)
+        // A thread of its own, blocking: an event costs one wake-up here (`EventStreamReader`
+        // says why not the event loop).
         let thread = DeviceThread(name: "fieldhal-events")
         thread.submit {
+            let failure: (any Error)?
             do {
-                try EventStreamReader.read(socketPath: socketPath, path: path, stop: stop) { continuation.yield($0) }
-                continuation.finish()
+                try EventStreamReader.read(socketPath: socketPath, path: path, stop: stop) { event in
+                    if !cancelled.value { handler(event) }
+                }
+                failure = nil
             } catch {
-                continuation.finish(throwing: error)
+                failure = error
             }
+            if !cancelled.value { end(failure) }
         }
         thread.stop()
-        continuation.onTermination = { _ in stop.signal() }
-        return stream
+        return Subscription {
+            cancelled.withLock { $0 = true }
+            stop.signal()
+        }
     }
 
     // MARK: NFC

@@ -27,7 +27,7 @@ public struct APIServer: Sendable {
     public var idleTimeout: Duration = .seconds(10)
     /// The last fix event written, so that a fix fanned out to a hundred streams is
     /// encoded once, not a hundred times, on the receiver's thread.
-    private let lastFixEvent = LockedValue<(fix: Fix, text: String)?>(nil)
+    private let lastFixEvent = LockedValue<(fix: Fix, text: String, chunk: [UInt8])?>(nil)
 
     public init(socketPath: String, host: APIHost) {
         self.socketPath = socketPath
@@ -150,7 +150,7 @@ public struct APIServer: Sendable {
                 if !present.isEmpty { kinds = present }
             }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
-            return try events(kinds, on: context.channel.eventLoop)
+            return try events(kinds, on: context.channel)
         }
         addNFCRoutes(to: v1)
         addFeedbackRoutes(to: v1)
@@ -211,10 +211,12 @@ public struct APIServer: Sendable {
     /// Server-Sent Events: each capability's state first (when asked for), then fixes and
     /// changes as they come, one event per write so that a client sees each at once.
     ///
-    /// The response runs on its connection's event loop, and fixes are encoded where the
-    /// provider hands them over (its device thread) and queued straight to it: a fix costs
-    /// one thread woken in the daemon (the loop, which writes it), not one per stage.
-    private func events(_ kinds: [APIEvent.Kind], on eventLoop: any EventLoop) throws -> Response {
+    /// The response starts on its connection's event loop, then writes straight to the
+    /// connection (`EventStreamSocket`): a fix is encoded once where the provider hands it
+    /// over (its device thread) and written from there, so it wakes no other thread in the
+    /// daemon. When the connection cannot be taken over, events are queued to the loop,
+    /// which writes them.
+    private func events(_ kinds: [APIEvent.Kind], on channel: any Channel) throws -> Response {
         // Before the response starts: a missing location is a plain error, not a stream that ends.
         let location = kinds.contains(.fix) ? try host.location() : nil
         let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
@@ -225,58 +227,90 @@ public struct APIServer: Sendable {
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
         let tags = kinds.contains(.tag) ? try host.tagPresence() : nil
         let keepAlive = keepAlive
-        let executor = EventLoopTaskExecutor(eventLoop)
+        let executor = EventLoopTaskExecutor(channel.eventLoop)
+        let lastFixEvent = lastFixEvent
+        /// A fix as an event, encoded once for every stream that follows it.
+        let fixEvent = { @Sendable (fix: Fix) -> (text: String, chunk: [UInt8])? in
+            if let cached = lastFixEvent.withLock({ $0?.fix == fix ? $0 : nil }) { return (cached.text, cached.chunk) }
+            guard let text = try? APIEvent.fix(fix).serverSentEvent(encoder: FieldHALAPI.encoder) else { return nil }
+            let chunk = EventStreamSocket.chunk(text)
+            lastFixEvent.withLock { $0 = (fix, text, chunk) }
+            return (text, chunk)
+        }
         let body = ResponseBody { writer in
             try await withTaskExecutorPreference(executor) {
-                let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
                 let tagWatch = tags?.watch()
-                // A source that ends (its device closed by a reload, or the daemon stopping)
-                // ends the response: the client reconnects and gets the new state.
-                let encoder = FieldHALAPI.encoder
-                let lastFixEvent = lastFixEvent
+                // The state to start from, through SwiftNIO; the stream always opens with a
+                // comment, so that the head is out before the stream is handed over.
+                try await writer.write(ByteBuffer(string: ": events\n\n"))
+                for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
+                if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
+                if let present = tagWatch?.present {
+                    try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
+                }
+                // The rest goes out from where each event arises (a fix: the receiver's
+                // thread) when the connection can be written directly, else through
+                // SwiftNIO from this loop. A source that ends (its device closed by a
+                // reload, or the daemon stopping) ends the response: the client reconnects
+                // and gets the new state.
+                let direct = await EventStreamSocket.takeOver(channel)
+                let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
+                let send: @Sendable (String) -> Void = { text in
+                    if let direct { direct.send(text) } else { sink.yield(text) }
+                }
+                let ended: @Sendable () -> Void = {
+                    if let direct { direct.end(cleanly: true) } else { sink.finish() }
+                }
                 let fixes = location?.follow({ fix in
-                    var text = lastFixEvent.withLock { $0?.fix == fix ? $0?.text : nil }
-                    if text == nil {
-                        text = try? APIEvent.fix(fix).serverSentEvent(encoder: encoder)
-                        if let text { lastFixEvent.withLock { $0 = (fix, text) } }
-                    }
-                    if let text { sink.yield(text) }
-                }, end: { _ in sink.finish() })
+                    guard let event = fixEvent(fix) else { return }
+                    if let direct { direct.send(chunk: event.chunk) } else { sink.yield(event.text) }
+                }, end: { _ in ended() })
                 defer { fixes?.cancel() }
+                // The client gone: SwiftNIO read its end and closed the connection.
+                if let direct { channel.closeFuture.whenComplete { _ in direct.end(cleanly: false) } }
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     if let changes {
                         group.addTask {
-                            defer { sink.finish() }
-                            for try await status in changes { sink.yield(try APIEvent.capability(status).serverSentEvent()) }
+                            defer { ended() }
+                            for try await status in changes { send(try APIEvent.capability(status).serverSentEvent()) }
                         }
                     }
                     if let flowChanges {
                         group.addTask {
-                            defer { sink.finish() }
-                            for try await event in flowChanges where flowKinds.contains(event.kind) { sink.yield(try event.serverSentEvent()) }
+                            defer { ended() }
+                            for try await event in flowChanges where flowKinds.contains(event.kind) { send(try event.serverSentEvent()) }
                         }
                     }
                     if let changes = tagWatch?.changes {
                         group.addTask {
-                            defer { sink.finish() }
-                            for try await change in changes { sink.yield(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
+                            defer { ended() }
+                            for try await change in changes { send(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
                         }
                     }
                     group.addTask {
                         while true {
                             try await Task.sleep(for: keepAlive)
-                            sink.yield(": keep-alive\n\n")
+                            send(": keep-alive\n\n")
                         }
                     }
-                    for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
-                    if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
-                    if let present = tagWatch?.present {
-                        try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
-                    }
-                    for await text in merged {
-                        try await writer.write(ByteBuffer(string: text))
+                    if let direct {
+                        group.addTask { await direct.flushWhenStalled() }
+                        await withTaskCancellationHandler {
+                            await direct.ended()
+                        } onCancel: {
+                            direct.end(cleanly: true)
+                        }
+                    } else {
+                        for await text in merged {
+                            try await writer.write(ByteBuffer(string: text))
+                        }
                     }
                     group.cancelAll()
+                }
+                guard direct == nil else {
+                    // The body was written past SwiftNIO and ended there: the connection is
+                    // closed rather than given back (SwiftNIO would write a last chunk of its own).
+                    throw EventStreamSocket.HandedOver()
                 }
                 try await writer.finish(nil)
             }

@@ -3,6 +3,7 @@ import FieldHALAPI
 import FieldHALClient
 import Foundation
 import TestSupport
+import Synchronization
 import Testing
 
 /// The daemon's hardware API (issue 20), from outside: `fieldhal run` on the fake kit, its
@@ -277,6 +278,48 @@ struct APITests {
         #expect(try await kit.capabilities().capabilities.first { $0.capability == .camera }?.state == .notConfigured)
         listener.cancel()
         _ = await daemon.stop()
+    }
+
+    /// Fixes are written to each follower's connection from the receiver's thread
+    /// (`EventStreamSocket`, a duplicate of the connection's descriptor): twenty followers
+    /// through `FieldHALClient.follow` get fixes, those that go leave no descriptor open in
+    /// the daemon, and one still following when the daemon stops gets a stream that ends
+    /// properly (the last chunk), not a cut connection.
+    @Test func followersComeAndGoAndTheStreamEndsProperly() async throws {
+        let place = try Place()
+        let daemon = try await startDaemon(place)
+        let kit = FieldHALClient(socketPath: place.socket)
+        _ = try await kit.status()
+        let pid = daemon.process.processIdentifier
+        func sockets() -> Int {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+            return entries.filter { ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) ?? "").hasPrefix("socket:") }.count
+        }
+        let before = sockets()
+        let fixes = Mutex<[Int: Int]>([:])
+        let followers = (0..<20).map { index in
+            kit.follow([.fix], { event in
+                if case .fix = event { fixes.withLock { $0[index, default: 0] += 1 } }
+            }, end: { _ in })
+        }
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline, fixes.withLock({ $0.count }) < 20 { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(fixes.withLock { $0.count } == 20, "every follower gets fixes")
+        #expect(sockets() >= before + 20)
+        for follower in followers { follower.cancel() }
+        // (The status call's connection may have closed meanwhile too.)
+        while ContinuousClock.now < deadline + .seconds(5), sockets() > before { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(sockets() <= before, "the followers' connections are all closed")
+
+        let ended = Mutex<(any Error)??>(nil)
+        let last = kit.follow([.fix], { _ in }, end: { error in ended.withLock { $0 = .some(error) } })
+        defer { last.cancel() }
+        try await Task.sleep(for: .seconds(1.5))
+        _ = await daemon.stop()
+        let stopped = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < stopped, ended.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(50)) }
+        let how = try #require(ended.withLock { $0 }, "the stream did not end with the daemon")
+        #expect(how == nil, "the daemon's stream was cut: \(String(describing: how))")
     }
 
     /// Tags found and lost on the event stream, looked for only while someone follows them;

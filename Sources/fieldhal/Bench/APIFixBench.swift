@@ -19,11 +19,13 @@ struct APIFixBench: AsyncParsableCommand {
         discussion: """
         Needs gpsd and gpsd-clients (gpsfake, gpspipe); no receiver. Latency: a private gpsd \
         replays a generated NMEA log; a relay stamps each report as it hands it at once to \
-        three clients — the gpsd plugin's watch() in this process, a `fieldhal run` daemon \
-        (gpsd plugin) whose fix events this process follows over the API socket, and \
-        `gpspipe -w` — so every latency is from the same instant; then again with each \
-        report handed to one client in turn, so that each path is measured on its own \
-        (the clients do not compete for the CPUs), interleaved. Then one wake-up through a \
+        its clients — the gpsd plugin's watch() in this process, a `fieldhal run` daemon \
+        (gpsd plugin) whose fix events this process follows over the API socket three ways \
+        (FieldHALClient.events(), FieldHALClient.follow on the client's reading thread, and \
+        raw bytes read by a thread), and `gpspipe -w` — so every latency is from the same \
+        instant; then again with each report handed to one client in turn, so that each \
+        path is measured on its own (the clients do not compete for the CPUs; each way \
+        through the API follows a daemon of its own), interleaved. Then one wake-up through a \
         socket on this machine (a thread blocked in read, woken by a write after an epoch's \
         idle): a daemon between the receiver and the program costs at least one, so \
         (in-process + one wake-up) / in-process is the floor under the ratio. Load: a 1 Hz feed; first \
@@ -46,11 +48,16 @@ struct APIFixBench: AsyncParsableCommand {
         var samples: Int
         var inProcessMedianMs, inProcessP95Ms: Double
         var eventStreamMedianMs, eventStreamP95Ms: Double
+        /// The same stream through `FieldHALClient.follow`: each event handed over on the
+        /// client's reading thread, no task woken for it.
+        var eventStreamFollowMedianMs, eventStreamFollowP95Ms: Double
         /// The same stream read as bytes (what a C or shell client sees): the daemon's share.
         var eventStreamRawMedianMs, eventStreamRawP95Ms: Double
         var gpspipeMedianMs, gpspipeP95Ms: Double
-        /// Event stream ÷ in-process, and ÷ gpspipe (medians).
+        /// Event stream (`events()`) ÷ in-process, and ÷ gpspipe (medians).
         var ratioVsInProcess, ratioVsGpspipe: Double
+        /// Event stream (`follow`) ÷ in-process `watch()`, and raw bytes ÷ in-process.
+        var ratioFollowVsInProcess, ratioRawVsInProcess: Double
     }
 
     struct Load: Encodable {
@@ -78,8 +85,7 @@ struct APIFixBench: AsyncParsableCommand {
         /// One wake-up through a socket on this machine (`WakeUpFloor`), and the ratio a
         /// daemon that added nothing but its socket would give: (in-process alone + one
         /// wake-up) / in-process alone. No daemon between the receiver and the program can do
-        /// better here; the Swift client's path today pays two more (the connection's event
-        /// loop, and its reader thread handing on to the caller's task is the in-process hop).
+        /// better here.
         var wakeUpMedianMs, wakeUpP95Ms, floorRatioAlone: Double
         var load: Load
     }
@@ -106,16 +112,22 @@ struct APIFixBench: AsyncParsableCommand {
             latency, gpsd report to consumer (\(latency.samples) reports seen by every client; median, p95):
               gpsd plugin watch(), in-process      \(format(latency.inProcessMedianMs)) ms  \(format(latency.inProcessP95Ms)) ms
               daemon's event stream, Swift client  \(format(latency.eventStreamMedianMs)) ms  \(format(latency.eventStreamP95Ms)) ms
+              the same, FieldHALClient.follow      \(format(latency.eventStreamFollowMedianMs)) ms  \(format(latency.eventStreamFollowP95Ms)) ms
               daemon's event stream, raw bytes     \(format(latency.eventStreamRawMedianMs)) ms  \(format(latency.eventStreamRawP95Ms)) ms
               gpspipe -w                           \(format(latency.gpspipeMedianMs)) ms  \(format(latency.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(latency.ratioVsInProcess))
+              ratio event stream (follow) / in-process         \(format(latency.ratioFollowVsInProcess))
+              ratio event stream (raw bytes) / in-process      \(format(latency.ratioRawVsInProcess))
               ratio event stream (Swift client) / gpspipe      \(format(latency.ratioVsGpspipe))
             latency, each report to one client in turn (each path alone; \(alone.samples)+ reports each; median, p95):
               gpsd plugin watch(), in-process      \(format(alone.inProcessMedianMs)) ms  \(format(alone.inProcessP95Ms)) ms
               daemon's event stream, Swift client  \(format(alone.eventStreamMedianMs)) ms  \(format(alone.eventStreamP95Ms)) ms
+              the same, FieldHALClient.follow      \(format(alone.eventStreamFollowMedianMs)) ms  \(format(alone.eventStreamFollowP95Ms)) ms
               daemon's event stream, raw bytes     \(format(alone.eventStreamRawMedianMs)) ms  \(format(alone.eventStreamRawP95Ms)) ms
               gpspipe -w                           \(format(alone.gpspipeMedianMs)) ms  \(format(alone.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(alone.ratioVsInProcess))
+              ratio event stream (follow) / in-process         \(format(alone.ratioFollowVsInProcess))
+              ratio event stream (raw bytes) / in-process      \(format(alone.ratioRawVsInProcess))
               ratio event stream (Swift client) / gpspipe      \(format(alone.ratioVsGpspipe))
             one wake-up through a socket on this machine: median \(format(report.wakeUpMedianMs)) ms  p95 \(format(report.wakeUpP95Ms)) ms
               the floor for any daemon, alone: (in-process + one wake-up) / in-process = \(format(report.floorRatioAlone))
@@ -127,7 +139,7 @@ struct APIFixBench: AsyncParsableCommand {
         }
     }
 
-    // MARK: - Latency: one relay, three clients
+    // MARK: - Latency: one relay, every client
 
     private func measureLatency(_ gpsd: PluginDescriptor, log: String, directory: String, oneClientPerReport: Bool) async throws -> Latency {
         let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(try TCP.freePort()), log])
@@ -143,6 +155,8 @@ struct APIFixBench: AsyncParsableCommand {
         // would wake two connections (and, on two CPUs, compete with itself) for every fix.
         let rawDaemon = oneClientPerReport ? try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/alone-raw") : nil
         defer { rawDaemon?.process.kill() }
+        let followDaemon = oneClientPerReport ? try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/alone-follow") : nil
+        defer { followDaemon?.process.kill() }
         let pipeOutput = directory + "/gpspipe.out"
         let pipe = try BenchProcess.start("/usr/bin/stdbuf", ["-oL", "/usr/bin/gpspipe", "-w", "-u", "-u", "127.0.0.1:\(relay.port)"],
                                           output: pipeOutput)
@@ -165,17 +179,26 @@ struct APIFixBench: AsyncParsableCommand {
                 overAPI.withLock { $0[key] = $0[key] ?? now }
             }
         }
+        let followed = LockedValue<[String: Double]>([:])
+        let following = (followDaemon ?? daemon).api.follow([.fix], { event in
+            guard case .fix(let fix) = event else { return }
+            let now = Date().timeIntervalSince1970
+            let key = TPVKey.of(fix.time)
+            followed.withLock { $0[key] = $0[key] ?? now }
+        }, end: { _ in })
+        defer { following.cancel() }
         let raw = try RawEventReader(socketPath: (rawDaemon ?? daemon).api.socketPath)
         defer { raw.stop() }
         try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
         consumer.cancel()
         follower.cancel()
+        following.cancel()
         await provider.close()
         pipe.kill()
 
         let piped = GPSBench.parseGpspipe(try String(contentsOfFile: pipeOutput, encoding: .utf8))
-        let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop()
-        var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = []
+        let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop(), handed = followed.value
+        var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = [], follow: [Double] = []
         for (key, sent) in relay.forwardTimes {
             if oneClientPerReport {
                 // Each report reached one client.
@@ -183,26 +206,30 @@ struct APIFixBench: AsyncParsableCommand {
                 if let c = piped[key] { gpspipe.append((c - sent) * 1000) }
                 if let b = streamed[key] { api.append((b - sent) * 1000) }
                 if let d = bytes[key] { rawAPI.append((d - sent) * 1000) }
+                if let e = handed[key] { follow.append((e - sent) * 1000) }
                 continue
             }
-            guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key] else { continue }
+            guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key], let e = handed[key] else { continue }
+            follow.append((e - sent) * 1000)
             local.append((a - sent) * 1000)
             api.append((b - sent) * 1000)
             gpspipe.append((c - sent) * 1000)
             rawAPI.append((d - sent) * 1000)
         }
-        let wanted = oneClientPerReport ? epochs / 6 : epochs / 2
-        guard min(local.count, api.count, gpspipe.count) >= max(10, wanted) else {
-            throw FieldHALError(.timeout, subject: "bench api-gps", detail: "only \(local.count) of \(epochs) reports were seen by all three clients",
+        let wanted = oneClientPerReport ? epochs / 7 : epochs / 2
+        guard min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count) >= max(10, wanted) else {
+            throw FieldHALError(.timeout, subject: "bench api-gps", detail: "only \(local.count) of \(epochs) reports were seen by every client",
                                 advice: "the daemon's log: \(directory)/latency/daemon.log (kept only while the bench runs); try more --epochs")
         }
         let median = { (values: [Double]) in GPSBench.percentile(values, 0.5) }
-        return Latency(samples: min(local.count, api.count, gpspipe.count),
+        return Latency(samples: min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count),
                        inProcessMedianMs: median(local), inProcessP95Ms: GPSBench.percentile(local, 0.95),
                        eventStreamMedianMs: median(api), eventStreamP95Ms: GPSBench.percentile(api, 0.95),
+                       eventStreamFollowMedianMs: median(follow), eventStreamFollowP95Ms: GPSBench.percentile(follow, 0.95),
                        eventStreamRawMedianMs: median(rawAPI), eventStreamRawP95Ms: GPSBench.percentile(rawAPI, 0.95),
                        gpspipeMedianMs: median(gpspipe), gpspipeP95Ms: GPSBench.percentile(gpspipe, 0.95),
-                       ratioVsInProcess: median(api) / median(local), ratioVsGpspipe: median(api) / median(gpspipe))
+                       ratioVsInProcess: median(api) / median(local), ratioVsGpspipe: median(api) / median(gpspipe),
+                       ratioFollowVsInProcess: median(follow) / median(local), ratioRawVsInProcess: median(rawAPI) / median(local))
     }
 
     // MARK: - Load: many followers, through the daemon and straight on gpsd

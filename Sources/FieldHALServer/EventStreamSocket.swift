@@ -1,0 +1,236 @@
+import FieldHAL
+import NIOCore
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An event stream's connection written directly, from whichever thread has the event: a
+/// fix goes out from the receiver's thread in the same turn that read it from gpsd.
+///
+/// Why: through SwiftNIO a fix woke the connection's event loop to be written, a second
+/// wake-up in the daemon on every fix's way; it was most of what the daemon added to a
+/// fix's latency (issue 20: the event stream against the in-process `watch()`). SwiftNIO
+/// has no write from outside its loop, so once the response's head and first bytes are out
+/// and nothing is left in SwiftNIO's buffers, the stream takes a duplicate of the
+/// connection's descriptor and writes the rest of the body (HTTP/1.1 chunks) itself. The
+/// connection stays SwiftNIO's for reading: it sees the client go and closes its own
+/// descriptor, and the stream then ends.
+///
+/// Writes never block: the socket is non-blocking (SwiftNIO made it so), what the kernel
+/// does not take waits here and goes out first on the next write or on `flushWhenStalled`.
+/// A client that leaves `pendingLimit` bytes unread is let go, as gpsd lets a slow client
+/// go: it reconnects and starts from the state of now.
+final class EventStreamSocket: Sendable {
+    /// Thrown by a response whose body this wrote, so that the server closes the connection
+    /// instead of ending the response itself.
+    struct HandedOver: Error {}
+
+    /// What may wait for a client that reads slowly: about a thousand fixes.
+    static let pendingLimit = 256 * 1024
+
+    private struct State {
+        var descriptor: Int32
+        var pending: [UInt8] = []
+        var ended = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state: Mutex<State>
+    private let stalls: AsyncStream<Void>.Continuation
+    /// Yields when a write leaves bytes the kernel did not take (for `flushWhenStalled`).
+    private let stalled: AsyncStream<Void>
+
+    /// Takes `descriptor`, a connected stream socket of its own (a duplicate), closed at `end`.
+    init(descriptor: Int32) {
+        state = Mutex(State(descriptor: descriptor))
+        (stalled, stalls) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    deinit {
+        state.withLock { state in
+            if state.descriptor >= 0 { close(state.descriptor) }
+        }
+    }
+
+    /// The stream over `channel` from now on, written directly: nil when the connection's
+    /// descriptor cannot be had, or SwiftNIO still holds bytes for it (a client that reads
+    /// slowly): then the caller keeps writing through SwiftNIO. Must run on the channel's
+    /// event loop, after the response's first write has returned, so that nothing written
+    /// before can come after what this writes.
+    static func takeOver(_ channel: any Channel) async -> EventStreamSocket? {
+        guard channel.eventLoop.inEventLoop, let options = channel.syncOptions,
+              (try? options.getOption(.bufferedWritableBytes)) == 0,
+              let provider = channel as? any SocketOptionProvider,
+              let cookie: UInt64 = try? await provider.unsafeGetSocketOption(
+                  level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: cookieOption)).get(),
+              let descriptor = duplicateDescriptor(cookie: cookie) else { return nil }
+        // The `await` above completed on the loop; check again that nothing was queued meanwhile.
+        guard (try? options.getOption(.bufferedWritableBytes)) == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return EventStreamSocket(descriptor: descriptor)
+    }
+
+    /// One event: an HTTP/1.1 chunk holding `text` (a whole Server-Sent Event). False when the
+    /// stream has ended (the client went, or was too slow).
+    @discardableResult
+    func send(_ text: String) -> Bool {
+        send(chunk: Self.chunk(text))
+    }
+
+    /// `send` of an already framed chunk (`chunk(_:)`): a fix framed once for every follower.
+    @discardableResult
+    func send(chunk: [UInt8]) -> Bool {
+        let (open, stalledNow) = state.withLock { state -> (Bool, Bool) in
+            guard !state.ended else { return (false, false) }
+            if state.pending.isEmpty {
+                let sent = Self.write(chunk[...], to: state.descriptor)
+                guard sent >= 0 else {
+                    endLocked(&state)
+                    return (false, false)
+                }
+                if sent == chunk.count { return (true, false) }
+                state.pending.append(contentsOf: chunk[sent...])
+            } else {
+                state.pending.append(contentsOf: chunk)
+                guard flushLocked(&state) else { return (false, false) }
+            }
+            if state.pending.count > Self.pendingLimit {
+                endLocked(&state)
+                return (false, false)
+            }
+            return (true, !state.pending.isEmpty)
+        }
+        if stalledNow { stalls.yield() }
+        return open
+    }
+
+    /// While the stream lasts: each time a write leaves bytes behind, retries every
+    /// `interval` until they are out (or the stream ends). Cancel the task to stop.
+    func flushWhenStalled(every interval: Duration = .milliseconds(10)) async {
+        for await _ in stalled {
+            while true {
+                do { try await Task.sleep(for: interval) } catch { return }
+                let done = state.withLock { state -> Bool in
+                    guard !state.ended else { return true }
+                    return !flushLocked(&state) || state.pending.isEmpty
+                }
+                if done { break }
+            }
+        }
+    }
+
+    /// Ends the stream: with the last chunk when `cleanly` (the client reads a whole
+    /// response), then the descriptor is closed. Only the first call counts.
+    func end(cleanly: Bool) {
+        state.withLock { state in
+            guard !state.ended else { return }
+            // A stream that cannot write its last chunk now is cut: the client sees a
+            // response that did not end, and reconnects.
+            if cleanly && flushLocked(&state) && state.pending.isEmpty {
+                let last: [UInt8] = Array("0\r\n\r\n".utf8)
+                _ = Self.write(last[...], to: state.descriptor)
+            }
+            endLocked(&state)
+        }
+    }
+
+    /// Returns when the stream has ended (at once if it has).
+    func ended() async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.ended { return true }
+                state.waiter = waiter
+                return false
+            }
+            if now { waiter.resume() }
+        }
+    }
+
+    var hasEnded: Bool { state.withLock { $0.ended } }
+
+    private func endLocked(_ state: inout State) {
+        state.ended = true
+        state.pending = []
+        if state.descriptor >= 0 {
+            close(state.descriptor)
+            state.descriptor = -1
+        }
+        state.waiter?.resume()
+        state.waiter = nil
+        stalls.finish()
+    }
+
+    /// Writes what is pending; false when the connection failed (the stream has then ended).
+    private func flushLocked(_ state: inout State) -> Bool {
+        guard !state.pending.isEmpty else { return true }
+        let sent = Self.write(state.pending[...], to: state.descriptor)
+        guard sent >= 0 else {
+            endLocked(&state)
+            return false
+        }
+        state.pending.removeFirst(sent)
+        return true
+    }
+
+    /// Bytes the kernel took (0 when it took none for now), or -1 when the connection failed.
+    private static func write(_ bytes: ArraySlice<UInt8>, to descriptor: Int32) -> Int {
+        var offset = bytes.startIndex
+        while offset < bytes.endIndex {
+            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if sent < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { break }
+                return -1
+            }
+            offset += sent
+        }
+        return offset - bytes.startIndex
+    }
+
+    /// `text` as one HTTP/1.1 chunk: its length in hex, the bytes, CRLF.
+    static func chunk(_ text: String) -> [UInt8] {
+        let body = text.utf8
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(body.count + 12)
+        bytes.append(contentsOf: String(body.count, radix: 16).utf8)
+        bytes.append(contentsOf: [13, 10])
+        bytes.append(contentsOf: body)
+        bytes.append(contentsOf: [13, 10])
+        return bytes
+    }
+
+    // MARK: Finding the connection's descriptor
+
+    /// SO_COOKIE (<asm-generic/socket.h>, Linux 4.12+): a number the kernel gives each socket
+    /// and never reuses while it runs, unlike a descriptor's number.
+    static let cookieOption: Int32 = 57
+
+    /// A duplicate (close-on-exec) of this process's descriptor for the socket with `cookie`,
+    /// or nil. SwiftNIO does not hand out its descriptors: the process's are looked through
+    /// for the socket, and the duplicate is checked again, so that a number closed and reused
+    /// meanwhile by another connection cannot be taken for it.
+    static func duplicateDescriptor(cookie: UInt64) -> Int32? {
+        guard let directory = opendir("/proc/self/fd") else { return nil }
+        defer { closedir(directory) }
+        let listing = dirfd(directory)
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            guard let descriptor = Int32(name), descriptor != listing, socketCookie(descriptor) == cookie else { continue }
+            let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+            guard duplicate >= 0 else { return nil }
+            if socketCookie(duplicate) == cookie { return duplicate }
+            close(duplicate)
+        }
+        return nil
+    }
+
+    static func socketCookie(_ descriptor: Int32) -> UInt64? {
+        var cookie: UInt64 = 0
+        var length = socklen_t(MemoryLayout<UInt64>.size)
+        guard getsockopt(descriptor, SOL_SOCKET, cookieOption, &cookie, &length) == 0 else { return nil }
+        return cookie
+    }
+}
