@@ -258,6 +258,7 @@ public enum APIEvent: Sendable, Equatable {
     /// The event as it goes on the wire, with its blank line. A stream passes its own
     /// `encoder`, made once: making one per event showed in a fix's latency.
     public func serverSentEvent(encoder: JSONEncoder = FieldHALAPI.encoder) throws -> String {
+        if case .fix(let fix) = self { return "event: fix\ndata: \(try fix.apiJSON(encoder: encoder))\n\n" }
         let data: Data = switch self {
         case .fix(let fix): try encoder.encode(fix)
         case .capability(let status): try encoder.encode(status)
@@ -272,7 +273,7 @@ public enum APIEvent: Sendable, Equatable {
     /// (a newer daemon may send more).
     public init?(kind: String, data: Data, decoder: JSONDecoder = FieldHALAPI.decoder) throws {
         switch Kind(rawValue: kind) {
-        case .fix: self = .fix(try decoder.decode(Fix.self, from: data))
+        case .fix: self = .fix(try Fix(apiJSON: data, decoder: decoder))
         case .capability: self = .capability(try decoder.decode(CapabilityStatus.self, from: data))
         case .alert: self = .alert(try decoder.decode(APIAlert.self, from: data))
         case .lock: self = .lock(try decoder.decode(APILockStatus.self, from: data))

@@ -56,9 +56,9 @@ enum EventStreamReader {
                         failure = refused
                         continue
                     }
-                    for (kind, data) in events.feed(Data(bytes)) {
+                    for (kind, data) in events.feed(bytes) {
                         do {
-                            if let event = try APIEvent(kind: kind, data: Data(data.utf8), decoder: decoder) { deliver(event) }
+                            if let event = try APIEvent(kind: kind, data: Data(data), decoder: decoder) { deliver(event) }
                         } catch {
                             throw FieldHALError(.malformedData, subject: subject, detail: "a \(kind) event the client cannot read: \(error)",
                                                 advice: "is the daemon the same FieldHAL version as this client?")

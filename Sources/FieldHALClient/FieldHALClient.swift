@@ -432,30 +432,57 @@ extension IOError: ChannelErrorKind {}
 /// Server-Sent Events from chunks of bytes: lines end at LF (a chunk may end mid-line, or
 /// mid-character), events at a blank line; comments (`:`) are keep-alives.
 struct ServerSentEvents {
-    private var pending = Data()
+    private var pending: [UInt8] = []
     private var kind: String?
-    private var data: [String] = []
+    private var data: [UInt8] = []
+    private var hasData = false
 
-    mutating func feed(_ chunk: Data) -> [(kind: String, data: String)] {
-        pending += chunk
-        var events: [(String, String)] = []
-        while let newline = pending.firstIndex(of: 0x0A) {
-            var line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
-            pending = Data(pending[pending.index(after: newline)...])
-            if line.hasSuffix("\r") { line.removeLast() }
+    /// The events completed by `chunk`: each one's type and its data lines joined by "\n".
+    /// Read as bytes (no `Data`, no Foundation's character sets): on an idle client each
+    /// event is parsed cold, and every microsecond is on the event's way to the caller.
+    mutating func feed(_ chunk: some Collection<UInt8>) -> [(kind: String, data: [UInt8])] {
+        pending.append(contentsOf: chunk)
+        var events: [(String, [UInt8])] = []
+        var lineStart = 0
+        while let newline = pending[lineStart...].firstIndex(of: 0x0A) {
+            var lineEnd = newline
+            if lineEnd > lineStart, pending[lineEnd - 1] == 0x0D { lineEnd -= 1 }
+            let line = pending[lineStart..<lineEnd]
+            lineStart = newline + 1
             if line.isEmpty {
-                if let kind { events.append((kind, data.joined(separator: "\n"))) }
+                if let kind { events.append((kind, data)) }
                 kind = nil
                 data = []
-            } else if line.hasPrefix(":") {
+                hasData = false
+            } else if line.first == 0x3A {  // ":": a comment
                 continue
-            } else if line.hasPrefix("event:") {
-                kind = line.dropFirst(6).trimmingCharacters(in: .whitespaces)
-            } else if line.hasPrefix("data:") {
-                data.append(String(line.dropFirst(5).drop { $0 == " " }))
+            } else if let value = Self.value(of: Self.event, in: line) {
+                kind = String(decoding: value.trimmingSpaces(), as: UTF8.self)
+            } else if let value = Self.value(of: Self.dataField, in: line) {
+                if hasData { data.append(0x0A) }
+                data.append(contentsOf: value.drop { $0 == 0x20 })
+                hasData = true
             }
         }
+        pending.removeFirst(lineStart)
         return events
+    }
+
+    private static let event = Array("event:".utf8)
+    private static let dataField = Array("data:".utf8)
+
+    private static func value(of field: [UInt8], in line: ArraySlice<UInt8>) -> ArraySlice<UInt8>? {
+        guard line.count >= field.count, line.prefix(field.count).elementsEqual(field) else { return nil }
+        return line.dropFirst(field.count)
+    }
+}
+
+extension ArraySlice<UInt8> {
+    /// Without leading and trailing spaces and tabs.
+    func trimmingSpaces() -> ArraySlice<UInt8> {
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else { return [] }
+        return self[first...last]
     }
 }
 

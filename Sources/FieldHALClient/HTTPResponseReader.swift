@@ -109,10 +109,28 @@ struct HTTPResponseReader {
             }
             return true
         case .chunkSize:
-            guard let line = try line() else { return false }
-            let size = line.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-            guard !size.isEmpty, size.count <= 15, let count = Int(size, radix: 16), count >= 0 else {
-                throw malformed("the chunk size \"\(line.prefix(40))\"")
+            // By bytes: a chunk per event on a stream, each read cold (see ServerSentEvents).
+            guard let end = find([13, 10]) else {
+                if available > Self.lineLimit { throw malformed("a line over \(Self.lineLimit) bytes") }
+                return false
+            }
+            let line = buffer[start..<end]
+            start = end + 2
+            let size = (line.firstIndex(of: 0x3B).map { line[..<$0] } ?? line).trimmingSpaces()  // ";": an extension
+            var count = 0
+            for byte in size {
+                let digit: Int
+                switch byte {
+                case 0x30...0x39: digit = Int(byte - 0x30)
+                case 0x41...0x46: digit = Int(byte - 0x41 + 10)
+                case 0x61...0x66: digit = Int(byte - 0x61 + 10)
+                default: digit = -1
+                }
+                guard digit >= 0, size.count <= 15 else { count = -1; break }
+                count = count * 16 + digit
+            }
+            guard !size.isEmpty, count >= 0 else {
+                throw malformed("the chunk size \"\(String(decoding: line.prefix(40), as: UTF8.self))\"")
             }
             stage = count == 0 ? .trailers : .chunkData(remaining: count)
             return true

@@ -1,3 +1,4 @@
+import FieldHAL
 import FieldHALPluginProtocol
 import Foundation
 import Testing

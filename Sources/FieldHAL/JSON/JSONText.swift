@@ -1,4 +1,5 @@
-/// JSON text (RFC 8259) to and from `JSONValue`, by hand, for the channel's hot path.
+/// JSON text (RFC 8259) to and from `JSONValue`, by hand, for the hot paths: the plugin
+/// channel's messages and the API's fix events.
 ///
 /// Why not `JSONDecoder`/`JSONEncoder`: a `JSONValue` goes through `Codable` as an enum
 /// whose decoder tries each type in turn (a string is tried as a Bool, an Int64 and a Double
