@@ -25,6 +25,11 @@ public struct APIServer: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// How long a connection may sit without a whole request.
     public var idleTimeout: Duration = .seconds(10)
+    /// Whether event streams are written straight to their connections from where each
+    /// event arises (`EventStreamSocket`). False keeps every stream on its connection's
+    /// event loop: the path a stream takes when its connection cannot be taken over, kept
+    /// testable by this.
+    public var writesEventsDirectly = true
     /// The last fix event written, so that a fix fanned out to a hundred streams is
     /// encoded once, not a hundred times, on the receiver's thread.
     private let lastFixEvent = LockedValue<(fix: Fix, text: String, chunk: [UInt8])?>(nil)
@@ -227,6 +232,7 @@ public struct APIServer: Sendable {
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
         let tags = kinds.contains(.tag) ? try host.tagPresence() : nil
         let keepAlive = keepAlive
+        let writesEventsDirectly = writesEventsDirectly
         let executor = EventLoopTaskExecutor(channel.eventLoop)
         let lastFixEvent = lastFixEvent
         /// A fix as an event, encoded once for every stream that follows it.
@@ -253,7 +259,7 @@ public struct APIServer: Sendable {
                 // SwiftNIO from this loop. A source that ends (its device closed by a
                 // reload, or the daemon stopping) ends the response: the client reconnects
                 // and gets the new state.
-                let direct = await EventStreamSocket.takeOver(channel)
+                let direct = writesEventsDirectly ? await EventStreamSocket.takeOver(channel) : nil
                 let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
                 let send: @Sendable (String) -> Void = { text in
                     if let direct { direct.send(text) } else { sink.yield(text) }

@@ -305,7 +305,8 @@ struct APITests {
         let deadline = ContinuousClock.now + .seconds(15)
         while ContinuousClock.now < deadline, fixes.withLock({ $0.count }) < 20 { try await Task.sleep(for: .milliseconds(100)) }
         #expect(fixes.withLock { $0.count } == 20, "every follower gets fixes")
-        #expect(sockets() >= before + 20)
+        // Each follower's connection and its duplicate: the streams were taken over.
+        #expect(sockets() >= before + 40, "\(sockets() - before) sockets for 20 followers")
         for follower in followers { follower.cancel() }
         // (The status call's connection may have closed meanwhile too.)
         while ContinuousClock.now < deadline + .seconds(5), sockets() > before { try await Task.sleep(for: .milliseconds(100)) }

@@ -1,0 +1,81 @@
+import FakePlugin
+import FieldHAL
+import FieldHALServer
+import Foundation
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Both ways an event stream goes out — written straight to the connection from the
+/// receiver's thread (`EventStreamSocket`), and through SwiftNIO's event loop when the
+/// connection cannot be taken over — send the same bytes. (That a gone client's
+/// descriptors are released: `APITests.followersComeAndGoAndTheStreamEndsProperly`, on a
+/// daemon of its own, where no other test opens sockets meanwhile.)
+@Suite(.serialized, .timeLimit(.minutes(1)))
+struct EventStreamPathsTests {
+    /// The API on a scratch socket, in this process, for a fake kit with a receiver.
+    static func serve(directly: Bool) async throws -> (socket: String, server: Task<Void, any Error>) {
+        let registry = PluginRegistry([FakePlugin.descriptor])
+        let configuration = try KitConfiguration.parse("[gps]\nplugin = \"fake\"\n", file: "events.toml", directory: "/tmp", registry: registry)
+        let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
+        let host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "events.toml"),
+                                       authorisation: APIAuthorisation(configurationFile: "events.toml"),
+                                       load: { only in await Kit.load(configuration, registry: registry, context: context, only: only) })
+        let directory = NSTemporaryDirectory() + "fieldhal-events-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var server = APIServer(socketPath: directory + "/api.sock", host: host)
+        server.writesEventsDirectly = directly
+        let (listening, ready) = AsyncStream.makeStream(of: Void.self)
+        let running = Task { [server] in try await server.run { ready.yield() } }
+        for await _ in listening { break }
+        return (directory + "/api.sock", running)
+    }
+
+    /// The raw bytes of `GET /v1/events?types=fix` until `fixes` fixes have come (a blocking
+    /// client, off the pool), the connection then closed by the client.
+    static func follow(_ socketPath: String, fixes: Int) async throws -> String {
+        try await offPool {
+            let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            defer { close(descriptor) }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socketPath.utf8)) }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard connected == 0 else { throw FieldHALError(.unavailable, subject: socketPath, detail: "cannot connect") }
+            let request = Array("GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\r\n".utf8)
+            _ = request.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var text = ""
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let deadline = ContinuousClock.now + .seconds(15)
+            while text.components(separatedBy: "event: fix").count <= fixes, ContinuousClock.now < deadline {
+                var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+                guard poll(&entry, 1, 500) == 1 else { continue }
+                let count = recv(descriptor, &buffer, buffer.count, 0)
+                if count <= 0 { break }
+                text += String(decoding: buffer[0..<count], as: UTF8.self)
+            }
+            return text
+        }
+    }
+
+    @Test(arguments: [true, false])
+    func fixesGoOutTheSameEitherWay(directly: Bool) async throws {
+        let (socketPath, server) = try await Self.serve(directly: directly)
+        defer { server.cancel() }
+        let text = try await Self.follow(socketPath, fixes: 2)
+        // The head, then chunks: the opening comment, then one chunk per fix.
+        let parts = text.components(separatedBy: "\r\n\r\n")
+        #expect(parts.first?.hasPrefix("HTTP/1.1 200") == true && parts.first?.lowercased().contains("transfer-encoding: chunked") == true, "\(text)")
+        let body = parts.dropFirst().joined(separator: "\r\n\r\n")
+        #expect(body.hasPrefix("a\r\n: events\n\n\r\n"), "\(body)")
+        let fixes = body.components(separatedBy: "\r\nevent: fix\ndata: ").dropFirst()
+        #expect(fixes.count >= 2, "\(body)")
+        for fix in fixes {
+            #expect(fix.contains("\"mode\":") && fix.contains("\"time\":\"") && fix.contains("}\n\n\r\n"), "each fix one chunk: \(fix)")
+        }
+    }
+}
