@@ -13,7 +13,12 @@ public enum InternetTime {
     /// (1459000000.252 is 1459000000.25199997…) keeps its millisecond, which the format
     /// style loses.
     public static func text(_ date: Date) -> String {
-        let (milliseconds, _) = floorDivision(Int64((date.timeIntervalSince1970 * 1_000_000).rounded()), 1000)
+        // Outside the years four digits hold (0000–9999) Foundation's form is written: a time
+        // far enough out (a receiver's garbage year 472918, found by fuzz/run fix-event)
+        // does not fit in microseconds as an Int64, and converting it would trap.
+        let seconds = date.timeIntervalSince1970
+        guard seconds >= -62_167_219_200, seconds < 253_402_300_800 else { return date.formatted(.iso8601) }
+        let (milliseconds, _) = floorDivision(Int64((seconds * 1_000_000).rounded()), 1000)
         let (days, inDay) = floorDivision(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         var out = [UInt8]()

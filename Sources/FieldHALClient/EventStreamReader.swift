@@ -56,7 +56,7 @@ enum EventStreamReader {
                         failure = refused
                         continue
                     }
-                    for (kind, data) in events.feed(bytes) {
+                    for (kind, data) in try events.feed(bytes) {
                         do {
                             if let event = try APIEvent(kind: kind, data: Data(data), decoder: decoder) { deliver(event) }
                         } catch {

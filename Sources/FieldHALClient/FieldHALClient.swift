@@ -437,14 +437,21 @@ struct ServerSentEvents {
     private var data: [UInt8] = []
     private var hasData = false
 
+    /// The most an event may hold, its unfinished line included: a daemon that sends more
+    /// without ending it is not followed into memory (a fix is 300 bytes).
+    static let eventLimit = 1 << 20
+
     /// The events completed by `chunk`: each one's type and its data lines joined by "\n".
     /// Read as bytes (no `Data`, no Foundation's character sets): on an idle client each
     /// event is parsed cold, and every microsecond is on the event's way to the caller.
-    mutating func feed(_ chunk: some Collection<UInt8>) -> [(kind: String, data: [UInt8])] {
+    mutating func feed(_ chunk: some Collection<UInt8>) throws(FieldHALError) -> [(kind: String, data: [UInt8])] {
+        // What was kept from the last chunk has no line end: look only at what is new.
+        var searchFrom = pending.count
         pending.append(contentsOf: chunk)
         var events: [(String, [UInt8])] = []
         var lineStart = 0
-        while let newline = pending[lineStart...].firstIndex(of: 0x0A) {
+        while let newline = pending[searchFrom...].firstIndex(of: 0x0A) {
+            searchFrom = newline + 1
             var lineEnd = newline
             if lineEnd > lineStart, pending[lineEnd - 1] == 0x0D { lineEnd -= 1 }
             let line = pending[lineStart..<lineEnd]
@@ -465,6 +472,10 @@ struct ServerSentEvents {
             }
         }
         pending.removeFirst(lineStart)
+        guard pending.count + data.count <= Self.eventLimit else {
+            throw FieldHALError(.protocolError, subject: "GET /v1/events", detail: "an event over \(Self.eventLimit) bytes",
+                                advice: "is it a FieldHAL daemon on this socket?")
+        }
         return events
     }
 

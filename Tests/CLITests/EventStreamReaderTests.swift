@@ -96,6 +96,22 @@ struct EventStreamReaderTests {
         }
     }
 
+    /// An event that never ends (no blank line, or a line with no end) is refused at the
+    /// limit, not followed into memory.
+    @Test func anEventThatNeverEndsIsRefused() throws {
+        var endless = ServerSentEvents()
+        _ = try endless.feed(Array("event: fix\ndata: ".utf8))
+        #expect(throws: FieldHALError.self) {
+            for _ in 0...(ServerSentEvents.eventLimit / 4096) { _ = try endless.feed([UInt8](repeating: 65, count: 4096)) }
+        }
+        var lines = ServerSentEvents()
+        #expect(throws: FieldHALError.self) {
+            for _ in 0...(ServerSentEvents.eventLimit / 4096) { _ = try lines.feed(Array("data: ".utf8) + [UInt8](repeating: 65, count: 4090) + [10]) }
+        }
+        var fine = ServerSentEvents()
+        for _ in 0..<1000 { #expect(try fine.feed(Array(Self.fixEvent.utf8)).count == 1) }
+    }
+
     @Test func aConnectionClosedMidChunkIsADisconnection() throws {
         var reader = HTTPResponseReader(subject: "test")
         _ = try reader.feed(Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nonly some".utf8))

@@ -38,7 +38,7 @@ import TestSupport
     @Test func theDaemonsBytesAndTheClientsFixAreFoundations() throws {
         var random = SplitMix64(state: 20)
         let encoder = FieldHALAPI.encoder, decoder = FieldHALAPI.decoder
-        var byHand = 0
+        var byHand = 0, readByHand = 0
         for _ in 0..<5000 {
             let fix = Self.randomFix(&random)
             let foundation = String(decoding: try encoder.encode(fix), as: UTF8.self)
@@ -53,9 +53,18 @@ import TestSupport
             let data = Data(foundation.utf8)
             let expected = try decoder.decode(Fix.self, from: data)
             #expect(try Fix(apiJSON: data, decoder: decoder) == expected)
-            #expect(Fix.handRead(data) == expected, "the daemon's own form is read by hand: \(foundation)")
+            // Read by hand: what the hand writes, except a negative zero (JSON's "-0" is read
+            // as the integer 0, which writes back as "0": not the same bytes, so Foundation reads it).
+            let negativeZero = [fix.latitude, fix.longitude, fix.altitude, fix.horizontalAccuracy, fix.verticalAccuracy, fix.speed, fix.course]
+                .contains { $0 == 0 && $0?.sign == .minus }
+            if let read = Fix.handRead(data) {
+                readByHand += 1
+                #expect(read == expected)
+            } else {
+                #expect(fix.handWritten() == nil || negativeZero, "the daemon's own form is read by hand: \(foundation)")
+            }
         }
-        #expect(byHand > 3000)
+        #expect(byHand > 3000 && readByHand > 1000, "written by hand \(byHand), read \(readByHand) of 5000")
     }
 
     /// Not the daemon's form: whatever Foundation makes of it, the same fix or an error.

@@ -64,4 +64,19 @@ import TestSupport
         }
         #expect(InternetTime.date("2024-02-29T00:00:00Z") != nil && InternetTime.date("2000-02-29T00:00:00Z") != nil)
     }
+
+    /// Years four digits do not hold are Foundation's to write — including ones so far out
+    /// that microseconds overflow an Int64 (a garbage year from a receiver: found by fuzz/run
+    /// fix-event, where writing it trapped).
+    @Test func writesTimesOutsideFourDigitYearsWithoutTrapping() {
+        let edges: [(Date, String)] = [
+            (Date(timeIntervalSince1970: 253_402_300_799.5), "9999-12-31T23:59:59.500Z"),
+            (Date(timeIntervalSince1970: -62_167_219_200), "0000-01-01T00:00:00.000Z"),
+        ]
+        for (date, text) in edges { #expect(InternetTime.text(date) == text) }
+        for seconds in [253_402_300_800.0, 1.49e13, 9.3e12, 1e18, -62_167_219_201, -1e15] {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(InternetTime.text(date) == date.formatted(.iso8601), "\(seconds)")
+        }
+    }
 }

@@ -17,7 +17,7 @@ enum FuzzTargets {
         "ndef": ndef, "type2": type2, "type4-reader": type4Reader, "type4-tag": type4Tag,
         "config": config, "api-request": apiRequest, "location": location,
         "transrify-answer": transrifyAnswer, "alert-channel": alertChannel, "vault": vaultEntry, "audit-log": auditLog,
-        "plugin-message": pluginMessage,
+        "plugin-message": pluginMessage, "fix-event": fixEvent,
     ]
 
     /// An NDEF message as a tag in the field hands it over.
@@ -118,6 +118,22 @@ enum FuzzTargets {
         check(FinalizeResponse.self)
         check(TransrifyWire.APIErrorBody.self)
         _ = try? JSONDecoder().decode(LabState.self, from: data)
+    }
+
+    /// A fix event's data as a client reads it: by hand (`Fix(apiJSON:)`, FixEventJSON.swift)
+    /// it must make of any bytes exactly what Foundation's decoder makes of them — the same
+    /// fix, or a refusal — and a fix it reads must be written as Foundation writes it.
+    static func fixEvent(_ bytes: [UInt8]) {
+        let data = Data(bytes)
+        let foundation = try? FieldHALAPI.decoder.decode(Fix.self, from: data)
+        let mine = try? Fix(apiJSON: data)
+        guard mine == foundation else {
+            fatalError("fix-event: by hand \(String(describing: mine)), Foundation \(String(describing: foundation)): \(bytes)")
+        }
+        if let mine, let written = try? mine.apiJSON(), let expected = try? FieldHALAPI.encoder.encode(mine),
+           Array(written.utf8) != Array(expected) {
+            fatalError("fix-event: written by hand \(written), by Foundation \(String(decoding: expected, as: UTF8.self))")
+        }
     }
 
     /// A line from a plugin process (or, in the SDK, from the host), as the plugin protocol
