@@ -55,20 +55,11 @@ extension Fix {
         }
         func string(_ name: String, _ value: String?) -> Bool {
             guard let value else { return true }
+            // `JSONValue`'s writer escapes quotes, backslashes, \n, \r and \t as `JSONEncoder`
+            // does; other control characters each spell their own way.
+            guard !value.unicodeScalars.contains(where: { $0.value < 0x20 && !"\n\r\t".unicodeScalars.contains($0) }) else { return false }
             key(name)
-            out += "\""
-            for scalar in value.unicodeScalars {
-                switch scalar {
-                case "\"": out += "\\\""
-                case "\\": out += "\\\\"
-                case "\n": out += "\\n"
-                case "\r": out += "\\r"
-                case "\t": out += "\\t"
-                case _ where scalar.value < 0x20: return false
-                default: out.unicodeScalars.append(scalar)
-                }
-            }
-            out += "\""
+            out += String(decoding: JSONValue.string(value).jsonText, as: UTF8.self)
             return true
         }
         guard number("altitude", altitude), number("course", course), number("horizontalAccuracy", horizontalAccuracy),

@@ -109,27 +109,10 @@ struct HTTPResponseReader {
             }
             return true
         case .chunkSize:
-            // By bytes: a chunk per event on a stream, each read cold (see ServerSentEvents).
-            guard let end = find([13, 10]) else {
-                if available > Self.lineLimit { throw malformed("a line over \(Self.lineLimit) bytes") }
-                return false
-            }
-            let line = buffer[start..<end]
-            start = end + 2
+            guard let line = try lineBytes() else { return false }
+            // By bytes, no Foundation: a chunk per event on a stream, each read cold.
             let size = (line.firstIndex(of: 0x3B).map { line[..<$0] } ?? line).trimmingSpaces()  // ";": an extension
-            var count = 0
-            for byte in size {
-                let digit: Int
-                switch byte {
-                case 0x30...0x39: digit = Int(byte - 0x30)
-                case 0x41...0x46: digit = Int(byte - 0x41 + 10)
-                case 0x61...0x66: digit = Int(byte - 0x61 + 10)
-                default: digit = -1
-                }
-                guard digit >= 0, size.count <= 15 else { count = -1; break }
-                count = count * 16 + digit
-            }
-            guard !size.isEmpty, count >= 0 else {
+            guard !size.isEmpty, size.count <= 15, let count = Int(String(decoding: size, as: UTF8.self), radix: 16), count >= 0 else {
                 throw malformed("the chunk size \"\(String(decoding: line.prefix(40), as: UTF8.self))\"")
             }
             stage = count == 0 ? .trailers : .chunkData(remaining: count)
@@ -171,13 +154,17 @@ struct HTTPResponseReader {
 
     /// The next CRLF-ended line, without its CRLF; nil until it is whole.
     private mutating func line() throws(FieldHALError) -> String? {
+        try lineBytes().map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private mutating func lineBytes() throws(FieldHALError) -> ArraySlice<UInt8>? {
         guard let end = find([13, 10]) else {
             if buffer.count - start > Self.lineLimit { throw malformed("a line over \(Self.lineLimit) bytes") }
             return nil
         }
-        let text = String(decoding: buffer[start..<end], as: UTF8.self)
+        let bytes = buffer[start..<end]
         start = end + 2
-        return text
+        return bytes
     }
 
     private func find(_ needle: [UInt8]) -> Int? {
