@@ -4,7 +4,8 @@ import Foundation
 
 /// Records from an ALSA PCM to WAV on the device's own thread, a period at a time, so
 /// memory stays at one period however long the recording. Overruns are recovered and
-/// counted; a vanished device ends the recording with a typed error and no file.
+/// counted; a vanished device ends the recording with a typed error and no file (in
+/// segments: with the segment under way closed and kept).
 final class ALSAMicrophone: Microphone {
     struct Settings: Sendable {
         var pcm = "default"
@@ -77,6 +78,13 @@ final class ALSAMicrophone: Microphone {
                 segments.closed(RecordedSegment(sequence: number, startedAt: startedAt, seconds: recording.durationSeconds, file: file, recording: recording))
                 open = nil
                 return recorded < request.frameCount && !segments.finish.isFinished
+            } interrupted: { writer, overruns in
+                // The device failed mid-segment: what the segment holds is evidence, closed
+                // and handed over before the failure is told.
+                guard let (file, number, startedAt) = open, (try? writer.finish()) != nil else { return }
+                let recording = Self.recording(file.path, request, writer, overruns: overruns)
+                segments.closed(RecordedSegment(sequence: number, startedAt: startedAt, seconds: recording.durationSeconds, file: file, recording: recording))
+                open = nil
             }
         }
     }
@@ -85,9 +93,11 @@ final class ALSAMicrophone: Microphone {
     /// `next` opens one (told its number and when its first sample was taken, on the
     /// capture's own clock: the start plus the samples before it) and says how many frames
     /// it takes, `closed` finishes it and says whether another follows — until `closed`
-    /// says no.
+    /// says no. When the device fails (not a cancellation) with samples in the open file,
+    /// `interrupted` hears it before the error is thrown.
     private func capture(_ request: RecordingRequest, next: (Int, Date) throws -> (WAVFileWriter, Int),
-                         closed: (WAVFileWriter, Int) throws -> Bool) throws {
+                         closed: (WAVFileWriter, Int) throws -> Bool,
+                         interrupted: (WAVFileWriter, Int) -> Void = { _, _ in }) throws {
         wakeup.drain()
         let pcm = try ALSAPCM(name: settings.pcm, direction: .capture, subject: subject)
         defer { pcm.close() }
@@ -104,14 +114,19 @@ final class ALSAMicrophone: Microphone {
             let (writer, target) = try next(files, started.addingTimeInterval(Double(captured) / Double(request.sampleRate)))
             files += 1
             var overruns = 0
-            while writer.framesWritten < target {
-                switch try pcm.transfer(chunk, frames: min(periodFrames, target - writer.framesWritten),
-                                        timeout: settings.readTimeout, wakeup: wakeup) {
-                case .xrun: overruns += 1
-                case .frames(let count) where count > 0:
-                    try writer.append(UnsafeRawBufferPointer(start: chunk, count: count * pcm.bytesPerFrame))
-                case .frames: continue
+            do {
+                while writer.framesWritten < target {
+                    switch try pcm.transfer(chunk, frames: min(periodFrames, target - writer.framesWritten),
+                                            timeout: settings.readTimeout, wakeup: wakeup) {
+                    case .xrun: overruns += 1
+                    case .frames(let count) where count > 0:
+                        try writer.append(UnsafeRawBufferPointer(start: chunk, count: count * pcm.bytesPerFrame))
+                    case .frames: continue
+                    }
                 }
+            } catch {
+                if writer.framesWritten > 0, !FieldHALError.isCancellation(error) { interrupted(writer, overruns) }
+                throw error
             }
             captured += writer.framesWritten
             if try !closed(writer, overruns) { return }

@@ -156,6 +156,7 @@ final class V4L2Camera: Camera {
             }
             var size = (width: 0, height: 0)
             var current: Open?
+            var lastFrameAt = Duration.zero
             var sequence = 0
             var dropped = 0
             var full: MJPEGAVIWriter.Full?
@@ -167,27 +168,42 @@ final class V4L2Camera: Camera {
                 segments.closed(RecordedSegment(sequence: open.sequence, startedAt: open.startedAt, seconds: recording.durationSeconds,
                                                 file: open.file, recording: recording))
             }
-            let streamed = try stream(request, handle, opened: { size = ($0, $1) }, frame: { jpeg, at, date, droppedSoFar in
-                dropped = droppedSoFar
-                if let open = current, at >= open.end {
-                    try close(open, at: at)
-                    current = nil
-                    if segments.finish.isFinished { return false }
+            let streamed: Streamed
+            do {
+                streamed = try stream(request, handle, opened: { size = ($0, $1) }, frame: { jpeg, at, date, droppedSoFar in
+                    dropped = droppedSoFar
+                    if let open = current, at >= open.end {
+                        current = nil  // closed once, even if closing fails
+                        try close(open, at: at)
+                        if segments.finish.isFinished { return false }
+                    }
+                    if current == nil {
+                        // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
+                        let file = try MemoryFile(name: "fieldhal")
+                        current = Open(file: file, writer: try MJPEGAVIWriter(path: file.path, width: size.width, height: size.height),
+                                       sequence: sequence, startedAt: date, first: at,
+                                       end: segments.length * (Int(at / segments.length) + 1), droppedBefore: dropped)
+                        sequence += 1
+                    }
+                    guard let open = current else { return false }
+                    full = open.writer.full(forFrameOf: jpeg.count)
+                    if full != nil { return false }
+                    try open.writer.append(jpeg: jpeg)
+                    lastFrameAt = at
+                    return true
+                })
+            } catch {
+                // The camera failed mid-segment (unplugged, stalled): the frames the segment
+                // holds are evidence, closed and handed over before the failure is told. A
+                // cancellation drops them, as `RecordingSegments` promises.
+                if let open = current, open.writer.frameCount > 0, !FieldHALError.isCancellation(error) {
+                    let frames = open.writer.frameCount
+                    // The last frame lasts as long as the segment's frames did on average.
+                    let perFrame = frames > 1 ? (lastFrameAt - open.first) / (frames - 1) : .zero
+                    try? close(open, at: lastFrameAt + perFrame)
                 }
-                if current == nil {
-                    // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
-                    let file = try MemoryFile(name: "fieldhal")
-                    current = Open(file: file, writer: try MJPEGAVIWriter(path: file.path, width: size.width, height: size.height),
-                                   sequence: sequence, startedAt: date, first: at,
-                                   end: segments.length * (Int(at / segments.length) + 1), droppedBefore: dropped)
-                    sequence += 1
-                }
-                guard let open = current else { return false }
-                full = open.writer.full(forFrameOf: jpeg.count)
-                if full != nil { return false }
-                try open.writer.append(jpeg: jpeg)
-                return true
-            })
+                throw error
+            }
             if let open = current { try close(open, at: max(streamed.elapsed, open.first)) }
         }
     }

@@ -61,6 +61,12 @@ extension FieldHALError {
         FieldHALError(.cancelled, subject: subject, detail: "cancelled")
     }
 
+    /// Whether `error` ends work because it was cancelled (Swift's `CancellationError`, or a
+    /// wait woken with `cancelled(_:)`), not because something failed.
+    public static func isCancellation(_ error: any Error) -> Bool {
+        error is CancellationError || (error as? FieldHALError)?.kind == .cancelled
+    }
+
     /// The error for a wait that ran past its deadline.
     public static func timeout(_ subject: String, after duration: Duration, waitingFor what: String) -> FieldHALError {
         FieldHALError(.timeout, subject: subject, detail: "no \(what) within \(duration.secondsDescription)")

@@ -105,6 +105,61 @@ struct SegmentedEvidenceLabTests {
         await microphone.close()
     }
 
+    /// A camera and a microphone unplugged in the middle of their second segment: each
+    /// segment under way is closed where its device went and handed over — it plays, and
+    /// holds what was recorded — before the recording ends with `disconnected`. Out of
+    /// process: the plugin's backend closes it, and the segment crosses to the host before
+    /// the error does.
+    @Test func aDeviceUnpluggedMidSegmentKeepsWhatTheSegmentHolds() async throws {
+        let node = try KernelLab.vividCaptureNode(instance: 0)
+        guard case .camera(let camera) = try await Way.outOfProcess.descriptor(V4L2Plugin.descriptor!, "v4l2")
+            .open(.camera, PluginParameters(["device": .string(node)]), KernelLab.context) else { throw LabError("no camera") }
+        let clips = try await Self.unplugMidSegment(driver: "vivid") { closed in
+            try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 240, framesPerSecond: 30),
+                                         in: RecordingSegments(length: .seconds(1)) { closed(($0.sequence, $0.seconds, $0.file)) })
+        }
+        await camera.close()
+        let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)], way: .outOfProcess)
+        let sounds = try await Self.unplugMidSegment(driver: "snd_dummy") { closed in
+            try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2),
+                                        in: RecordingSegments(length: .seconds(1)) { closed(($0.sequence, $0.seconds, $0.file)) })
+        }
+        await microphone.close()
+
+        var kept: [String] = []
+        for (kind, segments) in [("video", clips), ("audio", sounds)] {
+            #expect(segments.count >= 2 && segments.map(\.sequence) == Array(0..<segments.count), "\(kind) segments \(segments.map(\.sequence))")
+            guard let last = segments.last, segments.count >= 2 else { continue }
+            // The segments before whole; the last cut short where the device went.
+            #expect(segments.dropLast().allSatisfy { abs($0.seconds - 1) < 0.1 }, "\(kind) segments last \(segments.map(\.seconds)) s")
+            #expect(last.seconds > 0 && last.seconds < 1, "\(kind) segment \(last.sequence) (the one under way) lasts \(last.seconds) s")
+            let out = KernelLab.scratch("unplugged-segment.\(kind == "audio" ? "wav" : "avi")")
+            defer { try? FileManager.default.removeItem(atPath: out) }
+            try Data(last.file.read(at: 0, count: last.file.size)).write(to: URL(fileURLWithPath: out))
+            let (probe, seconds) = try await Self.probedSeconds(out)
+            #expect(probe.status == 0 && abs(seconds - last.seconds) < 0.1, "\(kind) segment \(last.sequence): ffprobe \(probe.output), recorded \(last.seconds) s")
+            kept.append("\(kind) \(segments.count) segments, the last \(String(format: "%.2f", last.seconds)) s")
+        }
+        print("unplugged mid-segment: \(kept.joined(separator: "; "))")
+    }
+
+    typealias Closed = (sequence: Int, seconds: Double, file: MemoryFile)
+
+    /// Runs `record` (1 s segments), unbinds `driver`'s device half a second into the second
+    /// segment, and returns the segments it handed over; the recording must end
+    /// `disconnected`. The device is bound again before this returns.
+    static func unplugMidSegment(driver: String, _ record: @escaping @Sendable (@escaping @Sendable (Closed) -> Void) async throws -> Void) async throws -> [Closed] {
+        let segments = LockedValue<[Closed]>([])
+        let recording = Task { try await record { segment in segments.withLock { $0.append(segment) } } }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, segments.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(20)) }
+        try await Task.sleep(for: .milliseconds(500))
+        try KernelLab.writeSysfs("/sys/bus/platform/drivers/\(driver)/unbind", "\(driver).0")
+        defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/\(driver)/bind", "\(driver).0") }
+        await #expect { try await recording.value } throws: { FieldHALError.Kind.disconnected.matches($0) }
+        return segments.withLock { $0 }
+    }
+
     /// ffprobe's reading of a file's duration (−1 when it reads none), and its run.
     static func probedSeconds(_ path: String) async throws -> (probe: (status: Int32, output: String), seconds: Double) {
         let probe = try await KernelLab.run("/usr/bin/ffprobe", ["-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", path])

@@ -7,6 +7,10 @@ import Synchronization
 /// recording and cuts it between two frames, so nothing is lost at a boundary; the default
 /// (`recordOneAtATime`) records each segment as a recording of its own, which restarts
 /// the device between segments.
+///
+/// When the device fails mid-segment (unplugged, stalled), a backend with one stream closes
+/// the segment under way at its last frame and hands it over before it throws: what was
+/// recorded is kept. A cancellation drops the segment under way.
 public struct RecordingSegments<Recording: Sendable>: Sendable {
     /// Each segment's length; the last may be shorter, to end at the request's duration.
     public var length: Duration
