@@ -4,8 +4,8 @@ import Foundation
 
 /// Records from an ALSA PCM to WAV on the device's own thread, a period at a time, so
 /// memory stays at one period however long the recording. Overruns are recovered and
-/// counted; a vanished device ends the recording with a typed error and no file (in
-/// segments: with the segment under way closed and kept).
+/// counted; a device that vanishes ends the recording early with what came before kept
+/// (`endedEarly`; in segments, the segment under way closed and handed over first).
 final class ALSAMicrophone: Microphone {
     struct Settings: Sendable {
         var pcm = "default"
@@ -38,13 +38,24 @@ final class ALSAMicrophone: Microphone {
         try request.validate(subject: subject)
         return try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
             var recording: AudioRecording?
-            try capture(request) { _, _ in
-                let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
-                return (writer, request.frameCount)
-            } closed: { writer, overruns in
-                try writer.finish()
-                recording = Self.recording(path, request, writer, overruns: overruns)
-                return false
+            var kept: AudioRecording?
+            do {
+                try capture(request) { _, _ in
+                    let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+                    return (writer, request.frameCount)
+                } closed: { writer, overruns in
+                    try writer.finish()
+                    recording = Self.recording(path, request, writer, overruns: overruns)
+                    return false
+                } interrupted: { writer, overruns in
+                    // The device failed partway: the samples before are kept, the file
+                    // finished with them, and the failure told with it.
+                    if (try? writer.finish()) != nil { kept = Self.recording(path, request, writer, overruns: overruns) }
+                }
+            } catch let failure as FieldHALError {
+                guard var kept else { throw failure }
+                kept.endedEarly = failure
+                return kept
             }
             guard let recording else { throw FieldHALError(.io, subject: subject, detail: "the capture ended without a recording") }
             return recording

@@ -8,6 +8,8 @@ actor FakeCamera: Camera {
     /// Records at the request's frame rate, as a camera does (`realtime`); otherwise as fast
     /// as frames are made (flows and demos).
     nonisolated let realtime: Bool
+    /// A recording longer than this ends early, as if the camera were unplugged then.
+    nonisolated let unplugAfter: Duration?
     private var frameNumber = 0
 
     static let offeredFormats: [CameraFormat] = [
@@ -16,9 +18,10 @@ actor FakeCamera: Camera {
         CameraFormat(pixelFormat: "MJPG", width: 1280, height: 720, framesPerSecond: [15]),
     ]
 
-    init(deviceName: String, realtime: Bool = false) {
+    init(deviceName: String, realtime: Bool = false, unplugAfter: Duration? = nil) {
         self.deviceName = deviceName
         self.realtime = realtime
+        self.unplugAfter = unplugAfter
     }
 
     func formats() async throws -> [CameraFormat] { Self.offeredFormats }
@@ -43,7 +46,11 @@ actor FakeCamera: Camera {
     /// shade each frame), each at its time when `realtime`, else without waiting.
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: "camera \(deviceName)")
-        let frames = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
+        let wanted = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
+        // Unplugged partway: the frames taken before it, then `endedEarly`.
+        let unpluggedAt = unplugAfter.map { max(1, Int(($0.seconds * Double(request.framesPerSecond)).rounded())) }
+        let frames = min(wanted, unpluggedAt ?? wanted)
+        let endedEarly = unplugAfter.flatMap { frames < wanted ? FakePlugin.unplugged("camera \(deviceName)", after: $0) : nil }
         let writer = try MJPEGAVIWriter(path: path, width: request.width, height: request.height)
         let encoder = BaselineJPEGEncoder(quality: request.quality)
         var full: MJPEGAVIWriter.Full?
@@ -60,10 +67,11 @@ actor FakeCamera: Camera {
             if full != nil { break }
             try jpeg.withUnsafeBytes { try writer.append(jpeg: $0) }
         }
-        let bytes = try writer.finish(duration: request.duration)
+        let duration = endedEarly == nil ? request.duration : .microseconds(frames * 1_000_000 / request.framesPerSecond)
+        let bytes = try writer.finish(duration: duration)
         return VideoRecording(path: path, width: request.width, height: request.height, frames: writer.frameCount,
-                              durationSeconds: request.duration.seconds, bytes: bytes,
-                              stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
+                              durationSeconds: duration.seconds, bytes: bytes,
+                              stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull, endedEarly: endedEarly)
     }
 
     /// SMPTE-like bars (white, yellow, cyan, green, magenta, red, blue, black) on the top

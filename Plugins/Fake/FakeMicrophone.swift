@@ -14,18 +14,24 @@ final class FakeMicrophone: Microphone {
     let deviceName: String
     private let source: Source
     private let realtime: Bool
+    /// A recording longer than this ends early, as if the device were unplugged then.
+    private let unplugAfter: Duration?
 
-    init(deviceName: String, source: Source, realtime: Bool) {
+    init(deviceName: String, source: Source, realtime: Bool, unplugAfter: Duration? = nil) {
         self.deviceName = deviceName
         self.source = source
         self.realtime = realtime
+        self.unplugAfter = unplugAfter
     }
 
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
         let subject = "microphone \(deviceName)"
         try request.validate(subject: subject)
         let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
-        let totalFrames = request.frameCount
+        // Unplugged partway: the samples taken before it, then `endedEarly`.
+        let unpluggedAt = unplugAfter.map { max(1, Int(($0.seconds * Double(request.sampleRate)).rounded())) }
+        let totalFrames = min(request.frameCount, unpluggedAt ?? request.frameCount)
+        let endedEarly = unplugAfter.flatMap { totalFrames < request.frameCount ? FakePlugin.unplugged(subject, after: $0) : nil }
         let chunkFrames = max(1, request.sampleRate / 10)  // 100 ms, as a period of a capture device
         let start = ContinuousClock.now
         var frame = 0
@@ -48,7 +54,8 @@ final class FakeMicrophone: Microphone {
         }
         try writer.finish()
         return AudioRecording(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format,
-                              frames: writer.framesWritten, peakDBFS: writer.levels.peakDBFS, rmsDBFS: writer.levels.rmsDBFS)
+                              frames: writer.framesWritten, peakDBFS: writer.levels.peakDBFS, rmsDBFS: writer.levels.rmsDBFS,
+                              endedEarly: endedEarly)
     }
 
     private func sample(at frame: Int, rate: Int) -> Double {

@@ -13,7 +13,8 @@ public enum FakePlugin {
             .nfcReader: nfcReaderParameters,
             .nfcEmulator: nfcEmulatorParameters,
             .camera: [deviceParameter,
-                      ParameterSpec("realtime", .boolean, help: "record video at its frame rate, as a camera does (default false: as fast as frames are made)")],
+                      ParameterSpec("realtime", .boolean, help: "record video at its frame rate, as a camera does (default false: as fast as frames are made)"),
+                      unplugParameter],
             .microphone: microphoneParameters,
             .speaker: outputParameters,
             .haptics: outputParameters,
@@ -23,6 +24,8 @@ public enum FakePlugin {
     )
 
     static let deviceParameter = ParameterSpec("device", .string, help: "a name for the simulated device")
+    static let unplugParameter = ParameterSpec("unplug_after_ms", .integer,
+                                               help: "a recording ends early after this much of it, as when the device is unplugged: what came before is kept (default: never)")
 
     static let locationParameters: [ParameterSpec] = [
         deviceParameter,
@@ -69,6 +72,7 @@ public enum FakePlugin {
         ParameterSpec("level_dbfs", .number, help: "tone level in dBFS (default -12)"),
         ParameterSpec("file", .string, help: "a PCM WAV file to loop instead of the tone"),
         ParameterSpec("realtime", .boolean, help: "take as long as the recording lasts (default true)"),
+        unplugParameter,
     ]
 
     /// Haptics and speaker: output devices that record what they played.
@@ -101,7 +105,8 @@ public enum FakePlugin {
             return .nfcEmulator(FakeNFCTagEmulator(deviceName: device, reader: reader,
                                                    readAfterMilliseconds: parameters.integer("read_after_ms") ?? 300))
         case .camera:
-            return .camera(FakeCamera(deviceName: device, realtime: parameters.boolean("realtime") ?? false))
+            return .camera(FakeCamera(deviceName: device, realtime: parameters.boolean("realtime") ?? false,
+                                      unplugAfter: try unplugAfter(parameters, subject: "camera \(device)")))
         case .microphone:
             return .microphone(try openMicrophone(device, parameters, context))
         case .speaker:
@@ -206,7 +211,23 @@ public enum FakePlugin {
             let level = min(0, parameters.number("level_dbfs") ?? -12)
             source = .tone(frequency: parameters.number("tone_hz") ?? 440, amplitude: pow(10, level / 20))
         }
-        return FakeMicrophone(deviceName: device, source: source, realtime: parameters.boolean("realtime") ?? true)
+        return FakeMicrophone(deviceName: device, source: source, realtime: parameters.boolean("realtime") ?? true,
+                              unplugAfter: try unplugAfter(parameters, subject: "microphone \(device)"))
+    }
+
+    static func unplugAfter(_ parameters: PluginParameters, subject: String) throws -> Duration? {
+        guard let milliseconds = parameters.integer("unplug_after_ms") else { return nil }
+        guard milliseconds > 0 else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "unplug_after_ms must be above 0, got \(milliseconds)")
+        }
+        return .milliseconds(milliseconds)
+    }
+
+    /// What a fake device's recording ends early with (`unplug_after_ms`): the real
+    /// backends' `disconnected`.
+    static func unplugged(_ subject: String, after: Duration) -> FieldHALError {
+        FieldHALError(.disconnected, subject: subject, detail: "unplugged after \(after.secondsDescription) of recording (the fake kit's unplug_after_ms)",
+                      advice: "check the cable; the next capture opens it again")
     }
 
     static func openBiometrics(_ device: String, _ parameters: PluginParameters) throws -> FakeBiometricAuthenticator {

@@ -118,20 +118,36 @@ final class V4L2Camera: Camera {
         return try await onThread { [self] handle in
             var writer: MJPEGAVIWriter?
             var full: MJPEGAVIWriter.Full?
-            let streamed = try stream(request, handle, opened: { width, height in
-                writer = try MJPEGAVIWriter(path: path, width: width, height: height)
-            }, frame: { jpeg, _, _, _ in
-                guard let writer else { return false }
-                full = writer.full(forFrameOf: jpeg.count)
-                if full != nil { return false }
-                try writer.append(jpeg: jpeg)
-                return true
-            })
+            var size = (width: 0, height: 0)
+            var lastFrameAt = Duration.zero
+            var dropped = 0
+            let elapsed: Duration
+            var endedEarly: FieldHALError?
+            do {
+                let streamed = try stream(request, handle, opened: { width, height in
+                    size = (width, height)
+                    writer = try MJPEGAVIWriter(path: path, width: width, height: height)
+                }, frame: { jpeg, at, _, droppedSoFar in
+                    guard let writer else { return false }
+                    full = writer.full(forFrameOf: jpeg.count)
+                    if full != nil { return false }
+                    try writer.append(jpeg: jpeg)
+                    (lastFrameAt, dropped) = (at, droppedSoFar)
+                    return true
+                })
+                (elapsed, dropped) = (streamed.elapsed, streamed.dropped)
+            } catch let failure as FieldHALError where failure.kind != .cancelled && (writer?.frameCount ?? 0) > 0 {
+                // The camera failed partway (unplugged, stalled): the frames before are kept,
+                // the file finished at the last one, and the failure told with it.
+                let frames = writer?.frameCount ?? 1
+                elapsed = lastFrameAt + (frames > 1 ? lastFrameAt / (frames - 1) : .zero)
+                endedEarly = failure
+            }
             guard let writer else { throw FieldHALError(.io, subject: subject, detail: "the stream opened without a size") }
-            let bytes = try writer.finish(duration: streamed.elapsed)
-            return VideoRecording(path: path, width: streamed.width, height: streamed.height, frames: writer.frameCount,
-                                  durationSeconds: streamed.elapsed.seconds, droppedFrames: streamed.dropped, bytes: bytes,
-                                  stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
+            let bytes = try writer.finish(duration: elapsed)
+            return VideoRecording(path: path, width: size.width, height: size.height, frames: writer.frameCount,
+                                  durationSeconds: elapsed.seconds, droppedFrames: dropped, bytes: bytes,
+                                  stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull, endedEarly: endedEarly)
         }
     }
 

@@ -4,7 +4,7 @@
 /// `camera /dev/video0`), the underlying detail, and what a technician can do about it.
 /// Printed, it reads `camera /dev/video0: permission denied — add the service user to
 /// group video or install udev/60-fieldhal.rules`.
-public struct FieldHALError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct FieldHALError: Error, Sendable, Equatable, Codable, CustomStringConvertible {
     public enum Kind: String, Sendable, Codable, CaseIterable {
         /// The configuration names no plugin for this capability.
         case notConfigured

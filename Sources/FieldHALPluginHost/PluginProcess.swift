@@ -263,10 +263,7 @@ public final class PluginProcess {
     private func pluginError(_ error: JSONValue, method: String) -> FieldHALError {
         let message = error["message"]?.string ?? "no message"
         let data = error["data"]
-        if let kindName = data?["kind"]?.string, let kind = FieldHALError.Kind(rawValue: kindName) {
-            return FieldHALError(kind, subject: data?["subject"]?.string.map { "\(subject): \($0)" } ?? subject,
-                                 detail: data?["detail"]?.string ?? message, advice: data?["advice"]?.string)
-        }
+        if let typed = PluginProtocol.error(from: data, subject: subject, detail: message) { return typed }
         let code = error["code"]?.integer.map { " (\($0))" } ?? ""
         return FieldHALError(.protocolError, subject: subject, detail: "\(method) failed\(code): \(message)")
     }

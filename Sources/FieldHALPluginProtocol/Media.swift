@@ -108,10 +108,13 @@ extension PluginProtocol {
     }
 
     public static func value(of recording: VideoRecording) -> JSONValue {
-        .object(["width": .integer(Int64(recording.width)), "height": .integer(Int64(recording.height)),
-                 "frames": .integer(Int64(recording.frames)), "durationSeconds": .number(recording.durationSeconds),
-                 "droppedFrames": .integer(Int64(recording.droppedFrames)), "bytes": .integer(Int64(recording.bytes)),
-                 "stoppedAtSizeLimit": .bool(recording.stoppedAtSizeLimit), "stoppedForDiskSpace": .bool(recording.stoppedForDiskSpace)])
+        var value: [String: JSONValue] = [
+            "width": .integer(Int64(recording.width)), "height": .integer(Int64(recording.height)),
+            "frames": .integer(Int64(recording.frames)), "durationSeconds": .number(recording.durationSeconds),
+            "droppedFrames": .integer(Int64(recording.droppedFrames)), "bytes": .integer(Int64(recording.bytes)),
+            "stoppedAtSizeLimit": .bool(recording.stoppedAtSizeLimit), "stoppedForDiskSpace": .bool(recording.stoppedForDiskSpace)]
+        if let failure = recording.endedEarly { value["endedEarly"] = self.value(of: failure) }
+        return .object(value)
     }
 
     public static func videoRecording(from answer: JSONValue, path: String, plugin: String) throws(FieldHALError) -> VideoRecording {
@@ -122,7 +125,8 @@ extension PluginProtocol {
         return VideoRecording(path: path, width: Int(clamping: width), height: Int(clamping: height), frames: Int(clamping: frames),
                               durationSeconds: duration, droppedFrames: Int(clamping: answer["droppedFrames"]?.integer ?? 0),
                               bytes: Int(clamping: bytes), stoppedAtSizeLimit: answer["stoppedAtSizeLimit"]?.bool ?? false,
-                              stoppedForDiskSpace: answer["stoppedForDiskSpace"]?.bool ?? false)
+                              stoppedForDiskSpace: answer["stoppedForDiskSpace"]?.bool ?? false,
+                              endedEarly: try endedEarly(answer, plugin: plugin, capability: "camera"))
     }
 
     // MARK: - Microphone
@@ -145,10 +149,23 @@ extension PluginProtocol {
     }
 
     public static func value(of recording: AudioRecording) -> JSONValue {
-        .object(["sampleRate": .integer(Int64(recording.sampleRate)), "channels": .integer(Int64(recording.channels)),
-                 "format": .string(recording.format.rawValue), "frames": .integer(Int64(recording.frames)),
-                 "peakDBFS": .number(recording.peakDBFS), "rmsDBFS": .number(recording.rmsDBFS),
-                 "overruns": .integer(Int64(recording.overruns))])
+        var value: [String: JSONValue] = [
+            "sampleRate": .integer(Int64(recording.sampleRate)), "channels": .integer(Int64(recording.channels)),
+            "format": .string(recording.format.rawValue), "frames": .integer(Int64(recording.frames)),
+            "peakDBFS": .number(recording.peakDBFS), "rmsDBFS": .number(recording.rmsDBFS),
+            "overruns": .integer(Int64(recording.overruns))]
+        if let failure = recording.endedEarly { value["endedEarly"] = self.value(of: failure) }
+        return .object(value)
+    }
+
+    /// A recording's `endedEarly`: absent or null when it ran its length; an
+    /// error the host cannot read is the plugin's fault, not a recording that ended well.
+    static func endedEarly(_ answer: JSONValue, plugin: String, capability: String) throws(FieldHALError) -> FieldHALError? {
+        guard let value = answer["endedEarly"], value != .null else { return nil }
+        guard let failure = error(from: value, subject: "plugin \(plugin)") else {
+            throw wrongAnswer(plugin, "\(capability).record with an endedEarly that is not an error (kind and detail)")
+        }
+        return failure
     }
 
     public static func audioRecording(from answer: JSONValue, path: String, plugin: String) throws(FieldHALError) -> AudioRecording {
@@ -159,7 +176,8 @@ extension PluginProtocol {
         }
         return AudioRecording(path: path, sampleRate: Int(clamping: rate), channels: Int(clamping: channels), format: format,
                               frames: Int(clamping: frames), peakDBFS: peak, rmsDBFS: rms,
-                              overruns: Int(clamping: answer["overruns"]?.integer ?? 0))
+                              overruns: Int(clamping: answer["overruns"]?.integer ?? 0),
+                              endedEarly: try endedEarly(answer, plugin: plugin, capability: "microphone"))
     }
 
     // MARK: - Speaker

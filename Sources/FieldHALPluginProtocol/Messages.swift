@@ -20,10 +20,25 @@ extension PluginProtocol {
     /// A failed request: `code` -32000 (a server error in JSON-RPC's terms) with FieldHAL's
     /// typed error in `data`, which the host turns back into the same error.
     public static func response(_ identifier: JSONValue, error: FieldHALError) -> [UInt8] {
+        response(identifier, code: -32000, message: error.description, data: value(of: error))
+    }
+
+    /// A typed error as the protocol carries it: `kind`, `detail`, and `subject` and
+    /// `advice` when there are (an error answer's `data`, a recording's `endedEarly`).
+    public static func value(of error: FieldHALError) -> JSONValue {
         var data: [String: JSONValue] = ["kind": .string(error.kind.rawValue), "detail": .string(error.detail)]
         if !error.subject.isEmpty { data["subject"] = .string(error.subject) }
         if let advice = error.advice { data["advice"] = .string(advice) }
-        return response(identifier, code: -32000, message: error.description, data: .object(data))
+        return .object(data)
+    }
+
+    /// `value(of:)` read back, the plugin's subject put before its own (`subject`: the
+    /// plugin's capability and name); nil when `value` names no kind the host knows.
+    public static func error(from value: JSONValue?, subject: String, detail fallback: String? = nil) -> FieldHALError? {
+        guard let kindName = value?["kind"]?.string, let kind = FieldHALError.Kind(rawValue: kindName),
+              let detail = value?["detail"]?.string ?? fallback else { return nil }
+        return FieldHALError(kind, subject: value?["subject"]?.string.map { "\(subject): \($0)" } ?? subject,
+                             detail: detail, advice: value?["advice"]?.string)
     }
 
     /// A JSON-RPC error of the protocol itself (-32601: no such method; -32602: bad params).

@@ -73,6 +73,7 @@ extension CameraCommand {
                 if video.stoppedForDiskSpace { line += " (stopped early: the disk is nearly full; the clip up to there is kept)" }
                 return line
             }
+            if let failure = video.endedEarly { throw recordingEndedEarly(failure, after: video.durationSeconds, keptIn: video.path) }
         }
     }
 
@@ -121,6 +122,9 @@ struct MicCommand: AsyncParsableCommand {
             try Output.emit(recording, json: global.json) {
                 String(format: "%@: %.2f s, %d Hz, %d channel(s), peak %.1f dBFS, RMS %.1f dBFS", recording.path,
                        recording.durationSeconds, recording.sampleRate, recording.channels, recording.peakDBFS, recording.rmsDBFS)
+            }
+            if let failure = recording.endedEarly {
+                throw recordingEndedEarly(failure, after: recording.durationSeconds, keptIn: recording.path)
             }
         }
     }
@@ -249,4 +253,11 @@ extension BioStatusCommand: FieldHALSubcommand {
         guard let availability else { return }
         try emit(availability)
     }
+}
+
+/// A recording that ended early because its device failed: the device's error, so the exit
+/// status says what failed, and where what was recorded before it is kept.
+private func recordingEndedEarly(_ failure: FieldHALError, after seconds: Double, keptIn path: String) -> FieldHALError {
+    let kept = String(format: "the %.2f s recorded before it are kept in %@", seconds, path)
+    return FieldHALError(failure.kind, subject: failure.subject, detail: failure.detail, advice: failure.advice.map { "\($0); \(kept)" } ?? kept)
 }

@@ -79,6 +79,41 @@ struct CLITests {
         }
     }
 
+    /// A recording whose device goes partway (the fake's `unplug_after_ms`, as a real
+    /// camera or sound card unplugged): the clip up to there is kept and reported, and the
+    /// command fails 69 with the device's error and where the clip is — alone, and through
+    /// the daemon (whose report header carries `endedEarly`).
+    @Test(arguments: CLIWay.allCases)
+    func aRecordingWhoseDeviceGoesKeepsWhatCameBefore(_ way: CLIWay) async throws {
+        let config = scratch("unplugging.toml")
+        try """
+            [camera]
+            plugin = "fake"
+            unplug_after_ms = 500
+
+            [microphone]
+            plugin = "fake"
+            realtime = false
+            unplug_after_ms = 700
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        try await eachWay(way) {
+            let video = scratch("early.avi")
+            let recorded = try await CLI.run(["camera", "record", "--seconds", "2", "--fps", "10", "--width", "160", "--height", "120",
+                                              "-o", video, "--config", config])
+            #expect(recorded.status == 69, "\(recorded)")
+            #expect(recorded.stdout.contains("\(video): 160x120 Motion-JPEG AVI, 5 frames in 0.50 s"), "\(recorded.stdout)")
+            #expect(recorded.stderr.contains("unplugged after 0.5 s of recording")
+                    && recorded.stderr.contains("the 0.50 s recorded before it are kept in \(video)"), "\(recorded.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: video)).prefix(4) == Data("RIFF".utf8))
+
+            let sound = scratch("early.wav")
+            let heard = try await CLI.run(["mic", "record", "--seconds", "2", "--rate", "8000", "-o", sound, "--json", "--config", config])
+            #expect(heard.status == 69, "\(heard)")
+            #expect(heard.stdout.contains("\"endedEarly\"") && heard.stdout.contains("\"disconnected\""), "\(heard.stdout)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: sound)).count == 44 + 5600 * 2, "0.7 s at 8 kHz, mono, 16 bits")
+        }
+    }
+
     /// A kit whose configuration went missing must not fall back to the fake kit, whose
     /// fingerprint sensor always matches (issue 18): without a configuration, commands fail
     /// and say what to do; the fake kit runs only when asked for by name; the demo asks.

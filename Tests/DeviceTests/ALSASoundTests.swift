@@ -92,20 +92,54 @@ struct LoopbackSoundTests {
         #expect(abs(KernelLab.frequency(of: second, sampleRate: 48_000) - 660) < 15)
     }
 
-    @Test(arguments: Way.allCases) func aCardThatVanishesMidRecordingEndsWithDisconnected(way: Way) async throws {
+    /// Unplugged a second into a 20 s recording: the recording ends early, `disconnected`,
+    /// and keeps the samples before in a WAV that plays.
+    @Test(arguments: Way.allCases) func aCardThatVanishesMidRecordingEndsEarlyAndKeepsTheSound(way: Way) async throws {
         let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)], way: way)
         let path = KernelLab.scratch("vanished.wav")
+        defer { try? FileManager.default.removeItem(atPath: path) }
         let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2), to: path) }
         try await Task.sleep(for: .seconds(1))
         let unplugged = ContinuousClock.now
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
-        await #expect { try await recording.value } throws: { error in
-            FieldHALError.Kind.disconnected.matches(error) && "\(error)".contains("the sound device went away")
-        }
+        let sound = try await recording.value
         #expect(ContinuousClock.now - unplugged < .seconds(3))
-        #expect(!FileManager.default.fileExists(atPath: path))
+        let failure = try #require(sound.endedEarly, "a recording the card left is not a whole one")
+        #expect(failure.kind == .disconnected && "\(failure)".contains("the sound device went away"), "\(failure)")
+        #expect(sound.durationSeconds > 0.3 && sound.durationSeconds < 3, "\(sound)")
+        let (probe, seconds) = try await SegmentedEvidenceLabTests.probedSeconds(path)
+        #expect(probe.status == 0 && abs(seconds - sound.durationSeconds) < 0.05, "ffprobe \(probe.output), recorded \(sound.durationSeconds) s")
+        print("unplugged mid-recording (\(way)): \(String(format: "%.2f", sound.durationSeconds)) s of sound kept")
         #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
+    }
+
+    /// `fieldhal mic record` when the card goes mid-recording: the WAV up to there is kept,
+    /// the line about it printed, and the exit status (69) and message say what failed and
+    /// where the sound before it is.
+    @Test func theCLIKeepsTheSoundBeforeTheCardWent() async throws {
+        let config = KernelLab.scratch("dummy-mic.toml")
+        try "[microphone]\nplugin = \"alsa\"\npcm = \"hw:Dummy,0,0\"\nread_timeout_ms = 1000\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let path = KernelLab.scratch("cli-vanished.wav")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let run = Task { try await KernelLab.run(CLI.binary.path, ["mic", "record", "--config", config, "--seconds", "20", "--rate", "48000", "-o", path]) }
+        // The CLI's start takes seconds in this guest: unplug once the kernel says the
+        // capture runs, and half a second of sound is in.
+        let status = "/proc/asound/Dummy/pcm0c/sub0/status"
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline, !((try? String(contentsOfFile: status, encoding: .utf8)) ?? "").contains("RUNNING") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
+        defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
+        let result = try await run.value
+        #expect(result.status == 69, "\(result.output)")
+        #expect(result.output.contains("the sound device went away") && result.output.contains("recorded before it are kept in \(path)"), "\(result.output)")
+        #expect(result.output.contains("\(path): "), "the recording's line: \(result.output)")
+        let (probe, seconds) = try await SegmentedEvidenceLabTests.probedSeconds(path)
+        #expect(probe.status == 0 && seconds > 0.3, "ffprobe \(probe.output)")
+        print("the CLI when the card went (exit \(result.status)): \(result.output)")
     }
 
     /// A reader that stops reading for longer than the device's buffer overruns. The PCM

@@ -167,19 +167,26 @@ struct VividCameraTests {
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
 
-    @Test(arguments: Way.allCases) func unbindingTheDeviceMidRecordingEndsWithDisconnected(way: Way) async throws {
+    /// Unplugged a second into a 20 s recording: the recording ends early, `disconnected`,
+    /// and keeps the frames before — the file finished at the last one, and it plays.
+    @Test(arguments: Way.allCases) func unbindingTheDeviceMidRecordingEndsEarlyAndKeepsTheClip(way: Way) async throws {
         let node = try KernelLab.vividCaptureNode(instance: 0)
         let camera = try await camera(node, way: way)
         let path = KernelLab.scratch("unplugged.avi")
+        defer { try? FileManager.default.removeItem(atPath: path) }
         let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
         try await Task.sleep(for: .seconds(1))
         let unplugged = ContinuousClock.now
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/unbind", "vivid.0")
-        await #expect { try await recording.value } throws: {
-            FieldHALError.Kind.disconnected.matches($0) && "\($0)".contains("the camera went away")
-        }
+        defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/bind", "vivid.0") }  // however this test ends
+        let video = try await recording.value
         #expect(ContinuousClock.now - unplugged < .seconds(3))
-        #expect(!FileManager.default.fileExists(atPath: path))
+        let failure = try #require(video.endedEarly, "a recording the camera left is not a whole one")
+        #expect(failure.kind == .disconnected && "\(failure)".contains("the camera went away"), "\(failure)")
+        #expect(video.frames > 0 && video.durationSeconds > 0.3 && video.durationSeconds < 3, "\(video)")
+        let (probe, seconds) = try await SegmentedEvidenceLabTests.probedSeconds(path)
+        #expect(probe.status == 0 && abs(seconds - video.durationSeconds) < 0.2, "ffprobe \(probe.output), recorded \(video.durationSeconds) s")
+        print("unplugged mid-recording (\(way)): \(video.frames) frames, \(String(format: "%.2f", video.durationSeconds)) s kept")
         #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
         // The next capture on a node that is gone says so, typed.
         await #expect { try await camera.captureStill(PhotoRequest()) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }

@@ -1,6 +1,7 @@
 import FieldHAL
 import FakePlugin
 import FieldHALPluginHost
+import FieldHALPluginProtocol
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -88,6 +89,26 @@ import Testing
 
     /// Protocol 1.4: a recording into a file in memory (evidence, issue 19) goes to the plugin
     /// as that file's descriptor; the plugin writes it in place and nothing touches the disk.
+    /// A recording its device ended early (unplugged) crosses the protocol with why: the
+    /// typed error comes back under the plugin's subject; one that ran its length has no
+    /// `endedEarly`; an `endedEarly` that is no error is the plugin's fault, not a
+    /// recording that ended well.
+    @Test func aRecordingThatEndedEarlySaysWhyAcrossTheProtocol() throws {
+        let unplugged = FieldHALError(.disconnected, subject: "camera /dev/video0", detail: "dequeue: no such device", advice: "check the cable")
+        let video = VideoRecording(path: "", width: 320, height: 240, frames: 19, durationSeconds: 0.64, bytes: 90_000, endedEarly: unplugged)
+        let back = try PluginProtocol.videoRecording(from: PluginProtocol.value(of: video), path: "/x.avi", plugin: "v4l2")
+        #expect(back.endedEarly == FieldHALError(.disconnected, subject: "plugin v4l2: camera /dev/video0", detail: "dequeue: no such device", advice: "check the cable"))
+        #expect(back.frames == 19 && back.path == "/x.avi")
+        let whole = AudioRecording(path: "", sampleRate: 48_000, channels: 2, format: .s16le, frames: 48_000, peakDBFS: -6, rmsDBFS: -9)
+        #expect(PluginProtocol.value(of: whole)["endedEarly"] == nil)
+        #expect(try PluginProtocol.audioRecording(from: PluginProtocol.value(of: whole), path: "/x.wav", plugin: "alsa").endedEarly == nil)
+        guard case .object(var hostile) = PluginProtocol.value(of: whole) else { Issue.record("not an object"); return }
+        hostile["endedEarly"] = .string("unplugged")
+        #expect { try PluginProtocol.audioRecording(from: .object(hostile), path: "/x.wav", plugin: "alsa") } throws: { error in
+            (error as? FieldHALError)?.kind == .protocolError && "\(error)".contains("endedEarly that is not an error")
+        }
+    }
+
     @Test func aRecordingIntoMemoryIsWrittenByThePluginInPlace() async throws {
         let (descriptor, scratch) = try await fakeOutOfProcess()
         defer { try? FileManager.default.removeItem(atPath: scratch) }

@@ -58,6 +58,9 @@ public protocol Camera: Device {
 
     /// Records video for `request.duration` to an AVI file at `path` (Motion-JPEG), frames
     /// streamed to disk. The file appears only when complete; cancelling leaves no file.
+    /// When the camera fails partway, a backend that can finishes the file with the frames
+    /// before and returns it with `endedEarly` (nothing recorded is lost); one that cannot
+    /// throws.
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording
 
     /// Records video for `request.duration` in segments (`RecordingSegments`), each a
@@ -75,7 +78,7 @@ extension Camera {
     public func recordVideoOneSegmentAtATime(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
         try request.validate(subject: "video recording")
         try segments.validate(subject: "video recording")
-        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds) { length, path in
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, path in
             var segment = request
             segment.duration = length
             return try await recordVideo(segment, to: path)
@@ -131,9 +134,13 @@ public struct VideoRecording: Sendable, Equatable, Codable {
     public var stoppedAtSizeLimit: Bool
     /// The recording stopped early because the disk was nearly full; the clip up to there is kept.
     public var stoppedForDiskSpace: Bool
+    /// The camera failed partway (unplugged, stalled): the file holds what came before, and
+    /// this is why it ended. Nil for a recording that ran its length.
+    public var endedEarly: FieldHALError?
 
     public init(path: String, width: Int, height: Int, frames: Int, durationSeconds: Double,
-                droppedFrames: Int = 0, bytes: Int, stoppedAtSizeLimit: Bool = false, stoppedForDiskSpace: Bool = false) {
+                droppedFrames: Int = 0, bytes: Int, stoppedAtSizeLimit: Bool = false, stoppedForDiskSpace: Bool = false,
+                endedEarly: FieldHALError? = nil) {
         self.path = path
         self.width = width
         self.height = height
@@ -143,6 +150,7 @@ public struct VideoRecording: Sendable, Equatable, Codable {
         self.bytes = bytes
         self.stoppedAtSizeLimit = stoppedAtSizeLimit
         self.stoppedForDiskSpace = stoppedForDiskSpace
+        self.endedEarly = endedEarly
     }
 
     public var framesPerSecond: Double { durationSeconds > 0 ? Double(frames) / durationSeconds : 0 }

@@ -50,9 +50,12 @@ public struct AudioRecording: Sendable, Equatable, Codable {
     public var rmsDBFS: Double
     /// Capture overruns the backend recovered from.
     public var overruns: Int
+    /// The device failed partway (unplugged, stalled): the file holds what came before, and
+    /// this is why it ended. Nil for a recording that ran its length.
+    public var endedEarly: FieldHALError?
 
     public init(path: String, sampleRate: Int, channels: Int, format: SampleFormat, frames: Int,
-                peakDBFS: Double, rmsDBFS: Double, overruns: Int = 0) {
+                peakDBFS: Double, rmsDBFS: Double, overruns: Int = 0, endedEarly: FieldHALError? = nil) {
         self.path = path
         self.sampleRate = sampleRate
         self.channels = channels
@@ -61,6 +64,7 @@ public struct AudioRecording: Sendable, Equatable, Codable {
         self.peakDBFS = peakDBFS
         self.rmsDBFS = rmsDBFS
         self.overruns = overruns
+        self.endedEarly = endedEarly
     }
 
     public var durationSeconds: Double { Double(frames) / Double(sampleRate) }
@@ -68,7 +72,9 @@ public struct AudioRecording: Sendable, Equatable, Codable {
 
 public protocol Microphone: Device {
     /// Records to a WAV file at `path`, streamed to disk. The file appears at `path` only
-    /// when complete (written beside it, then renamed); cancelling leaves no file.
+    /// when complete (written beside it, then renamed); cancelling leaves no file. When the
+    /// device fails partway, a backend that can finishes the file with the samples before
+    /// and returns it with `endedEarly`; one that cannot throws.
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording
 
     /// Records for `request.duration` in segments (`RecordingSegments`), each a complete WAV
@@ -86,7 +92,7 @@ extension Microphone {
     public func recordOneSegmentAtATime(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
         try request.validate(subject: "recording")
         try segments.validate(subject: "recording")
-        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds) { length, path in
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, path in
             var segment = request
             segment.duration = length
             return try await record(segment, to: path)

@@ -35,8 +35,9 @@ public struct RecordingSegments<Recording: Sendable>: Sendable {
     /// Segment after segment, each recorded on its own by `record(length, path)` into a new
     /// `MemoryFile`, until `total` or `finish`. What a backend without a segmented stream
     /// does; a cancellation or a failure ends it, the segments handed over before staying
-    /// the caller's.
-    public func recordOneAtATime(total: Duration, seconds: (Recording) -> Double,
+    /// the caller's. A segment that `endedEarly` says the device failed in is handed over,
+    /// then its failure thrown.
+    public func recordOneAtATime(total: Duration, seconds: (Recording) -> Double, endedEarly: (Recording) -> FieldHALError? = { _ in nil },
                                  _ record: (_ length: Duration, _ path: String) async throws -> Recording) async throws {
         var recorded = Duration.zero
         var sequence = 0
@@ -49,6 +50,7 @@ public struct RecordingSegments<Recording: Sendable>: Sendable {
             let startedAt = Date()
             let recording = try await record(segmentLength, file.path)
             closed(RecordedSegment(sequence: sequence, startedAt: startedAt, seconds: seconds(recording), file: file, recording: recording))
+            if let failure = endedEarly(recording) { throw failure }
             sequence += 1
             recorded += segmentLength
         }
