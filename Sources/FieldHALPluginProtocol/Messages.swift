@@ -32,8 +32,8 @@ extension PluginProtocol {
         return .object(data)
     }
 
-    /// `value(of:)` read back, the plugin's subject put before its own (`subject`: the
-    /// plugin's capability and name); nil when `value` names no kind the host knows.
+    /// `value(of:)` read back, `subject` (the plugin's: `plugin NAME`) put before the
+    /// error's own; nil when `value` names no kind the host knows.
     public static func error(from value: JSONValue?, subject: String, detail fallback: String? = nil) -> FieldHALError? {
         guard let kindName = value?["kind"]?.string, let kind = FieldHALError.Kind(rawValue: kindName),
               let detail = value?["detail"]?.string ?? fallback else { return nil }
