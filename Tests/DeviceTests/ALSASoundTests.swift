@@ -92,14 +92,16 @@ struct LoopbackSoundTests {
         #expect(abs(KernelLab.frequency(of: second, sampleRate: 48_000) - 660) < 15)
     }
 
-    /// Unplugged a second into a 20 s recording: the recording ends early, `disconnected`,
+    /// Unplugged half a second into a 20 s recording: the recording ends early, `disconnected`,
     /// and keeps the samples before in a WAV that plays.
     @Test(arguments: Way.allCases) func aCardThatVanishesMidRecordingEndsEarlyAndKeepsTheSound(way: Way) async throws {
         let microphone = try await openMicrophone("hw:Dummy,0,0", ["read_timeout_ms": .integer(1000)], way: way)
         let path = KernelLab.scratch("vanished.wav")
         defer { try? FileManager.default.removeItem(atPath: path) }
         let recording = Task { try await microphone.record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2), to: path) }
-        try await Task.sleep(for: .seconds(1))
+        // Half a second after the capture runs, however long a plugin process took to start it.
+        try await Self.dummyCaptureRuns()
+        try await Task.sleep(for: .milliseconds(500))
         let unplugged = ContinuousClock.now
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
@@ -125,11 +127,7 @@ struct LoopbackSoundTests {
         let run = Task { try await KernelLab.run(CLI.binary.path, ["mic", "record", "--config", config, "--seconds", "20", "--rate", "48000", "-o", path]) }
         // The CLI's start takes seconds in this guest: unplug once the kernel says the
         // capture runs, and half a second of sound is in.
-        let status = "/proc/asound/Dummy/pcm0c/sub0/status"
-        let deadline = ContinuousClock.now + .seconds(15)
-        while ContinuousClock.now < deadline, !((try? String(contentsOfFile: status, encoding: .utf8)) ?? "").contains("RUNNING") {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        try await Self.dummyCaptureRuns()
         try await Task.sleep(for: .milliseconds(500))
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
@@ -140,6 +138,18 @@ struct LoopbackSoundTests {
         let (probe, seconds) = try await SegmentedEvidenceLabTests.probedSeconds(path)
         #expect(probe.status == 0 && seconds > 0.3, "ffprobe \(probe.output)")
         print("the CLI when the card went (exit \(result.status)): \(result.output)")
+    }
+
+    /// Waits until the kernel says snd-dummy's capture runs: a test that unplugs the card
+    /// mid-recording waits for this, not a fixed time (an unplug before the capture starts
+    /// has nothing to keep, and a slow host takes seconds to start a CLI or a plugin).
+    static func dummyCaptureRuns(within limit: Duration = .seconds(15)) async throws {
+        let status = "/proc/asound/Dummy/pcm0c/sub0/status"
+        let deadline = ContinuousClock.now + limit
+        while !((try? String(contentsOfFile: status, encoding: .utf8)) ?? "").contains("RUNNING") {
+            guard ContinuousClock.now < deadline else { throw LabError("\(status) did not say RUNNING within \(limit)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     /// A reader that stops reading for longer than the device's buffer overruns. The PCM

@@ -72,6 +72,37 @@ enum KernelLab {
 
     static func scratch(_ name: String) -> String { NSTemporaryDirectory() + "fieldhal-device-\(UUID().uuidString)-\(name)" }
 
+    /// Waits until a video recording into `path` has written its first frame: in process
+    /// into `.NAME.tmp-…` beside `path`, out of process into a `.fieldhal-plugin-…`
+    /// directory there. A test that unplugs the camera mid-recording waits for this rather
+    /// than a fixed time: on a slow CI host the plugin process's first frame came more than
+    /// a second after the call, and an unplug before any frame has nothing to keep.
+    static func firstFrameWritten(into path: String, within limit: Duration = .seconds(15)) async throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        let ownTemporary = ".\((path as NSString).lastPathComponent).tmp-"
+        func beingWritten() -> [String] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            return names.flatMap { name -> [String] in
+                if name.hasPrefix(ownTemporary) { return ["\(directory)/\(name)"] }
+                guard name.hasPrefix(".fieldhal-plugin-") else { return [] }
+                let inside = (try? FileManager.default.contentsOfDirectory(atPath: "\(directory)/\(name)")) ?? []
+                return inside.map { "\(directory)/\(name)/\($0)" }
+            }
+        }
+        // The `movi` list's type, then a frame's chunk header ("00dc", its length) and its JPEG.
+        func holdsAFrame(_ file: String) -> Bool {
+            guard let bytes = FileManager.default.contents(atPath: file),
+                  let movi = bytes.range(of: Data("movi".utf8)) else { return false }
+            return bytes.count > movi.upperBound + 8 + 2
+        }
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if beingWritten().contains(where: holdsAFrame) { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw LabError("no frame written into \(path) (or a plugin's directory beside it) within \(limit)")
+    }
+
     /// The directories an out-of-process recording was written into, still beside the
     /// scratch paths (none should outlive its recording, whatever ended it).
     static var pluginDirectoriesLeft: [String] {

@@ -167,7 +167,7 @@ struct VividCameraTests {
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
 
-    /// Unplugged a second into a 20 s recording: the recording ends early, `disconnected`,
+    /// Unplugged half a second into a 20 s recording: the recording ends early, `disconnected`,
     /// and keeps the frames before — the file finished at the last one, and it plays.
     @Test(arguments: Way.allCases) func unbindingTheDeviceMidRecordingEndsEarlyAndKeepsTheClip(way: Way) async throws {
         let node = try KernelLab.vividCaptureNode(instance: 0)
@@ -175,7 +175,9 @@ struct VividCameraTests {
         let path = KernelLab.scratch("unplugged.avi")
         defer { try? FileManager.default.removeItem(atPath: path) }
         let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: path) }
-        try await Task.sleep(for: .seconds(1))
+        // Half a second after the first frame is in the file, however long the stream took to start.
+        try await KernelLab.firstFrameWritten(into: path)
+        try await Task.sleep(for: .milliseconds(500))
         let unplugged = ContinuousClock.now
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/unbind", "vivid.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/bind", "vivid.0") }  // however this test ends
