@@ -136,11 +136,10 @@ final class V4L2Camera: Camera {
                     return true
                 })
                 (elapsed, dropped) = (streamed.elapsed, streamed.dropped)
-            } catch let failure as FieldHALError where failure.kind != .cancelled && (writer?.frameCount ?? 0) > 0 {
+            } catch let failure as FieldHALError where !FieldHALError.isCancellation(failure) && (writer?.frameCount ?? 0) > 0 {
                 // The camera failed partway (unplugged, stalled): the frames before are kept,
                 // the file finished at the last one, and the failure told with it.
-                let frames = writer?.frameCount ?? 1
-                elapsed = lastFrameAt + (frames > 1 ? lastFrameAt / (frames - 1) : .zero)
+                elapsed = Self.endOfLastFrame(first: .zero, last: lastFrameAt, frames: writer?.frameCount ?? 1)
                 endedEarly = failure
             }
             guard let writer else { throw FieldHALError(.io, subject: subject, detail: "the stream opened without a size") }
@@ -213,15 +212,19 @@ final class V4L2Camera: Camera {
                 // holds are evidence, closed and handed over before the failure is told. A
                 // cancellation drops them, as `RecordingSegments` promises.
                 if let open = current, open.writer.frameCount > 0, !FieldHALError.isCancellation(error) {
-                    let frames = open.writer.frameCount
-                    // The last frame lasts as long as the segment's frames did on average.
-                    let perFrame = frames > 1 ? (lastFrameAt - open.first) / (frames - 1) : .zero
-                    try? close(open, at: lastFrameAt + perFrame)
+                    try? close(open, at: Self.endOfLastFrame(first: open.first, last: lastFrameAt, frames: open.writer.frameCount))
                 }
                 throw error
             }
             if let open = current { try close(open, at: max(streamed.elapsed, open.first)) }
         }
+    }
+
+    /// Where a recording cut short by a failure ends: its last frame lasts as long as its
+    /// frames did on average (a lone frame, no time at all), as a frame of a whole
+    /// recording lasts to the next one.
+    static func endOfLastFrame(first: Duration, last: Duration, frames: Int) -> Duration {
+        last + (frames > 1 ? (last - first) / (frames - 1) : .zero)
     }
 
     private struct Streamed {
