@@ -154,6 +154,34 @@ struct SegmentedEvidenceTests {
         await location.close()
     }
 
+    /// The kit stopped mid-recording (the capture's task cancelled): the recordings end
+    /// with no error item, since a stop is not a failure of the device, whichever way the
+    /// device tells it (the fake's clock, like a V4L2 or ALSA wait and a plugin process,
+    /// throws `FieldHALError` `cancelled`, not `CancellationError`).
+    @Test func aStoppedCaptureRecordsNoFailureForItsOwnStop() async throws {
+        let state = scratchDirectory("stopped")
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let queue = try openQueue(state)
+        let (camera, microphone, location) = try await fakeDevices(state)
+        var capture = EvidenceCapture(queue: queue, camera: camera, microphone: microphone, location: location)
+        capture.audioDuration = .seconds(30)
+        capture.video = VideoRequest(duration: .seconds(30), width: 160, height: 120, framesPerSecond: 10)
+        capture.liveFixWait = .milliseconds(100)
+        let closed = LockedValue<Set<EvidenceKind>>([])
+        capture.segmentRecorded = { kind, _, _ in closed.withLock { _ = $0.insert(kind) } }
+        let running = Task { [capture] in await capture.captureInSegments(incidentId: "incident-3", note: "n", segmentLength: .seconds(1)) }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while closed.value.count < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(closed.value == [.audio, .video], "a segment of each kind before the stop")
+        running.cancel()
+        let items = await running.value
+        #expect(items.contains { $0.kind == .audio } && items.contains { $0.kind == .video }, "the segments before the stop: \(items.map(\.kind))")
+        #expect(!items.contains { $0.failedKind != nil }, "an error item for the kit's own stop: \(items.filter { $0.failedKind != nil })")
+        await camera.close()
+        await microphone.close()
+        await location.close()
+    }
+
     func evidence(_ sequence: Int, sha: String, previous: String?, recording: String = "r") -> LabState.Evidence {
         LabState.Evidence(evidenceId: "e\(sequence)\(sha)", incidentId: "i", kind: "AUDIO", key: "k\(sequence)\(sha)", size: 1, sha256: sha, finalizeCalls: 1,
                           segment: EvidenceSegment(recording: recording, sequence: sequence, startedAtMs: 0, durationMs: 1000, previousSha256: previous))

@@ -183,7 +183,11 @@ public struct EvidenceCapture: Sendable {
         let recording = SegmentedRecording(queue: queue, kind: kind, contentType: contentType, incidentId: incidentId, silent: silent,
                                            segmentLength: segmentLength, keepRecording: keepRecording, queued: queued, record: record)
         let outcome = await recording.run()
-        guard let failure = outcome.failure, !(failure is CancellationError) else { return outcome.items }
+        // The kit's own stop (this task cancelled) is not a failure of the device: no error
+        // item, however the device told it (a wait woken by the cancellation throws
+        // `FieldHALError` `cancelled`, in process as through a plugin process). A `cancelled`
+        // while this task goes on (a plugin stopped by a reload) is told like any failure.
+        guard let failure = outcome.failure, !(failure is CancellationError), !Task.isCancelled else { return outcome.items }
         return outcome.items + (await recordError(kind, incidentId: incidentId, failure))
     }
 
