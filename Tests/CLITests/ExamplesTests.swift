@@ -12,8 +12,6 @@ struct ExamplesTests {
         // At the lowest priority: this build keeps both CPUs of a CI machine busy for a minute
         // and a half while the other suites run, and their latency bounds (a read within 1 s
         // of asking, a cancelled wait back within 1 s) measure FieldHAL, not the compiler.
-        // README's test command builds it beforehand beside the kernel lab (lab/prebuild):
-        // then this build finds it up to date.
         let built = try await CLI.runTool("/usr/bin/env", ["nice", "-n", "19", "swift", "build", "--package-path", package])
         #expect(built.status == 0, "\(built.stdout.suffix(2000))\(built.stderr.suffix(2000))")
         let run = try await CLI.runTool(package + "/.build/debug/kit-example", [CLI.exampleConfig])
