@@ -116,28 +116,37 @@ public final class LockService: @unchecked Sendable {
     }
 
     /// Changes settings; the current PIN (a fresh unlock) is required (seed 003 Req 4).
+    ///
+    /// The new PINs are checked against the policy before the current PIN is: an answer that
+    /// came only for the right current PIN ("cannot be sequential") would let a guesser tell
+    /// a right PIN from a wrong one without the attempt being judged as an unlock.
     public func changeSettings(currentPIN: SecretBytes, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
                                newPIN: (pin: SecretBytes, confirmation: SecretBytes)? = nil, newDuressPIN: SecretBytes? = nil) throws {
         try serialised {
             var state = try requireConfigured()
+            if let newPIN { try Self.check(newPIN.pin, newPIN.confirmation) }
+            if let newDuressPIN, let problem = PINPolicy.problem(with: newDuressPIN) {
+                throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)")
+            }
             try requireFreshUnlock(currentPIN, &state)
-            if let relockAfter { state.relockAfter = relockAfter }
-            if let biometrics { state.biometricsEnabled = biometrics.isEnrolled }
-            if let newPIN {
-                try Self.check(newPIN.pin, newPIN.confirmation)
+            do {
                 // A PIN equal to the duress PIN would raise a duress event on every unlock.
-                if let duressHash = state.duressPINHash, newDuressPIN == nil, PINHash.verify(newPIN.pin, against: duressHash) {
+                if let newPIN, let duressHash = state.duressPINHash, newDuressPIN == nil, PINHash.verify(newPIN.pin, against: duressHash) {
                     throw FieldHALError(.invalidArgument, subject: "lock", detail: "the PIN must differ from the duress PIN")
                 }
-                state.pinHash = try PINHash.hash(newPIN.pin, cost: cost)
-            }
-            if let newDuressPIN {
-                if let problem = PINPolicy.problem(with: newDuressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
-                if let pinHash = state.pinHash, PINHash.verify(newDuressPIN, against: pinHash) {
-                    throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN")
+                if let newDuressPIN {
+                    let samePIN = if let newPIN { newDuressPIN.isEqual(to: newPIN.pin) } else { state.pinHash.map { PINHash.verify(newDuressPIN, against: $0) } ?? false }
+                    if samePIN { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
                 }
-                state.duressPINHash = try PINHash.hash(newDuressPIN, cost: cost)
+            } catch {
+                // The current PIN was right: the attempt counted before the check is taken back.
+                try store.save(state)
+                throw error
             }
+            if let relockAfter { state.relockAfter = relockAfter }
+            if let biometrics { state.biometricsEnabled = biometrics.isEnrolled }
+            if let newPIN { state.pinHash = try PINHash.hash(newPIN.pin, cost: cost) }
+            if let newDuressPIN { state.duressPINHash = try PINHash.hash(newDuressPIN, cost: cost) }
             try record(&state, "settings-changed", biometrics: state.biometricsEnabled)
         }
     }
@@ -401,11 +410,14 @@ public final class LockService: @unchecked Sendable {
         let at = now()
         let wait = remaining(state.pinLockedUntil, at: at)
         if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }
+        // Counted as failed, durably, before the PIN is checked, as an unlock is: a process
+        // killed during argon2id has used its attempt (settings, disable and change are doors
+        // to the same PIN and must cost a guesser as much).
+        var failed = state
+        Self.countFailure(&failed, at: at)
+        try store.save(failed)
         guard try verifyEither(pin, &state, at: at) else {
-            state.failedPINAttempts += 1
-            if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
-                state.pinLockedUntil = at.addingTimeInterval(TimeInterval(seconds))
-            }
+            Self.countFailure(&state, at: at)
             try record(&state, "unlock", detail: "method=pin result=failed")
             throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.wrongCredential)
         }

@@ -157,6 +157,52 @@ struct LockRuleTests {
         #expect(try service.status().configured == false && service.status().locked == false)
     }
 
+    /// Every door to the PIN counts its attempt before the check, durably: a process killed
+    /// while argon2id runs (here: a store that dies at the write after the count) has used
+    /// the attempt, whether it was settings, disable or an unlock. Before, `lock settings`
+    /// counted only after the check, and five killed attempts left the counter at 0.
+    @Test func attemptsThroughSettingsAndDisableAreCountedBeforeTheCheck() throws {
+        let store = DyingLockStore()
+        let service = try configured(store: store)
+        for attempt in 1...5 {
+            clock.advance(3600)  // past any pause the earlier attempts earned
+            store.dieAtSave(store.saves + 2)  // the count is written, then the process "dies"
+            #expect(throws: DyingLockStore.Killed.self) {
+                if attempt.isMultiple(of: 2) {
+                    try service.disable(currentPIN: "9999")
+                } else {
+                    try service.changeSettings(currentPIN: "9999", relockAfter: .never)
+                }
+            }
+        }
+        store.dieAtSave(nil)
+        #expect(try store.load()?.failedPINAttempts == 5)
+        #expect(try service.status().pinLockedForSeconds > 0, "five counted failures pause the PIN")
+        // The right PIN counts too until it is judged, and a success clears the count.
+        clock.advance(3600)
+        let before = store.saves
+        try service.changeSettings(currentPIN: "4821", relockAfter: .never)
+        #expect(store.saved[before].failedPINAttempts == 6, "the attempt was written before the PIN was checked")
+        #expect(try store.load()?.failedPINAttempts == 0)
+    }
+
+    /// A new PIN that breaks the policy is refused the same way whatever the current PIN:
+    /// the answer cannot tell a guesser that the current PIN was right, and costs no attempt.
+    @Test func aWeakNewPINIsRefusedBeforeTheCurrentPINIsChecked() throws {
+        let store = DyingLockStore()
+        let service = try configured(store: store)
+        let saves = store.saves
+        for current in ["4821", "9999"] {
+            #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: "Passcode cannot be sequential digits")) {
+                try service.changeSettings(currentPIN: SecretBytes(copying: current), newPIN: ("123456", "123456"))
+            }
+        }
+        #expect(store.saves == saves, "no attempt was made")
+        // A conflict found after the right PIN leaves no failure behind.
+        #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "4821", newDuressPIN: "4821") }
+        #expect(try store.load()?.failedPINAttempts == 0)
+    }
+
     @Test func settingsNeverMakeThePINAndTheDuressPINTheSame() throws {
         let service = try configured()  // PIN 4821, duress 2580
         #expect(throws: FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN")) {
@@ -466,5 +512,26 @@ final class RecordingLockStore: LockStore, @unchecked Sendable {
 func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// A lock store kept in memory whose process "dies" at a chosen save: that save and every
+/// later one fail, as if the process were killed while writing it.
+final class DyingLockStore: LockStore, @unchecked Sendable {
+    struct Killed: Error {}
+    private let lock = NSLock()
+    private var state: LockState?
+    private var dieAt: Int?
+    private(set) var saved: [LockState] = []
+    var saves: Int { lock.withLock { saved.count } }
+
+    func dieAtSave(_ count: Int?) { lock.withLock { dieAt = count.map { $0 - 1 } } }
+    func load() throws -> LockState? { lock.withLock { state } }
+    func save(_ state: LockState) throws {
+        try lock.withLock {
+            if let dieAt, saved.count >= dieAt { throw Killed() }
+            self.state = state
+            saved.append(state)
+        }
     }
 }
