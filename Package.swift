@@ -63,6 +63,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Already built for Hummingbird: its HTTP pipeline's part types, for the API's caller gate.
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         // The kit's HTTPS client to the Transrify API and evidence storage (on the NIO and
         // NIOSSL above): bodies streamed with backpressure, so an answer's size limit holds as
         // it arrives and evidence is uploaded as it is decrypted; redirects left to us.
@@ -201,7 +203,10 @@ let package = Package(
         .target(
             name: "FieldHALServer",
             dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALHotplug", "EventLoopExecutor", .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
+                           .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSwift
         ),

@@ -123,6 +123,19 @@ public struct APIAuthorisation: Sendable {
             status: 403)
     }
 
+    /// The refusal for a caller who may use nothing at all, answered at the connection's
+    /// gate before any route is looked at (`CallerGate`).
+    public func refusalOfEverything(for peer: PeerCredentials, doing what: String = "connection") -> APIProblem {
+        let name = peer.userName
+        let who = name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)"
+        let grantee = name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\""
+        return APIProblem(
+            kind: APIProblem.forbidden, subject: what, detail: "\(who) may use nothing on this daemon",
+            advice: "add the user to group \(controlGroupName) for everything, or grant what it needs, such as "
+                + "{ \(grantee), allow = [\"status\"] } in [api] grants of \(configurationFile), then reload the daemon",
+            status: 403)
+    }
+
     static func userID(_ text: String) -> UInt32? {
         if let number = UInt32(text) { return number }
         return getpwnam(text).map { UInt32($0.pointee.pw_uid) }

@@ -61,7 +61,22 @@ enum APIRequestBody {
         do {
             return try FieldHALAPI.decoder.decode(T.self, from: data)
         } catch let error as DecodingError {
+            // Foundation reports a fraction where a whole number belongs ("timeoutMs": 1.5) as
+            // data that is "not valid JSON", with no path: the field is found here instead.
+            if case .dataCorrupted(let context) = error, context.codingPath.isEmpty, let field = fractionalField(data) {
+                throw FieldHALError(.invalidArgument, subject: "request body", detail: "\(field) is not a whole number")
+            }
             throw FieldHALError(.invalidArgument, subject: "request body", detail: describe(error))
+        }
+    }
+
+    /// The first top-level field holding a number that is not a whole one that fits an Int.
+    private static func fractionalField(_ data: Data) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+        return object.keys.sorted().first { key in
+            guard let number = object[key] as? NSNumber, !(object[key] is Bool) else { return false }
+            let value = number.doubleValue
+            return value.rounded() != value || Swift.abs(value) >= 9.2e18
         }
     }
 

@@ -3,8 +3,10 @@ import FieldHALAPI
 import EventLoopExecutor
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
+import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,6 +27,10 @@ public struct APIServer: Sendable {
     public var keepAlive: Duration = .seconds(15)
     /// How long a connection may sit without a whole request.
     public var idleTimeout: Duration = .seconds(10)
+    /// What a caller may hold open, and how long it may take over a request head.
+    public var limits = CallerGateLimits()
+    /// Open connections per caller, for the gate.
+    let ledger = ConnectionLedger()
     /// Whether event streams are written straight to their connections from where each
     /// event arises (`EventStreamSocket`). False keeps every stream on its connection's
     /// event loop: the path a stream takes when its connection cannot be taken over, kept
@@ -43,6 +49,7 @@ public struct APIServer: Sendable {
     /// Refuses to take the socket of another daemon that answers on it; a stale socket file
     /// (left by a daemon killed with SIGKILL) is replaced. The socket file is removed on return.
     public func run(onListening: @escaping @Sendable () async -> Void = {}) async throws {
+        Self.raiseDescriptorLimit()
         try Self.claim(socketPath)
         Self.clearScratch()
         var quiet = Logger(label: "fieldhal.api")
@@ -50,12 +57,24 @@ public struct APIServer: Sendable {
         // journal gets our own lines, not the server library's.
         quiet.logLevel = .critical
         let path = socketPath
+        let idle = TimeAmount.seconds(Int64(idleTimeout.components.seconds))
+        let limits = self.limits, ledger = self.ledger, host = self.host
         let app = Application(
             router: makeRouter(),
             // A client that connects and says nothing (or half a request) is let go; a long
-            // answer (an event stream, a wait for a tag) is never idle in this sense.
-            server: .http1(configuration: .init(idleTimeout: .seconds(Int64(idleTimeout.components.seconds)))),
-            configuration: .init(address: .unixDomainSocket(path: path), serverName: nil),
+            // answer (an event stream, a wait for a tag) is never idle in this sense. Each
+            // connection passes the caller gate first (`CallerGate`).
+            server: HTTPServerBuilder { responder in
+                GatedHTTP1Channel(
+                    inner: HTTP1Channel(responder: responder, configuration: .init(
+                        additionalChannelHandlers: [RequestHeadGuard(deadline: limits.headDeadline)], idleTimeout: idle)),
+                    limits: limits, ledger: ledger,
+                    admit: { caller, ledger in Self.admission(of: caller, authorisation: host.authorisation, limits: limits, ledger: ledger) })
+            },
+            // A backlog deeper than a flood's sockets: a local user connecting again as fast
+            // as the gate closes it cannot fill the queue a granted client waits in (the kernel
+            // caps it at net.core.somaxconn, 4096 by default).
+            configuration: .init(address: .unixDomainSocket(path: path), serverName: nil, backlog: limits.backlog),
             onServerRunning: { _ in
                 chmod(path, 0o666)
                 await onListening()
@@ -64,6 +83,32 @@ public struct APIServer: Sendable {
             logger: quiet)
         defer { unlink(path) }
         try await app.runService(gracefulShutdownSignals: [])
+    }
+
+    /// The gate's decision for one connection: root and the daemon's own user are always let
+    /// in, uncounted; a caller with some scope may hold `perCaller` connections; a caller with
+    /// none gets its 403 on at most `unscopedAtOnce` connections at once, and past either
+    /// bound the connection is closed at once.
+    static func admission(of caller: PeerCredentials?, authorisation: APIAuthorisation, limits: CallerGateLimits,
+                          ledger: ConnectionLedger) -> GatedHTTP1Channel.Admission {
+        guard let caller else { return .admitted(countedAs: nil) }
+        if caller.uid == 0 || caller.uid == authorisation.serviceUID { return .admitted(countedAs: nil) }
+        if authorisation.scopes(for: caller).isEmpty {
+            guard ledger.take(caller.uid, limit: limits.unscopedAtOnce) else { return .dropped }
+            return .refused(authorisation.refusalOfEverything(for: caller), countedAs: caller.uid)
+        }
+        guard ledger.take(caller.uid, limit: limits.perCaller) else { return .dropped }
+        return .admitted(countedAs: caller.uid)
+    }
+
+    /// The soft limit on open files raised to the hard one (systemd gives 1024 soft and a
+    /// high hard limit; the unit sets both with LimitNOFILE): the daemon uses no select(), so
+    /// a high limit costs nothing, and a busy kit's streams and recordings never meet it.
+    static func raiseDescriptorLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = min(limit.rlim_max, 65_536)
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
     /// Makes `path` free to bind, or says who holds it.
@@ -416,6 +461,10 @@ struct APIErrorMiddleware: RouterMiddleware {
                                                     advice: advice, status: status))
             if status == 405 { response.headers[.allow] = method }
             return response
+        } catch let error as HTTPParserError {
+            // A body cut short or badly framed, found while the route read it: the caller's
+            // request, never the daemon's failure.
+            return Self.response(RequestHeadGuard.problem(for: error, subject: "request body"))
         } catch is CancellationError {
             return Self.response(APIProblem(FieldHALError(.cancelled, subject: "\(request.method) \(request.uri.path)", detail: "the daemon is stopping")))
         } catch {

@@ -33,23 +33,34 @@ public struct PeerCredentials: Sendable, Equatable {
     #if os(Linux)
     /// Reads the peer of `channel`, a connected Unix socket.
     static func of(_ channel: any Channel) async throws -> PeerCredentials {
-        guard let provider = channel as? any SocketOptionProvider else {
-            throw PeerCredentialsError.notASocket
-        }
-        let credentials: KernelCredentials = try await provider.unsafeGetSocketOption(
-            level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: KernelCredentials.option)).get()
-        var groups: Set<UInt32> = []
-        // SO_PEERGROUPS (Linux 4.13) fills as many gids as it has and zeroes the rest: gid 0
-        // cannot be told from padding, so membership of root's group counts by the primary
-        // gid only. More than 64 groups: the kernel refuses (ERANGE) and the user database
-        // answers instead.
-        if let list: SIMD64<UInt32> = try? await provider.unsafeGetSocketOption(
-            level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: KernelCredentials.groupsOption)).get() {
-            for index in list.indices where list[index] != 0 { groups.insert(list[index]) }
-        } else {
-            groups = Self.databaseGroups(uid: credentials.uid, gid: credentials.gid)
-        }
-        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups)
+        guard let caller = try await future(of: channel).get() else { throw PeerCredentialsError.notASocket }
+        return caller
+    }
+
+    /// The peer of `channel`, or nil when the kernel does not say (not a Unix socket). On the
+    /// channel's event loop the answer is there at once: the gate decides before a byte is read.
+    static func future(of channel: any Channel) -> EventLoopFuture<PeerCredentials?> {
+        guard let provider = channel as? any SocketOptionProvider else { return channel.eventLoop.makeSucceededFuture(nil) }
+        let level = NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET)
+        let kernel: EventLoopFuture<KernelCredentials> = provider.unsafeGetSocketOption(
+            level: level, name: NIOBSDSocket.Option(rawValue: KernelCredentials.option))
+        return kernel.flatMap { credentials -> EventLoopFuture<PeerCredentials?> in
+            // SO_PEERGROUPS (Linux 4.13) fills as many gids as it has and zeroes the rest: gid 0
+            // cannot be told from padding, so membership of root's group counts by the primary
+            // gid only. More than 64 groups: the kernel refuses (ERANGE) and the user database
+            // answers instead.
+            let list: EventLoopFuture<SIMD64<UInt32>> = provider.unsafeGetSocketOption(
+                level: level, name: NIOBSDSocket.Option(rawValue: KernelCredentials.groupsOption))
+            return list.map { list -> Set<UInt32> in
+                var groups: Set<UInt32> = []
+                for index in list.indices where list[index] != 0 { groups.insert(list[index]) }
+                return groups
+            }.recover { _ in
+                Self.databaseGroups(uid: credentials.uid, gid: credentials.gid)
+            }.map { groups in
+                PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups)
+            }
+        }.recover { _ in nil }
     }
     #endif
 

@@ -45,9 +45,9 @@ struct SignInLab {
         return directory
     }
 
-    func signIn(_ pin: String, state: String) async throws -> (CLI.Result, Duration) {
+    func signIn(_ pin: String, state: String, config: String? = nil) async throws -> (CLI.Result, Duration) {
         let started = ContinuousClock.now
-        let result = try await CLI.run(["signin", "--customer-ref", Self.user.ref, "--pin-stdin", "--config", config, "--state-dir", state],
+        let result = try await CLI.run(["signin", "--customer-ref", Self.user.ref, "--pin-stdin", "--config", config ?? self.config, "--state-dir", state],
                                        input: pin + "\n")
         return (result, ContinuousClock.now - started)
     }

@@ -6,9 +6,11 @@ public final class DaemonProcess: @unchecked Sendable {
     private let lines = LockedLines()
     public let started = ContinuousClock.now
 
-    /// `command`: another streaming command to follow the same way (`gps watch`).
-    public init(_ arguments: [String], command: [String] = ["run"], environment extra: [String: String] = [:]) throws {
-        process.executableURL = CLI.binary
+    /// `command`: another streaming command to follow the same way (`gps watch`);
+    /// `executable`: another program than fieldhal (a peer), run and followed the same way.
+    public init(_ arguments: [String], command: [String] = ["run"], environment extra: [String: String] = [:],
+                executable: String? = nil) throws {
+        process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? CLI.binary
         process.arguments = command + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["FIELDHAL_CONFIG"] = "fake"  // the built-in fake kit unless --config names a file
