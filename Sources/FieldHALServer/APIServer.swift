@@ -40,9 +40,14 @@ public struct APIServer: Sendable {
     /// encoded once, not a hundred times, on the receiver's thread.
     private let lastFixEvent = LockedValue<(fix: Fix, text: String, chunk: [UInt8])?>(nil)
 
-    public init(socketPath: String, host: APIHost) {
+    /// Where recordings are made before they are streamed: private to the daemon's user
+    /// (`PrivateScratch.base`: the unit's RuntimeDirectory, or inside the state directory).
+    public let scratchBase: String
+
+    public init(socketPath: String, host: APIHost, scratchBase: String) {
         self.socketPath = socketPath
         self.host = host
+        self.scratchBase = scratchBase
     }
 
     /// Serves until cancelled; calls `onListening` once the socket accepts connections.
@@ -51,7 +56,7 @@ public struct APIServer: Sendable {
     public func run(onListening: @escaping @Sendable () async -> Void = {}) async throws {
         Self.raiseDescriptorLimit()
         try Self.claim(socketPath)
-        Self.clearScratch()
+        Self.clearScratch(scratchBase)
         var quiet = Logger(label: "fieldhal.api")
         // Hummingbird reports a connection cancelled at shutdown as an error: the daemon's
         // journal gets our own lines, not the server library's.

@@ -26,7 +26,7 @@ extension APIServer {
                                              sampleRate: try Self.within(body.sampleRate ?? 44_100, "sampleRate", 8_000...192_000),
                                              channels: try Self.within(body.channels ?? 1, "channels", 1...8))
             let microphone = try host.microphone()
-            let file = try Self.scratchFile("wav")
+            let file = try Self.scratchFile(scratchBase, "wav")
             do {
                 var report = try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
                 report.path = ""
@@ -45,7 +45,7 @@ extension APIServer {
                                      framesPerSecond: try Self.within(body.fps ?? 30, "fps", 1...120),
                                      quality: try Self.within(body.quality ?? 80, "quality", 1...100))
             let camera = try host.camera()
-            let file = try Self.scratchFile("avi")
+            let file = try Self.scratchFile(scratchBase, "avi")
             do {
                 var report = try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
                 report.path = ""
@@ -68,37 +68,22 @@ extension APIServer {
         return value
     }
 
-    /// The private scratch directory of this user's daemons (0700), one folder per daemon.
-    static var scratchBase: String {
-        (ProcessInfo.processInfo.environment["RUNTIME_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 } ?? NSTemporaryDirectory())
-            + "/fieldhal-api-\(getuid())"
-    }
-
-    /// What daemons killed mid-recording left behind: removed when the next one starts
-    /// (the folders of daemons still running are theirs).
-    static func clearScratch() {
-        let base = scratchBase
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: base)) ?? [] {
-            guard let pid = Int32(name), kill(pid, 0) != 0, errno == ESRCH else { continue }
-            try? FileManager.default.removeItem(atPath: base + "/" + name)
+    /// What daemons killed mid-recording left behind in the scratch base: removed when the
+    /// next one starts (the folders of daemons still running are theirs), relative to a
+    /// descriptor and never through a symlink (`PrivateScratch`).
+    static func clearScratch(_ base: String) {
+        PrivateScratch.removeStale(in: base) { name in
+            guard let pid = Int32(name) else { return false }
+            return kill(pid, 0) != 0 && errno == ESRCH
         }
     }
 
-    /// A fresh name in this daemon's scratch folder.
-    static func scratchFile(_ suffix: String) throws -> String {
-        let base = scratchBase
-        if mkdir(base, 0o700) != 0, errno != EEXIST {
-            throw FieldHALError(.io, subject: base, detail: "mkdir: \(String(cString: strerror(errno)))")
-        }
-        var info = stat()
-        guard lstat(base, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == getuid(), info.st_mode & 0o077 == 0 else {
-            throw FieldHALError(.io, subject: base, detail: "is not a private directory of this user",
-                                advice: "remove it; the daemon makes it again")
-        }
+    /// A fresh name in this daemon's scratch folder: `<base>/<pid>/<uuid>.<suffix>`, both
+    /// folders checked to be this user's and private.
+    static func scratchFile(_ base: String, _ suffix: String) throws -> String {
+        try PrivateScratch.prepare(base)
         let directory = base + "/\(getpid())"
-        if mkdir(directory, 0o700) != 0, errno != EEXIST {
-            throw FieldHALError(.io, subject: directory, detail: "mkdir: \(String(cString: strerror(errno)))")
-        }
+        try PrivateScratch.prepare(directory)
         return directory + "/" + UUID().uuidString + "." + suffix
     }
 

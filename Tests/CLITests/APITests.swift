@@ -460,7 +460,7 @@ struct APITests {
         let empty = try await CLI.run(["evidence", "capture", "photo", "--incident", "", "--config", bare, "--state-dir", state])
         #expect(empty.status == 64 && empty.stderr.contains("incidentId: is empty"), "\(empty)")
         // Nothing of them stays in the daemon's scratch folder.
-        let daemonScratch = NSTemporaryDirectory() + "/fieldhal-api-\(getuid())/\(daemon.process.processIdentifier)"
+        let daemonScratch = state + "/scratch/\(daemon.process.processIdentifier)"
         let scratchFiles = (try? FileManager.default.contentsOfDirectory(atPath: daemonScratch)) ?? []
         #expect(scratchFiles.isEmpty, "\(scratchFiles)")
         _ = await daemon.stop()

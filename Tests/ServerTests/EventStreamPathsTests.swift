@@ -25,7 +25,7 @@ struct EventStreamPathsTests {
                                        load: { only in await Kit.load(configuration, registry: registry, context: context, only: only) })
         let directory = NSTemporaryDirectory() + "fieldhal-events-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var server = APIServer(socketPath: directory + "/api.sock", host: host)
+        var server = APIServer(socketPath: directory + "/api.sock", host: host, scratchBase: directory + "/scratch")
         server.writesEventsDirectly = directly
         let (listening, ready) = AsyncStream.makeStream(of: Void.self)
         let running = Task { [server] in try await server.run { ready.yield() } }

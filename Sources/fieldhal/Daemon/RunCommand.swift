@@ -290,7 +290,7 @@ final class Daemon: Sendable {
     private func serveAPI(_ host: APIHost) async {
         let path = current.apiSocketPath
         do {
-            try await APIServer(socketPath: path, host: host).run { self.logger.info("api: serving on \(path)") }
+            try await APIServer(socketPath: path, host: host, scratchBase: PrivateScratch.base(stateDirectory: current.stateDirectory.path)).run { self.logger.info("api: serving on \(path)") }
         } catch where !Task.isCancelled {
             logger.error("api \(path): \(CommandFailure(error).description) — the API is off until the daemon restarts")
         } catch {}
