@@ -50,6 +50,8 @@ public struct PluginManifest: Sendable, Equatable {
     public static func load(_ path: String) throws(FieldHALError) -> PluginManifest {
         // Absolute, so that the executable it names is found from any working directory.
         let file = ((path.hasPrefix("/") ? path : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(path)) as NSString).standardizingPath
+        // Trusted as code before a byte of it is read: the manifest names what the daemon runs.
+        try PluginTrust.check(file, what: "plugin manifest")
         let data: Data
         do {
             data = try Data(contentsOf: URL(fileURLWithPath: file))

@@ -39,8 +39,12 @@ public final class PluginProcess {
         }
         var variables = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         variables["FIELDHAL_PLUGIN_PROTOCOL"] = PluginProtocol.version.description
+        // The program is trusted as code before it runs (PluginTrust): checked here rather
+        // than when the manifest is read, so that a missing one still gets the advice above.
+        // The resolved path is what runs: a symlink changed after the check changes nothing.
+        let program = try PluginTrust.check(manifest.executable, what: "plugin program")
         do {
-            child = try ChildProcess(manifest.executable, [], environment: variables, errors: .pipe, connection: true,
+            child = try ChildProcess(program, [], environment: variables, errors: .pipe, connection: true,
                                      workingDirectory: (manifest.executable as NSString).deletingLastPathComponent)
         } catch {
             throw FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "cannot start \(manifest.executable): \(error)")

@@ -200,8 +200,12 @@ struct PluginCommand: AsyncParsableCommand {
             let script = "#!/bin/sh\n# Written by fieldhal plugin manifest: serves the built-in plugin \(plugin) out of process.\n"
                 + "exec '\(binary)' plugin serve \(plugin) --name \(external)\n"
             do {
+                // 0755 and 0644 whatever the umask: a plugin must not be writable by others, or
+                // FieldHAL refuses it (PluginTrust).
                 try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)
+                try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: output)
                 try Data(text.utf8).write(to: URL(fileURLWithPath: output + "/plugin.json"), options: .atomic)
+                try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: output + "/plugin.json")
                 // The executable appears whole and executable, or not at all.
                 let staged = output + "/.\(executable).new"
                 try Data(script.utf8).write(to: URL(fileURLWithPath: staged))

@@ -256,6 +256,66 @@ final class PluginFixtures: @unchecked Sendable {
     }
 }
 
+/// Plugins are trusted like code (issue 41): root once ran a world-writable plugin, and
+/// followed a symlink into a user's home to run that user's program as uid 0.
+@Suite struct PluginTrustTests {
+    @Test func aWorldWritableManifestOrFolderIsRefusedSayingWhichAndWhy() throws {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("open")
+        chmod(file, 0o666)
+        var found = PluginDirectories.discover(in: [fixtures.root], builtIn: [])
+        #expect(found.plugins.isEmpty)
+        #expect(found.problems.first?.kind == .permissionDenied && found.problems.first?.subject == file, "\(found.problems)")
+        #expect(found.problems.first?.detail.contains("anyone may write it (mode 666)") == true, "\(found.problems)")
+        chmod(file, 0o644)
+        chmod(fixtures.root + "/open", 0o777)  // the folder above it: anyone could swap the manifest
+        found = PluginDirectories.discover(in: [fixtures.root], builtIn: [])
+        #expect(found.plugins.isEmpty && found.problems.first?.subject == fixtures.root + "/open", "\(found.problems)")
+        chmod(fixtures.root + "/open", 0o755)
+        found = PluginDirectories.discover(in: [fixtures.root], builtIn: [])
+        #expect(found.plugins.map(\.name) == ["open"] && found.problems.isEmpty, "\(found.problems)")
+    }
+
+    @Test func aWorldWritableProgramIsNotRun() async throws {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("open")
+        chmod(fixtures.root + "/open/run", 0o777)
+        await #expect { try await PluginCheck.handshake(try PluginManifest.load(file)) } throws: {
+            let error = $0 as? FieldHALError
+            return error?.kind == .permissionDenied && error?.subject == fixtures.root + "/open/run"
+                && error?.advice?.contains("chmod go-w") == true
+        }
+        #expect(fixtures.leftovers().isEmpty, "nothing was started")
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "needs root to make files another user owns"))
+    func aSymlinkIntoAnotherUsersFolderIsResolvedAndRefused() async throws {
+        let fixtures = try PluginFixtures()
+        // The other user's folder, with a plugin of theirs in it, and a link to it from a
+        // plugin directory root trusts.
+        let home = fixtures.root + "/home-4242"
+        let theirs = try fixtures.plugin("theirs", in: home)
+        chown(home, 4242, 4242)
+        chown(home + "/theirs", 4242, 4242)
+        let trusted = fixtures.root + "/trusted"
+        try FileManager.default.createDirectory(atPath: trusted, withIntermediateDirectories: true)
+        #expect(symlink(home + "/theirs", trusted + "/theirs") == 0)
+        let found = PluginDirectories.discover(in: [trusted], builtIn: [])
+        #expect(found.plugins.isEmpty, "\(found.plugins.map(\.name))")
+        #expect(found.problems.first?.subject == home + "/theirs" && found.problems.first?.detail.contains("owned by uid 4242") == true,
+                "\(found.problems)")
+        // And a manifest of root's whose program is a link to theirs: not run.
+        let mine = try fixtures.plugin("mine", in: trusted)
+        try FileManager.default.removeItem(atPath: trusted + "/mine/run")
+        #expect(symlink(home + "/theirs/run", trusted + "/mine/run") == 0)
+        chown(home + "/theirs/run", 4242, 4242)
+        await #expect { try await PluginCheck.handshake(try PluginManifest.load(mine)) } throws: {
+            ($0 as? FieldHALError)?.kind == .permissionDenied
+        }
+        _ = theirs
+    }
+}
+
 /// `fieldhal plugins` and `fieldhal plugin check`, as a user runs them.
 @Suite struct PluginCommandTests {
     @Test func pluginsListsExternalOnesWithTheirOrigin() async throws {
@@ -321,6 +381,14 @@ final class PluginFixtures: @unchecked Sendable {
         #expect(manifest.name == "fake-process" && manifest.parameterSpecs.keys.contains(.nfcReader), "\(manifest.parameterSpecs.keys)")
         // Once more over it: the same two files.
         #expect(try await CLI.run(["plugin", "manifest", "fake", "--output", folder]).status == 0)
+        // Under a umask of 000 the folder and files are still 0755 and 0644: FieldHAL would
+        // refuse to run a plugin others can write.
+        let loose = fixtures.root + "/loose"
+        let umasked = try await CLI.runTool("/bin/sh", ["-c", "umask 000 && exec \"$0\" plugin manifest fake --output \"$1\"", CLI.binary.path, loose])
+        #expect(umasked.status == 0, "\(umasked.stderr)")
+        let modes = try ["", "/plugin.json", "/run"].map { (try FileManager.default.attributesOfItem(atPath: loose + $0)[.posixPermissions] as? Int) ?? -1 }
+        #expect(modes == [0o755, 0o644, 0o755], "\(modes.map { String($0, radix: 8) })")
+        #expect(PluginDirectories.discover(in: [fixtures.root], builtIn: []).problems.isEmpty)
 
         let blocked = fixtures.root + "/a-file"
         try "x".write(toFile: blocked, atomically: true, encoding: .utf8)
