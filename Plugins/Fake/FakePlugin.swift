@@ -30,19 +30,19 @@ public enum FakePlugin {
     static let locationParameters: [ParameterSpec] = [
         deviceParameter,
         ParameterSpec("track", .records([
-            ParameterSpec("lat", .number, required: true, help: "latitude, degrees"),
-            ParameterSpec("lon", .number, required: true, help: "longitude, degrees"),
-            ParameterSpec("alt", .number, help: "altitude, metres (makes a 3D fix)"),
-            ParameterSpec("acc", .number, help: "horizontal accuracy, metres"),
-            ParameterSpec("vacc", .number, help: "vertical accuracy, metres"),
-            ParameterSpec("speed", .number, help: "speed, m/s"),
-            ParameterSpec("course", .number, help: "course over ground, degrees"),
-            ParameterSpec("sats", .integer, help: "satellites used"),
+            ParameterSpec("lat", .number, required: true, range: -90...90, help: "latitude, degrees"),
+            ParameterSpec("lon", .number, required: true, range: -180...180, help: "longitude, degrees"),
+            ParameterSpec("alt", .number, range: -12_000...100_000, help: "altitude, metres (makes a 3D fix)"),
+            ParameterSpec("acc", .number, range: 0...1_000_000, help: "horizontal accuracy, metres"),
+            ParameterSpec("vacc", .number, range: 0...1_000_000, help: "vertical accuracy, metres"),
+            ParameterSpec("speed", .number, range: 0...10_000, help: "speed, m/s"),
+            ParameterSpec("course", .number, range: 0...360, help: "course over ground, degrees"),
+            ParameterSpec("sats", .integer, range: 0...255, help: "satellites used"),
             ParameterSpec("mode", .string, help: "\"no-fix\", \"2d\" or \"3d\" (default: 3d with alt, else 2d)"),
         ]), help: "the points to play, one per interval"),
         ParameterSpec("nmea_file", .string, help: "an NMEA 0183 log to play instead of `track` (GGA/RMC/GSA)"),
         ParameterSpec("no_fix", .boolean, help: "report no fix at all (a receiver indoors)"),
-        ParameterSpec("interval_ms", .integer, help: "time between points (default 1000)"),
+        ParameterSpec("interval_ms", .integer, range: 1...86_400_000, help: "time between points (default 1000)"),
         ParameterSpec("loop", .boolean, help: "replay the track when it ends (default true)"),
     ]
 
@@ -125,7 +125,8 @@ public enum FakePlugin {
         var points: [FakeLocationProvider.Point]
         if let file = parameters.string("nmea_file") {
             let path = context.resolve(path: file)
-            guard let bytes = try AtomicFile.read(path) else {
+            // A regular file of at most 16 MiB: `/dev/zero` once grew the process to 7.7 GB.
+            guard let bytes = try RegularFile.read(path, limit: 16 << 20, what: "NMEA log") else {
                 throw FieldHALError(.deviceNotFound, subject: subject, detail: "NMEA log \(path) does not exist")
             }
             points = NMEATrack.points(fromLog: String(decoding: bytes, as: UTF8.self))

@@ -53,7 +53,7 @@ struct Front: ParsableCommand {
         let settings: [String: PluginParameters]
         if let file {
             // Only the tables the front needs; the whole CLI checks the rest when it runs.
-            guard let text = try? String(contentsOfFile: file, encoding: .utf8),
+            guard let text = try? ConfigFile.read(file),
                   let tables = try? KitConfiguration.settingTables(text, file: file) else { return nil }
             settings = tables
         } else {

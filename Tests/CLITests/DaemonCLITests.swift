@@ -380,6 +380,11 @@ struct DaemonCLITests {
         try "[kit]\nbroken = ".write(toFile: lab.config, atomically: true, encoding: .utf8)
         kill(daemon.process.processIdentifier, SIGHUP)
         #expect(await daemon.waitForLine(containing: "configuration not reloaded, the old one stays", timeout: .seconds(5)) != nil, "\(daemon.output)")
+        // The header whose 30,000 parts overflowed toml++'s stack, killing the daemon on SIGHUP.
+        try ("[" + Array(repeating: "a", count: 30_000).joined(separator: ".") + "]\n").write(toFile: lab.config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "a table header of more than 32 dotted parts", timeout: .seconds(5)) != nil, "\(daemon.output)")
+        #expect(daemon.process.isRunning)
         try "[kit]\nname = \"reloaded\"\n".write(toFile: lab.config, atomically: true, encoding: .utf8)
         kill(daemon.process.processIdentifier, SIGHUP)
         #expect(await daemon.waitForLine(containing: "configuration reloaded", timeout: .seconds(5)) != nil, "\(daemon.output)")

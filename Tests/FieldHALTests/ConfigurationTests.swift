@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import FieldHAL
 
@@ -127,6 +128,62 @@ struct ConfigurationTests {
         } catch {
             #expect(error.line == 3)
             #expect(error.message.hasPrefix("not valid TOML"))
+        }
+    }
+
+    /// Text toml++ must never see (it recursed once per part and overflowed its stack on a
+    /// 30,000-part header), numbers no parameter means, and files that are not files
+    /// (issue 41): each a configuration error with the file and line.
+    @Test(arguments: [
+        ("[" + Array(repeating: "a", count: 30_000).joined(separator: ".") + "]\n", 1, "a table header of more than 32 dotted parts"),
+        ("[camera]\nplugin = \"good\"\n" + Array(repeating: "a", count: 40).joined(separator: ".") + " = 1\n", 3, "a key of more than 32 dotted parts"),
+        ("[camera]\nplugin = \"good\"\nrate = " + String(repeating: "[", count: 5_000) + String(repeating: "]", count: 5_000) + "\n", 3,
+         "nested deeper than 32"),
+        ("[camera]\nplugin = \"good\"\nrate = nan\n", 3, "expected a finite number, found nan"),
+        ("[camera]\nplugin = \"good\"\nrate = -inf\n", 3, "expected a finite number, found -inf"),
+        ("[camera]\nplugin = \"good\"\npoints = [{ lat = inf }]\n", 3, "camera.points[1].lat: expected a finite number"),
+    ])
+    func hostileTextIsRefusedWithItsLine(text: String, line: Int, words: String) {
+        do {
+            _ = try TestPlugins.parse(text)
+            Issue.record("accepted \(text.prefix(60))")
+        } catch {
+            #expect(error.line == line, "\(error)")
+            #expect(error.description.contains(words), "\(error)")
+        }
+    }
+
+    @Test func aRangedNumberOutsideItsRangeIsRefused() throws {
+        let registry = PluginRegistry([
+            PluginDescriptor(name: "ranged", summary: "", capabilities: [
+                .location: [ParameterSpec("lat", .number, range: -90...90, help: "")],
+            ]) { _, _, _ in throw FieldHALError(.unsupported, subject: "", detail: "") },
+        ])
+        for (value, accepted) in [("90", true), ("-90.0", true), ("1e308", false), ("90.5", false)] {
+            let text = "[gps]\nplugin = \"ranged\"\nlat = \(value)\n"
+            let result = Result { () throws(ConfigError) in try KitConfiguration.parse(text, file: "k.toml", directory: "/", registry: registry) }
+            if accepted {
+                #expect((try? result.get()) != nil, "\(value)")
+            } else if case .failure(let error) = result {
+                #expect(error.description.contains("out of range: from -90 to 90"), "\(error)")
+            } else {
+                Issue.record("accepted lat = \(value)")
+            }
+        }
+    }
+
+    @Test func aConfigurationThatIsNotARegularFileOrTooLargeIsRefused() throws {
+        for path in ["/dev/zero", "/dev/null", "/"] {
+            #expect(throws: ConfigError.self) { try ConfigFile.read(path) }
+        }
+        do { _ = try ConfigFile.read("/dev/zero") } catch {
+            #expect(error.description.contains("not a regular file"), "\(error)")
+        }
+        let large = NSTemporaryDirectory() + "fieldhal-large-\(UUID().uuidString).toml"
+        #expect(FileManager.default.createFile(atPath: large, contents: Data(repeating: 0x23, count: ConfigFile.limit + 1)))
+        defer { try? FileManager.default.removeItem(atPath: large) }
+        do { _ = try ConfigFile.read(large); Issue.record("read a file past the limit") } catch {
+            #expect(error.description.contains("at most \(ConfigFile.limit) are read"), "\(error)")
         }
     }
 

@@ -63,12 +63,16 @@ public struct ParameterSpec: Sendable {
     public var type: ValueType
     public var help: String
     public var isRequired: Bool
+    /// For numbers and integers: the values allowed (a latitude from -90 to 90). Every number
+    /// must be finite whether or not a range is given.
+    public var range: ClosedRange<Double>?
 
-    public init(_ name: String, _ type: ValueType, required: Bool = false, help: String) {
+    public init(_ name: String, _ type: ValueType, required: Bool = false, range: ClosedRange<Double>? = nil, help: String) {
         self.name = name
         self.type = type
         self.help = help
         self.isRequired = required
+        self.range = range
     }
 }
 

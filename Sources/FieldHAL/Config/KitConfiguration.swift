@@ -44,14 +44,7 @@ public struct KitConfiguration: Sendable {
     /// Reads and checks the file at `path`.
     public static func load(path: String, registry: PluginRegistry,
                             settings: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            let reason = FileManager.default.fileExists(atPath: path)
-                ? "cannot be read (\(errnoDescription(of: error)))" : "does not exist"
-            throw ConfigError(file: path, message: "configuration file \(reason)")
-        }
+        let text = try ConfigFile.read(path)
         let directory = (path as NSString).deletingLastPathComponent
         return try parse(text, file: path, directory: directory.isEmpty ? "." : directory,
                          registry: registry, settings: settings)
@@ -149,6 +142,11 @@ private struct Checker {
                                         parameters: PluginParameters(checked))
     }
 
+    private func outOfRange(_ path: [String], _ value: ConfigValue, _ range: ClosedRange<Double>) -> ConfigError {
+        func text(_ bound: Double) -> String { bound == bound.rounded() && abs(bound) < 1e15 ? String(Int(bound)) : String(bound) }
+        return error(path, "\(value) is out of range: from \(text(range.lowerBound)) to \(text(range.upperBound))")
+    }
+
     func check(_ table: [String: ConfigValue], against specs: [ParameterSpec],
                at path: [String]) throws(ConfigError) -> [String: ConfigValue] {
         for key in table.keys.sorted() where !specs.contains(where: { $0.name == key }) {
@@ -169,7 +167,15 @@ private struct Checker {
     private func check(_ value: ConfigValue, against spec: ParameterSpec, at path: [String]) throws(ConfigError) -> ConfigValue {
         let wrongType = error(path, "expected \(spec.type), found \(value.typeName) \(value)")
         switch (spec.type, value) {
-        case (.string, .string), (.integer, .integer), (.boolean, .boolean), (.number, .float), (.number, .integer):
+        case (.string, .string), (.boolean, .boolean):
+            return value
+        case (.integer, .integer(let number)), (.number, .integer(let number)):
+            if let range = spec.range, !range.contains(Double(number)) { throw outOfRange(path, value, range) }
+            return value
+        case (.number, .float(let number)):
+            // nan, inf and 1e308 parse as TOML floats; no parameter means any of them.
+            guard number.isFinite else { throw error(path, "expected a finite number, found \(value)") }
+            if let range = spec.range, !range.contains(number) { throw outOfRange(path, value, range) }
             return value
         case (.strings, .array(let items)):
             for (index, item) in items.enumerated() {

@@ -3,6 +3,11 @@
 /// `fuzz/run` (the `config` target). A configuration file is outside input — a corrupt one
 /// must be a clear error, never a crash of the CLI or of the daemon reloading it.
 enum TOMLPreflight {
+    /// The most parts a key may have (`[a.b.c]` has 3); FieldHAL's deepest is 2.
+    static let maximumKeyParts = 32
+    /// The deepest arrays and inline tables may nest; FieldHAL's deepest is 2.
+    static let maximumNesting = 32
+
     /// Refuses text the parser must not be given, as "not valid TOML" with its line.
     static func check(_ text: String, file: String) throws(ConfigError) {
         if let problem = problem(in: text) {
@@ -23,8 +28,16 @@ enum TOMLPreflight {
     ///
     /// To tell a table header from an array value that starts a line, it follows the arrays
     /// and inline tables it is inside; a header is a `[` at a line's start outside both.
+    ///
+    /// And bounds toml++ has none of, since it recurses once per level: a header or a dotted
+    /// key of more than `maximumKeyParts` parts (a 30,000-part `[a.a.a…]` overflowed its
+    /// stack, killing the CLI and, on SIGHUP, the daemon), arrays and inline tables nested
+    /// deeper than `maximumNesting`, and text longer than `ConfigFile.limit`.
     static func problem(in text: String) -> (line: Int, message: String)? {
         let bytes = Array(text.utf8)
+        guard bytes.count <= ConfigFile.limit else {
+            return (1, "the text is \(bytes.count) bytes; a configuration is at most \(ConfigFile.limit / 1024) KiB")
+        }
         let start = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0  // a byte order mark is not text
         var index = start, line = 1
         func isDigit(_ at: Int) -> Bool { at < bytes.count && bytes[at] >= 0x30 && bytes[at] <= 0x39 }
@@ -55,6 +68,7 @@ enum TOMLPreflight {
                 while index < bytes.count && bytes[index] != 0x0A { index += 1 }
             case 0x5B where !(open.isEmpty && atLineStart(index)):  // [ opening an array value
                 open.append(0x5B)
+                if open.count > maximumNesting { return (line, "arrays and inline tables nested deeper than \(maximumNesting)") }
                 expectingValue = true
                 index += 1
             case 0x5D:  // ]
@@ -63,6 +77,7 @@ enum TOMLPreflight {
                 index += 1
             case 0x7B:  // {
                 open.append(0x7B)
+                if open.count > maximumNesting { return (line, "arrays and inline tables nested deeper than \(maximumNesting)") }
                 expectingValue = false
                 index += 1
             case 0x7D:  // }
@@ -92,7 +107,10 @@ enum TOMLPreflight {
                 }
             case 0x5B where atLineStart(index):  // [ or [[ opening a table header
                 var at = index + (starts("[[", at: index) ? 2 : 1)
+                var parts = 0
                 while true {
+                    parts += 1
+                    if parts > maximumKeyParts { return (line, "a table header of more than \(maximumKeyParts) dotted parts") }
                     while at < bytes.count && (bytes[at] == 0x20 || bytes[at] == 0x09) { at += 1 }
                     guard at < bytes.count, isBareKey(bytes[at]) || bytes[at] == 0x22 || bytes[at] == 0x27 else {
                         let seen = at < bytes.count ? String(decoding: [bytes[at]], as: UTF8.self) : "the end"
@@ -114,6 +132,16 @@ enum TOMLPreflight {
                 index += starts("[[", at: index) ? 2 : 1
             default:
                 expectingValue = false
+                // A dotted key (`a.b.c = 1`, or in an inline table): its parts counted once, from
+                // its first character. A float has one dot; a date none.
+                if isBareKey(byte) && (index == start || !(isBareKey(bytes[index - 1]) || bytes[index - 1] == 0x2E)) {
+                    var at = index, dots = 0
+                    while at < bytes.count && (isBareKey(bytes[at]) || bytes[at] == 0x2E || bytes[at] == 0x20 || bytes[at] == 0x09) {
+                        if bytes[at] == 0x2E { dots += 1 }
+                        at += 1
+                    }
+                    if dots >= maximumKeyParts { return (line, "a key of more than \(maximumKeyParts) dotted parts") }
+                }
                 // YYYY-MM-DD then T or t: the time must begin with a digit.
                 if isDigit(index), index + 10 < bytes.count, (index == 0 || !isDigit(index - 1)),
                    isDigit(index + 1), isDigit(index + 2), isDigit(index + 3), bytes[index + 4] == 0x2D,
