@@ -371,6 +371,26 @@ struct DaemonCLITests {
         _ = await watch.stop()
     }
 
+    /// Two daemons on one state directory both ran its evidence queue (issue 41): the second
+    /// exits 75 naming the first one's pid, even with an API socket of its own, and the first
+    /// one's exit (even SIGKILL) frees the directory for the next.
+    @Test func aSecondDaemonOnTheSameStateDirectoryExits() async throws {
+        let state = scratch("one-daemon")
+        let config = scratch("one-daemon.toml")
+        try (try String(contentsOfFile: CLI.exampleConfig, encoding: .utf8) + "\n[api]\nsocket = \"\(scratch("second.sock"))\"\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let first = try DaemonProcess(["--state-dir", state])
+        #expect(await first.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(first.output)")
+        let second = try await CLI.run(["run", "--config", config, "--state-dir", state])
+        #expect(second.status == 75, "\(second)")
+        #expect(second.stderr == "fieldhal: \(state): another daemon (pid \(first.process.processIdentifier)) runs on this state directory"
+                + " — stop it (systemctl stop fieldhal) or give this one another --state-dir\n", "\(second.stderr)")
+        #expect(await first.stop(SIGKILL).status != 0)
+        let third = try DaemonProcess(["--config", config, "--state-dir", state])
+        #expect(await third.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(third.output)")
+        #expect(await third.stop().status == 0)
+    }
+
     @Test func sighupReloadsTheConfiguration() async throws {
         let lab = try await SignInLab.start()
         defer { Task { await lab.running.stop() } }

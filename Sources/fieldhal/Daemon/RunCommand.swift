@@ -49,6 +49,16 @@ struct RunCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("fieldhal: \(failure.description)\n".utf8))
             throw ExitCode(failure.exitCode)
         }
+        // One daemon per state directory, whatever its socket: the second says who holds it
+        // and exits EX_TEMPFAIL (75), before it opens a device or starts an upload.
+        let lock: DaemonLock
+        do {
+            lock = try DaemonLock(daemon.current.stateDirectory)
+        } catch {
+            FileHandle.standardError.write(Data("fieldhal: \(CommandFailure(error).description)\n".utf8))
+            throw ExitCode(75)
+        }
+        defer { withExtendedLifetime(lock) {} }
         // Trap SIGHUP before saying "running": a reload asked for from then on is never lost
         // (and never kills the process, which is SIGHUP's default).
         let hangUps = await UnixSignalsSequence(trapping: .sighup)

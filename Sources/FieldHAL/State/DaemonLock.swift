@@ -1,0 +1,42 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One daemon per state directory: an exclusive `flock` on `daemon.lock` inside it, held for
+/// the daemon's life and let go by the kernel however it ends (SIGKILL included).
+///
+/// Why on the state directory and not the socket: two daemons with sockets of their own
+/// both ran the evidence queue of one kit, and uploaded the same evidence twice.
+public final class DaemonLock: Sendable {
+    public static let fileName = "daemon.lock"
+    private let fd: Int32
+
+    /// Takes the lock, writing this pid into the file; throws `busy` naming the pid of the
+    /// daemon that holds it.
+    public init(_ state: StateDirectory) throws(FieldHALError) {
+        do { try state.prepare() } catch let error as FieldHALError { throw error } catch {
+            throw FieldHALError(.io, subject: state.path, detail: "\(error)")
+        }
+        let path = state.path + "/" + Self.fileName
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0o600)
+        guard fd >= 0 else { throw AtomicFileWriter.ioError(path, "open the daemon lock") }
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            if errno == EINTR { continue }
+            let code = errno
+            var bytes = [UInt8](repeating: 0, count: 32)
+            let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
+            close(fd)
+            guard code == EWOULDBLOCK else { throw AtomicFileWriter.ioError(path, "lock", errno: code) }
+            let holder = count > 0 ? String(decoding: bytes.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "?"
+            throw FieldHALError(.busy, subject: state.path, detail: "another daemon (pid \(holder)) runs on this state directory",
+                                advice: "stop it (systemctl stop fieldhal) or give this one another --state-dir")
+        }
+        let text = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = text.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+}
