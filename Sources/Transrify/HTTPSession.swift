@@ -80,12 +80,31 @@ public enum HTTPSession {
         try? await NIOThreadPool.singleton.runIfActive {}
     }
 
+    /// The slowest link an upload is given time for when no deadline is set: a body of
+    /// N bytes gets 30 s plus N / 16 KiB per second (at least a minute).
+    public static let slowestLink = 16 * 1024
+
+    /// The deadline for an exchange that sets none: no exchange is without one, so that a
+    /// server that trickles its answer a byte at a time cannot hold the kit (and its
+    /// connection) forever.
+    public static func defaultDeadline(for body: Body) -> Duration {
+        let bytes: Int64 = switch body {
+        case .empty: 0
+        case .bytes(let data): Int64(data.count)
+        case .stream(let length, _): length
+        }
+        return max(.seconds(60), .seconds(30) + .seconds(bytes / Int64(slowestLink)))
+    }
+
     /// Sends the request, following redirects within its origin, and returns the answer, its
-    /// body at most `limit` bytes. `deadline`: the whole exchange's (nil: only the idle timeout).
+    /// body at most `limit` bytes. `deadline`: the whole exchange's, the answer's body
+    /// included (nil: `defaultDeadline(for:)`); past it the connection is closed and the
+    /// exchange fails as a network error.
     public static func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: Body = .empty,
                             limit: Int, deadline: Duration? = nil) async throws -> Answer {
-        let until = deadline.map { NIODeadline.now() + .nanoseconds(Int64($0.components.seconds) * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) }
-            ?? .distantFuture
+        let allowed = deadline ?? defaultDeadline(for: body)
+        let end = ContinuousClock.now + allowed
+        let until = NIODeadline.now() + .nanoseconds(Int64(allowed.components.seconds) * 1_000_000_000 + allowed.components.attoseconds / 1_000_000_000)
         var url = url, method = method, body = body
         for _ in 0...maxRedirects {
             var request = HTTPClientRequest(url: url.absoluteString)
@@ -124,16 +143,33 @@ public enum HTTPSession {
             if let declared = response.headers.first(name: "Content-Length").flatMap(Int.init), declared > limit {
                 throw Failure.tooLarge(limit: limit)
             }
-            var collected = Data()
-            do {
-                for try await chunk in response.body {
-                    guard collected.count + chunk.readableBytes <= limit else { throw Failure.tooLarge(limit: limit) }
-                    collected.append(contentsOf: chunk.readableBytesView)
+            // The body within the same deadline: read in a child task that the deadline
+            // cancels, which makes AsyncHTTPClient close the connection.
+            let collected: Data? = try await withThrowingTaskGroup(of: Data?.self) { group in
+                group.addTask {
+                    var collected = Data()
+                    do {
+                        for try await chunk in response.body {
+                            guard collected.count + chunk.readableBytes <= limit else { throw Failure.tooLarge(limit: limit) }
+                            collected.append(contentsOf: chunk.readableBytesView)
+                        }
+                    } catch let failure as Failure {
+                        throw failure
+                    } catch {
+                        throw Failure.transport(describe(error))
+                    }
+                    return collected
                 }
-            } catch let failure as Failure {
-                throw failure
-            } catch {
-                throw Failure.transport(describe(error))
+                group.addTask {
+                    // A caller's cancellation is not the deadline: it ends the exchange as such.
+                    try await Task.sleep(until: end, clock: .continuous)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                return try await group.next() ?? nil
+            }
+            guard let collected else {
+                throw Failure.transport("the answer did not arrive whole within \(allowed.components.seconds) s; the connection was closed")
             }
             return Answer(status: status, body: collected)
         }
