@@ -118,7 +118,7 @@ public enum Output {
     /// reader that went away (`| head`: EPIPE) ends the command quietly, as `yes | head` does.
     public static func streamLine(_ line: String) {
         do {
-            try FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+            try FileHandle.standardOutput.write(contentsOf: Data((TerminalText.escaped(line, keepingNewlines: true) + "\n").utf8))
         } catch {
             exit(0)
         }
@@ -133,14 +133,15 @@ public enum Output {
             encoder.dateEncodingStrategy = .iso8601
             line = String(decoding: try encoder.encode(value), as: UTF8.self)
         } else {
-            line = text()
+            // Outside text reaches a terminal with its control characters shown, not sent.
+            line = TerminalText.escaped(text(), keepingNewlines: true)
         }
         if streaming { streamLine(line) } else { print(line) }
     }
 
     /// A failure as the CLI reports it: one line on standard error.
     public static func failure(_ description: String) {
-        FileHandle.standardError.write(Data("fieldhal: \(description)\n".utf8))
+        FileHandle.standardError.write(Data("fieldhal: \(TerminalText.escaped(description))\n".utf8))
     }
 }
 

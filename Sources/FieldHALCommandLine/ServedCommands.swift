@@ -187,7 +187,8 @@ public struct TagReport: Encodable {
     public var text: String {
         var lines = ["\(type) tag \(uid)" + (atqa.map { " ATQA \($0)" } ?? "") + (sak.map { " SAK \($0)" } ?? "")]
         if records.isEmpty { lines.append("  no NDEF records") }
-        lines += records.map { "  \($0.kind): \($0.value)" }
+        // A record's text is the tag's: one line each, its control characters shown.
+        lines += records.map { "  \($0.kind): \(TerminalText.escaped($0.value))" }
         return lines.joined(separator: "\n")
     }
 }

@@ -110,7 +110,7 @@ struct AlertsCommand: AsyncParsableCommand {
                 reports = try await watcher.list(here: here).map(BannerReport.init)
             }
             try Output.emit(reports, json: global.json) {
-                reports.isEmpty ? "No nearby duress alerts." : reports.map { "\($0.text)  [alert \($0.alertId)]" }.joined(separator: "\n")
+                reports.isEmpty ? "No nearby duress alerts." : reports.map { "\(TerminalText.escaped($0.text))  [alert \(TerminalText.escaped($0.alertId))]" }.joined(separator: "\n")
             }
         }
     }
@@ -144,7 +144,7 @@ struct AlertsCommand: AsyncParsableCommand {
                 await subscription.run { event in
                     switch event {
                     case .announce(let banner):
-                        try? Output.emit(BannerReport(banner), json: json, streaming: true) { "\(banner.text)  [alert \(banner.alert.alertId)]" }
+                        try? Output.emit(BannerReport(banner), json: json, streaming: true) { "\(TerminalText.escaped(banner.text))  [alert \(TerminalText.escaped(banner.alert.alertId))]" }
                         await AlertFeedback.announce(on: kit)
                     case .transport(.webSocket, _):
                         FileHandle.standardError.write(Data("fieldhal: alerts over the WebSocket channel\n".utf8))
@@ -178,7 +178,7 @@ struct AlertsCommand: AsyncParsableCommand {
             let following = Task {
                 for try await event in daemon.events([.alert]) {
                     guard case .alert(let alert) = event else { continue }
-                    try? Output.emit(BannerReport(alert), json: json, streaming: true) { "\(alert.text)  [alert \(alert.alertId)]" }
+                    try? Output.emit(BannerReport(alert), json: json, streaming: true) { "\(TerminalText.escaped(alert.text))  [alert \(TerminalText.escaped(alert.alertId))]" }
                 }
             }
             let timer = Task {
@@ -229,7 +229,7 @@ struct AlertsCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("fieldhal: \(failure.message)\n".utf8))
                 throw ExitCode(1)
             }
-            print("Acknowledged alert \(acknowledged) (\(nfc ? AckMethod.nfc.rawValue : AckMethod.inApp.rawValue)).")
+            print("Acknowledged alert \(TerminalText.escaped(acknowledged)) (\(nfc ? AckMethod.nfc.rawValue : AckMethod.inApp.rawValue)).")
         }
     }
 }

@@ -68,7 +68,8 @@ struct PluginsCommand: AsyncParsableCommand {
             } else {
                 lines.append("external plugins (searched " + searched.joined(separator: ", ") + "):")
                 for plugin in external {
-                    lines.append("\(plugin.name) \(plugin.version ?? "") (protocol \(plugin.protocol ?? "?")): \(plugin.summary)")
+                    // The version and summary are the plugin's own words.
+                    lines.append("\(plugin.name) \(TerminalText.escaped(plugin.version ?? "")) (protocol \(plugin.protocol ?? "?")): \(TerminalText.escaped(plugin.summary))")
                     lines.append("  provides: \(plugin.capabilities.joined(separator: ", "))")
                     lines.append("  from: \(plugin.origin)" + (plugin.shadowedBy.map { "; not used: \($0) has its name" } ?? ""))
                 }

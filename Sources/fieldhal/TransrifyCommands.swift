@@ -169,7 +169,7 @@ struct SessionReport: Encodable {
         self.session = session
     }
 
-    var text: String { "You're signed in.\n\(customerRef) · session \(session)" }
+    var text: String { "You're signed in.\n\(TerminalText.escaped(customerRef)) · session \(TerminalText.escaped(session))" }
 }
 
 struct SignInCommand: FieldHALSubcommand {

@@ -118,4 +118,27 @@ struct HostileLocalUserTests {
         for (line, want) in zip(lines, expected) { #expect(line == want) }
         #expect(await daemon.stop().status == 0, "\(daemon.output.suffix(10))")
     }
+
+    /// A tag's text record holding an escape sequence that clears the screen and a newline
+    /// that forges a line: `nfc read` prints both as `\u001b` and `\u000a` on the record's
+    /// one line, alone and through the daemon.
+    @Test(arguments: CLIWay.allCases)
+    func controlCharactersFromATagComeOutEscaped(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let config = scratch("escapes.toml")
+            try #"""
+            [nfc]
+            plugin = "fake"
+            tags = [{ type = "ntag213", uid = "04:A1:B2:C3:D4:E5:F6", text = "ok\u001b[2J\nfieldhal stopped" }]
+            """#.write(toFile: config, atomically: true, encoding: .utf8)
+            let read = try await CLI.run(["nfc", "read", "--timeout", "5", "--config", config])
+            #expect(read.status == 0, "\(read.stderr)")
+            #expect(!read.stdout.unicodeScalars.contains { $0.value == 0x1B }, "an escape reached the terminal: \(read.stdout.debugDescription)")
+            #expect(read.stdout.contains(#"text: ok\u001b[2J\u000afieldhal stopped"#), "\(read.stdout.debugDescription)")
+            #expect(!read.stdout.split(separator: "\n").contains { $0.hasPrefix("fieldhal stopped") }, "a forged line")
+            // JSON keeps the value whole; the encoder escapes it.
+            let json = try await CLI.run(["nfc", "read", "--timeout", "5", "--json", "--config", config])
+            #expect(json.stdout.contains(#"ok\u001b[2J\nfieldhal stopped"#), "\(json.stdout)")
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import FieldHAL
 import FieldHALCommandLine
 
 /// swift-log to the systemd journal through standard output: one line per message with the
@@ -38,8 +39,36 @@ struct JournalLogHandler: LogHandler {
         let all = metadata.merging(event.metadata ?? [:]) { $1 }
         let (level, message) = (event.level, event.message)
         let suffix = all.isEmpty ? "" : " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        // One write per entry, newlines inside a message kept on its line (journald splits on them).
-        let text = "<\(Self.priority(level))>\(message)\(suffix)".replacingOccurrences(of: "\n", with: " ⏎ ") + "\n"
+        // One write per entry: every control character in it shown as \u001b, a newline
+        // included (journald splits on them; a value from outside must not forge a line).
+        let text = "<\(Self.priority(level))>" + TerminalText.escaped("\(message)\(suffix)") + "\n"
         FileHandle.standardOutput.write(Data(text.utf8))
+    }
+}
+
+/// Any log handler, with each message's control characters shown as `\u001b` (a newline
+/// too): the daemon's log outside the journal gets the same safety as the journal.
+struct EscapingLogHandler: LogHandler {
+    var inner: any LogHandler
+
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+
+    var logLevel: Logger.Level {
+        get { inner.logLevel }
+        set { inner.logLevel = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        event.message = "\(TerminalText.escaped(event.message.description))"
+        inner.log(event: event)
     }
 }

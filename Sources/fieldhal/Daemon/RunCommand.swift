@@ -35,7 +35,7 @@ struct RunCommand: AsyncParsableCommand {
             if toJournal { return JournalLogHandler() }
             var handler = StreamLogHandler.standardOutput(label: label)
             handler.logLevel = .info
-            return handler
+            return EscapingLogHandler(inner: handler)
         }
         let logger = Logger(label: "fieldhal")
         // A configuration the daemon cannot run with: one line on stderr and its exit code
