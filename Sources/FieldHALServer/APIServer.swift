@@ -90,6 +90,19 @@ public struct APIServer: Sendable {
         try await app.runService(gracefulShutdownSignals: [])
     }
 
+    /// The scope each route needs, for the gate's refusals (the routes check the same).
+    /// `events` without `types` asks for fixes first.
+    static let routeScopes: [String: APIScope] = [
+        "status": .status, "capabilities": .status, "location": .location, "events": .location,
+        "nfc/read": .nfcRead, "nfc/write": .nfcWrite, "nfc/emulate": .nfcEmulate,
+        "haptics/play": .haptics, "speaker/play": .speaker,
+        "camera/photo": .camera, "camera/formats": .camera, "camera/record": .camera, "microphone/record": .microphone,
+        "biometrics": .biometrics, "biometrics/verify": .biometrics, "biometrics/enroll": .biometrics,
+        "lock": .lock, "lock/unlock": .lock, "lock/setup": .lock, "lock/settings": .lock,
+        "evidence": .evidence, "evidence/flush": .evidence,
+        "session": .transrify, "session/verify": .transrify, "alerts": .alerts, "alerts/acknowledge": .alerts,
+    ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
+
     /// The gate's decision for one connection: root and the daemon's own user are always let
     /// in, uncounted; a caller with some scope may hold `perCaller` connections; a caller with
     /// none gets its 403 on at most `unscopedAtOnce` connections at once, and past either
@@ -100,7 +113,16 @@ public struct APIServer: Sendable {
         if caller.uid == 0 || caller.uid == authorisation.serviceUID { return .admitted(countedAs: nil) }
         if authorisation.scopes(for: caller).isEmpty {
             guard ledger.take(caller.uid, limit: limits.unscopedAtOnce) else { return .dropped }
-            return .refused(authorisation.refusalOfEverything(for: caller), countedAs: caller.uid)
+            // The refusal the route itself would give ("may not use location", with the grant
+            // that allows it), or one for everything when the route is unknown.
+            return .refused({ line in
+                let path = line?.split(separator: " ").last.map(String.init)
+                if let line, let scope = path.flatMap({ Self.routeScopes[$0] }),
+                   let refusal = authorisation.refusal(scope, for: caller, doing: line) {
+                    return refusal
+                }
+                return authorisation.refusalOfEverything(for: caller, doing: line ?? "connection")
+            }, countedAs: caller.uid)
         }
         guard ledger.take(caller.uid, limit: limits.perCaller) else { return .dropped }
         return .admitted(countedAs: caller.uid)

@@ -76,8 +76,9 @@ struct GatedHTTP1Channel: ServerChildChannel {
     enum Admission {
         /// Let in; `countedAs` is given back to the ledger when the connection closes.
         case admitted(countedAs: UInt32?)
-        /// Answered with this problem once its head is in (or its deadline passes), then closed.
-        case refused(APIProblem, countedAs: UInt32?)
+        /// Answered once its head is in (or its deadline passes), then closed: the problem for
+        /// the request line ("GET /v1/status"), or for none when the head never came whole.
+        case refused(@Sendable (String?) -> APIProblem, countedAs: UInt32?)
         /// Closed at once: the caller holds all the connections it may.
         case dropped
     }
@@ -98,10 +99,10 @@ struct GatedHTTP1Channel: ServerChildChannel {
                 case .dropped: break
                 case .admitted(let counted):
                     if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
-                case .refused(let problem, let counted):
+                case .refused(let refusal, let counted):
                     if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
                     try channel.pipeline.syncOperations.addHandler(
-                        RefusalHandler(problem: problem, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes),
+                        RefusalHandler(refusal: refusal, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes),
                         position: .first)
                 }
                 return value
@@ -122,15 +123,15 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let problem: APIProblem
+    private let refusal: @Sendable (String?) -> APIProblem
     private let deadline: Duration
     private let headBytes: Int
     private var head: [UInt8] = []
     private var answered = false
     private var timer: Scheduled<Void>?
 
-    init(problem: APIProblem, deadline: Duration, headBytes: Int) {
-        self.problem = problem
+    init(refusal: @escaping @Sendable (String?) -> APIProblem, deadline: Duration, headBytes: Int) {
+        self.refusal = refusal
         self.deadline = deadline
         self.headBytes = headBytes
     }
@@ -179,8 +180,7 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
         guard !answered else { return }
         answered = true
         timer?.cancel()
-        var problem = self.problem
-        if let line = Self.requestLine(in: head) { problem.subject = line }
+        let problem = refusal(Self.requestLine(in: head))
         let body = (try? FieldHALAPI.encoder.encode(APIErrorBody(error: problem))) ?? Data("{}".utf8)
         let reason = problem.status == 429 ? "Too Many Requests" : "Forbidden"
         var bytes = Array("HTTP/1.1 \(problem.status) \(reason)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
