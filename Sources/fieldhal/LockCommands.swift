@@ -24,16 +24,20 @@ extension Environment {
 /// the same way (stdio would buffer the PIN's line along with its own).
 struct PINReader {
     let fromStandardInput: Bool
+    /// What is read, and the flag that reads it from standard input, for the messages.
+    var what = "PIN"
+    var subject = "lock"
+    var flag = "--pin-stdin"
 
     func read(_ prompt: String) throws -> SecretBytes {
         if fromStandardInput {
             guard let line = try SecretBytes.readLine(from: STDIN_FILENO, maximum: 1024) else {
-                throw FieldHALError(.invalidArgument, subject: "lock", detail: "standard input ended before every PIN was given")
+                throw FieldHALError(.invalidArgument, subject: subject, detail: "standard input ended before every \(what) was given")
             }
             return line
         }
         guard isatty(STDIN_FILENO) == 1 else {
-            throw FieldHALError(.invalidArgument, subject: "lock", detail: "no terminal to read the PIN from", advice: "use --pin-stdin")
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "no terminal to read the \(what) from", advice: "use \(flag)")
         }
         var saved = termios()
         tcgetattr(STDIN_FILENO, &saved)

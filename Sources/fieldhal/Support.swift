@@ -33,6 +33,16 @@ struct Environment {
         }
         stateDirectory = StateDirectory.resolve(flag: options.stateDir, environment: environment,
                                                 configured: configuration.stateDirectory)
+        // A [transrify] section whose URLs could never be used is refused with the file
+        // (exit 78) by every command, `status` included, not first by a sign-in.
+        if configuration.settings["transrify"] != nil {
+            do {
+                _ = try TransrifySettings.baseURL(in: configuration)
+                _ = try TransrifySettings.alertChannelURL(in: configuration)
+            } catch let error as ConfigError {
+                throw error
+            } catch {}  // not configured yet (no URL for this environment): said when it is needed
+        }
     }
 
     /// The sections besides the capabilities': the core's `[kit]` and the flows' own.

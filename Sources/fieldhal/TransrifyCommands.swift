@@ -44,8 +44,7 @@ enum TransrifySettings {
     static func environment(in configuration: KitConfiguration) throws -> String {
         let environment = configuration.settings["transrify"]?.string("environment") ?? "development"
         guard ["development", "staging", "production"].contains(environment) else {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] environment",
-                                detail: "\"\(environment)\" is not development, staging or production")
+            throw configuration.error(at: ["transrify", "environment"], "\"\(environment)\" is not development, staging or production")
         }
         return environment
     }
@@ -68,14 +67,14 @@ enum TransrifySettings {
             ?? configuration.settings["transrify"]?.string("alerts_websocket_url")
         guard let text else { return nil }
         let url: URL
+        let key = ["transrify", "alerts_websocket_url"]
         do { url = try AlertChannel.validated(text) } catch {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url", detail: "\"\(text)\" is not a ws:// or wss:// URL")
+            throw configuration.error(at: key, "\"\(text)\" is not a ws:// or wss:// URL")
         }
         // The tenant key travels in the channel's query: in clear only to a development lab.
         guard try transport(in: configuration).allows(scheme: url.scheme) else {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] alerts_websocket_url",
-                                detail: "\"\(text)\" is not wss: the tenant key would travel in clear",
-                                advice: "use wss://…, or environment = \"development\" for a lab server")
+            throw configuration.error(at: key, "\"\(text)\" is not wss: the tenant key would travel in clear; "
+                                      + "use wss://…, or environment = \"development\" for a lab server")
         }
         return url
     }
@@ -89,14 +88,15 @@ enum TransrifySettings {
             throw FieldHALError(.notConfigured, subject: "[transrify]", detail: "no \(environment)_url for the \(environment) environment",
                                 advice: "add \(environment)_url = \"https://…\" to [transrify]")
         }
+        // A wrong URL is the file's fault: a configuration error with its line (exit 78).
+        let key = ["transrify", "\(environment)_url"]
         guard let url = URL(string: text), url.scheme == "http" || url.scheme == "https", url.host != nil else {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] \(environment)_url", detail: "\"\(text)\" is not an http(s) URL")
+            throw configuration.error(at: key, "\"\(text)\" is not an http(s) URL")
         }
         // The PIN and the tenant key travel in these requests: cleartext only to the lab.
         guard environment == "development" || url.scheme == "https" else {
-            throw FieldHALError(.invalidArgument, subject: "[transrify] \(environment)_url",
-                                detail: "\"\(text)\" is not https: \(environment) would send PINs and the tenant key in clear",
-                                advice: "use https://…, or environment = \"development\" for a lab server")
+            throw configuration.error(at: key, "\"\(text)\" is not https: \(environment) would send PINs and the tenant key in clear; "
+                                      + "use https://…, or environment = \"development\" for a lab server")
         }
         return url
     }
@@ -129,7 +129,8 @@ struct TenantCommand: AsyncParsableCommand {
         @Flag(help: "Read the key from standard input.") var keyStdin = false
 
         func execute(_ environment: Environment) async throws {
-            let key = try PINReader(fromStandardInput: keyStdin).read("Tenant key: ").unsafeString()
+            let key = try PINReader(fromStandardInput: keyStdin, what: "tenant key", subject: "tenant", flag: "--key-stdin")
+                .read("Tenant key: ").unsafeString()
             try TenantKeyStore(vault: try environment.vault()).save(key)
             print("Tenant key stored.")
         }

@@ -64,6 +64,7 @@ public struct KitConfiguration: Sendable {
         }
         let checker = Checker(file: file, locator: TOMLKeyLocator(source: text))
         var configuration = KitConfiguration(file: file, directory: directory, sections: [:], settings: [:])
+        configuration.source = text
         for key in root.keys.sorted() {
             guard case .table(let table)? = root[key] else {
                 throw checker.error([key], "expected a table such as [\(key)], found \(root[key]!.typeName)")
@@ -96,6 +97,15 @@ public struct KitConfiguration: Sendable {
             if case .table(let table) = value { tables[key] = PluginParameters(table) }
         }
         return tables
+    }
+
+    /// The text the configuration was read from, to find a key's line in later errors.
+    var source = ""
+
+    /// A configuration error about `key` (["transrify", "production_url"]) found after the
+    /// file was read: named by file, line and key as the reader's own errors are (exit 78).
+    public func error(at key: [String], _ message: String) -> ConfigError {
+        ConfigError(file: file, key: key.joined(separator: "."), line: TOMLKeyLocator(source: source).line(of: key), message: message)
     }
 
     /// The configured state directory, if the file sets one.
