@@ -64,7 +64,16 @@ final class ConnectionLedger: Sendable {
 /// SwiftNIO's HTTP/1.1 channel for the API, with the gate in front of it and the head
 /// deadline and error bodies behind the HTTP decoder.
 struct GatedHTTP1Channel: ServerChildChannel {
-    typealias Value = HTTP1Channel.Value
+    /// A connection past the gate: with Hummingbird's HTTP pipeline when admitted, with only
+    /// the refusal when not. A refused or dropped connection gets no `NIOAsyncChannel` at all:
+    /// one made and then dropped unconsumed (its peer gone before it became active, under a
+    /// flood) is a precondition failure in SwiftNIO that ends the process.
+    struct Connection: ServerChildChannelValue {
+        let channel: any Channel
+        let http: HTTP1Channel.Value?
+    }
+
+    typealias Value = Connection
 
     let inner: HTTP1Channel
     let limits: CallerGateLimits
@@ -88,30 +97,32 @@ struct GatedHTTP1Channel: ServerChildChannel {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let limits = self.limits, ledger = self.ledger, admit = self.admit
         return PeerCredentials.future(of: channel).flatMap { caller -> EventLoopFuture<Value> in
-            let admission = admit(caller, ledger)
-            if case .dropped = admission {
+            switch admit(caller, ledger) {
+            case .dropped:
                 // A failed set-up alone leaves the connection open (and its descriptor held).
                 channel.close(promise: nil)
                 return channel.eventLoop.makeFailedFuture(Dropped())
-            }
-            return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
-                switch admission {
-                case .dropped: break
-                case .admitted(let counted):
-                    if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
-                case .refused(let refusal, let counted):
-                    if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
+            case .refused(let refusal, let counted):
+                if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        RefusalHandler(refusal: refusal, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes),
-                        position: .first)
+                        RefusalHandler(refusal: refusal, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes))
+                    return Connection(channel: channel, http: nil)
                 }
-                return value
+            case .admitted(let counted):
+                if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
+                return inner.setup(channel: channel, logger: logger).map { Connection(channel: channel, http: $0) }
             }
         }
     }
 
     func handle(value: Value, logger: Logger) async {
-        await inner.handle(value: value, logger: logger)
+        if let http = value.http {
+            await inner.handle(value: http, logger: logger)
+        } else {
+            // The refusal handler answers and closes on its own (2 s at most).
+            try? await value.channel.closeFuture.get()
+        }
     }
 }
 
@@ -150,43 +161,30 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !answered else { return }
+        guard !answered else { return }  // a body after the head: read and dropped
         let buffer = unwrapInboundIn(data)
         head.append(contentsOf: buffer.readableBytesView.prefix(headBytes - head.count))
-        if head.count >= headBytes || Self.endOfHead(in: head) != nil { answer(context) }
-    }
-
-    /// Where "\r\n\r\n" ends, if the bytes hold it.
-    static func endOfHead(in bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for index in 3..<bytes.count where bytes[index] == 0x0A && bytes[index - 1] == 0x0D && bytes[index - 2] == 0x0A && bytes[index - 3] == 0x0D {
-            return index + 1
-        }
-        return nil
-    }
-
-    /// The request line's method and target, for the refusal's subject ("GET /v1/status").
-    static func requestLine(in bytes: [UInt8]) -> String? {
-        let line = bytes.prefix { $0 != 0x0D && $0 != 0x0A }.prefix(512)
-        let parts = line.split(separator: 0x20)
-        guard parts.count == 3, parts[2].starts(with: Array("HTTP/".utf8)),
-              parts[0].allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }),
-              parts[1].allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
-        let target = String(decoding: parts[1], as: UTF8.self)
-        return String(decoding: parts[0], as: UTF8.self) + " " + (target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target)
+        if head.count >= headBytes || RequestHead.end(in: head) != nil { answer(context) }
     }
 
     private func answer(_ context: ChannelHandlerContext) {
         guard !answered else { return }
         answered = true
         timer?.cancel()
-        let problem = refusal(Self.requestLine(in: head))
+        let problem = refusal(RequestHead.requestLine(in: head))
         let body = (try? FieldHALAPI.encoder.encode(APIErrorBody(error: problem))) ?? Data("{}".utf8)
         let reason = problem.status == 429 ? "Too Many Requests" : "Forbidden"
         var bytes = Array("HTTP/1.1 \(problem.status) \(reason)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
         bytes += body
+        // The answer, then our side closed: a client that sends its body after its head (as
+        // Python's http.client does) must not meet a closed socket (EPIPE) before it reads
+        // the 403. What it still sends is read and dropped until it closes, or for a second
+        // at most; then the connection is closed whatever it does.
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: bytes))).whenComplete { _ in
+            loopBound.value.close(mode: .output, promise: nil)
+        }
+        timer = context.eventLoop.scheduleTask(in: .seconds(1)) {
             loopBound.value.close(promise: nil)
         }
     }

@@ -141,7 +141,7 @@ struct DaemonCLITests {
         // No channel: polling, said once; a bad URL is a configuration error.
         let broken = try await CLI.run(["alerts", "watch", "--seconds", "1", "--config", config, "--state-dir", stateB],
                                        environment: ["ALERTS_WEBSOCKET_URL": "http://127.0.0.1/ws"])
-        #expect(broken.status == 64, "\(broken.stderr)")
+        #expect(broken.status == 78, "\(broken.stderr)")
         #expect(broken.stderr.contains("alerts_websocket_url: \"http://127.0.0.1/ws\" is not a ws:// or wss:// URL"), "\(broken.stderr)")
     }
 

@@ -7,7 +7,7 @@ import TestSupport
 /// if the crash comes back. `fuzz/run` (in .ci/run) does the coverage-guided search.
 @Suite struct FuzzCorpusTests {
     static let targets = ["ndef", "type2", "type4-reader", "type4-tag", "config", "api-request", "location",
-                          "transrify-answer", "alert-channel", "vault", "audit-log", "plugin-message", "fix-event"]
+                          "transrify-answer", "alert-channel", "vault", "audit-log", "plugin-message", "fix-event", "request-head"]
 
     @Test(arguments: targets)
     func theCorpusReplaysClean(_ target: String) async throws {
@@ -21,6 +21,6 @@ import TestSupport
 
     @Test func anUnknownTargetIsAUsageError() async throws {
         let result = try await CLI.runTool(CLI.products.appendingPathComponent("fieldhal-fuzz").path, ["nothing"])
-        #expect(result.status == 64 && result.stderr.contains("targets: alert-channel, api-request, audit-log, config, fix-event, location, ndef, plugin-message, transrify-answer, type2, type4-reader, type4-tag, vault"), "\(result)")
+        #expect(result.status == 64 && result.stderr.contains("targets: alert-channel, api-request, audit-log, config, fix-event, location, ndef, plugin-message, request-head, transrify-answer, type2, type4-reader, type4-tag, vault"), "\(result)")
     }
 }

@@ -66,7 +66,7 @@ struct HostileLocalUserTests {
         print("flood: \(answered)/200 status answers, p50 \(percentile(0.5)) ms, p99 \(percentile(0.99)) ms, max \(latencies.last ?? -1) ms;"
               + " daemon descriptors \(descriptors); flooder \(flood.output.last ?? "") (exit \(flooded.status))")
         let stopped = await daemon.stop()
-        #expect(stopped.status == 0, "the daemon exited \(stopped.status) after \(stopped.took): \(daemon.output.suffix(10))")
+        #expect(stopped.status == 0, "the daemon exited \(stopped.status) after \(stopped.took): \(daemon.output.joined(separator: "\n"))")
     }
 
     /// Requests the HTTP decoder refuses, and bodies cut short or badly framed, get a 4xx in

@@ -17,7 +17,7 @@ enum FuzzTargets {
         "ndef": ndef, "type2": type2, "type4-reader": type4Reader, "type4-tag": type4Tag,
         "config": config, "api-request": apiRequest, "location": location,
         "transrify-answer": transrifyAnswer, "alert-channel": alertChannel, "vault": vaultEntry, "audit-log": auditLog,
-        "plugin-message": pluginMessage, "fix-event": fixEvent,
+        "plugin-message": pluginMessage, "fix-event": fixEvent, "request-head": requestHead,
     ]
 
     /// An NDEF message as a tag in the field hands it over.
@@ -87,6 +87,22 @@ enum FuzzTargets {
         _ = try? decoder.decode(APIAudioRecord.self, from: data)
         _ = try? decoder.decode(APIVideoRecord.self, from: data)
         _ = try? decoder.decode(APIBiometricVerify.self, from: data)
+    }
+
+    /// What the API's caller gate reads of a refused caller's request head (issue 41): the
+    /// head's end and its request line. Oracles: the end is where the first CRLFCRLF ends,
+    /// and a request line read is a method of capitals, one space, a path with no space or
+    /// query, as the input's first line gives them.
+    static func requestHead(_ bytes: [UInt8]) {
+        let end = RequestHead.end(in: bytes)
+        let naive = bytes.count < 4 ? nil : (0...(bytes.count - 4)).first { Array(bytes[$0..<($0 + 4)]) == [0x0D, 0x0A, 0x0D, 0x0A] }.map { $0 + 4 }
+        guard end == naive else { fatalError("request-head: end \(String(describing: end)), expected \(String(describing: naive)): \(bytes)") }
+        guard let line = RequestHead.requestLine(in: bytes) else { return }
+        let parts = line.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[0].allSatisfy({ $0.isASCII && $0.isUppercase }), !parts[1].contains("?"),
+              bytes.starts(with: Array(parts[0].utf8) + [0x20]) else {
+            fatalError("request-head: request line \(line.debugDescription) from \(bytes)")
+        }
     }
 
     /// A sealed location whose sealed content is the input: sealed here to the device's own
