@@ -113,9 +113,7 @@ public struct APIAuthorisation: Sendable {
     /// Nil when allowed; else the refusal, naming the two ways to change it.
     public func refusal(_ scope: APIScope, for peer: PeerCredentials, doing what: String) -> APIProblem? {
         if scopes(for: peer).contains(scope) { return nil }
-        let name = peer.userName
-        let who = name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)"
-        let grantee = name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\""
+        let (who, grantee) = Self.named(peer)
         return APIProblem(
             kind: APIProblem.forbidden, subject: what, detail: "\(who) may not use \(scope.rawValue)",
             advice: "add the user to group \(controlGroupName) for everything, or grant only this: "
@@ -126,14 +124,20 @@ public struct APIAuthorisation: Sendable {
     /// The refusal for a caller who may use nothing at all, answered at the connection's
     /// gate before any route is looked at (`CallerGate`).
     public func refusalOfEverything(for peer: PeerCredentials, doing what: String = "connection") -> APIProblem {
-        let name = peer.userName
-        let who = name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)"
-        let grantee = name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\""
+        let (who, grantee) = Self.named(peer)
         return APIProblem(
             kind: APIProblem.forbidden, subject: what, detail: "\(who) may use nothing on this daemon",
             advice: "add the user to group \(controlGroupName) for everything, or grant what it needs, such as "
                 + "{ \(grantee), allow = [\"status\"] } in [api] grants of \(configurationFile), then reload the daemon",
             status: 403)
+    }
+
+    /// The caller as a refusal names it ("user kiosk (uid 1001)"), and as a grant would
+    /// (`user = "kiosk"`; the uid when the user database has no name).
+    private static func named(_ peer: PeerCredentials) -> (who: String, grantee: String) {
+        let name = peer.userName
+        return (name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)",
+                name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\"")
     }
 
     static func userID(_ text: String) -> UInt32? {
