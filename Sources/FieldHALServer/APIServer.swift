@@ -62,7 +62,7 @@ public struct APIServer: Sendable {
         // journal gets our own lines, not the server library's.
         quiet.logLevel = .critical
         let path = socketPath
-        let idle = TimeAmount.seconds(Int64(idleTimeout.components.seconds))
+        let idle = TimeAmount(idleTimeout)
         let limits = self.limits, ledger = self.ledger, host = self.host
         let app = Application(
             router: makeRouter(),

@@ -149,8 +149,7 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: .nanoseconds(Int64(deadline.components.seconds) * 1_000_000_000
-                                                                  + deadline.components.attoseconds / 1_000_000_000)) {
+        timer = context.eventLoop.scheduleTask(in: TimeAmount(deadline)) {
             let (handler, context) = loopBound.value
             handler.answer(context)
         }
@@ -173,8 +172,7 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
         timer?.cancel()
         let problem = refusal(RequestHead.requestLine(in: head))
         let body = (try? FieldHALAPI.encoder.encode(APIErrorBody(error: problem))) ?? Data("{}".utf8)
-        let reason = problem.status == 429 ? "Too Many Requests" : "Forbidden"
-        var bytes = Array("HTTP/1.1 \(problem.status) \(reason)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
+        var bytes = Array("HTTP/1.1 \(problem.status) Forbidden\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
         bytes += body
         // The answer, then our side closed: a client that sends its body after its head (as
         // Python's http.client does) must not meet a closed socket (EPIPE) before it reads
@@ -228,8 +226,7 @@ final class RequestHeadGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private func arm(_ context: ChannelHandlerContext) {
         timer?.cancel()
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        let nanoseconds = Int64(deadline.components.seconds) * 1_000_000_000 + deadline.components.attoseconds / 1_000_000_000
-        timer = context.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
+        timer = context.eventLoop.scheduleTask(in: TimeAmount(deadline)) {
             // No whole head in time: the connection is let go. No answer is written: an
             // idle keep-alive connection closed is what every client expects.
             loopBound.value.close(promise: nil)
@@ -288,5 +285,12 @@ final class RequestHeadGuard: ChannelDuplexHandler, RemovableChannelHandler {
         default: (400, "not an HTTP/1.1 request the daemon can read", framing)
         }
         return APIProblem(kind: FieldHALError.Kind.invalidArgument.rawValue, subject: subject, detail: detail, advice: advice, status: status)
+    }
+}
+
+extension TimeAmount {
+    /// A Swift `Duration` as SwiftNIO's time amount, to the nanosecond.
+    init(_ duration: Duration) {
+        self = .nanoseconds(Int64(duration.components.seconds) * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
     }
 }
