@@ -190,15 +190,22 @@ public enum AtomicFile {
             throw AtomicFileWriter.ioError(path, "open")
         }
         defer { close(fd) }
+        return try readToEnd(fd, path: path, operation: "read")
+    }
+
+    /// Everything `fd` gives until its end, or nil as soon as more than `limit` bytes come.
+    /// `operation` names the read in an error ("read the NMEA log").
+    static func readToEnd(_ fd: Int32, path: String, operation: String, limit: Int = .max) throws(FieldHALError) -> [UInt8]? {
         var result: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
             let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw AtomicFileWriter.ioError(path, "read")
+                throw AtomicFileWriter.ioError(path, operation)
             }
             if count == 0 { return result }
+            guard result.count + count <= limit else { return nil }
             result += buffer[0..<count]
         }
     }

@@ -26,22 +26,11 @@ public enum RegularFile {
             throw FieldHALError(.invalidArgument, subject: path, detail: "the \(what) is \(info.st_size) bytes; at most \(limit) are read",
                                 advice: "name a smaller file")
         }
-        var result: [UInt8] = []
-        result.reserveCapacity(Int(info.st_size))
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw AtomicFileWriter.ioError(path, "read the \(what)")
-            }
-            if count == 0 { return result }
-            // A file that grows while it is read is cut at the limit, not followed.
-            guard result.count + count <= limit else {
-                throw FieldHALError(.invalidArgument, subject: path, detail: "the \(what) grew past \(limit) bytes while it was read",
-                                    advice: "name a file that is not being written")
-            }
-            result += buffer[0..<count]
+        // A file that grows while it is read is cut at the limit, not followed.
+        guard let bytes = try AtomicFile.readToEnd(fd, path: path, operation: "read the \(what)", limit: limit) else {
+            throw FieldHALError(.invalidArgument, subject: path, detail: "the \(what) grew past \(limit) bytes while it was read",
+                                advice: "name a file that is not being written")
         }
+        return bytes
     }
 }
