@@ -14,9 +14,12 @@ public struct APILockStatus: Sendable, Codable, Equatable {
     /// `immediate`, `1m`, `2m`, `5m`, `10m` or `never`.
     public var relockAfter: String
     public var message: String
+    /// How the vault key that seals the PIN hashes is kept, and what a copy of the state
+    /// directory gives away (absent from daemons before 0.3.1).
+    public var vaultKey: APIVaultKey?
 
     public init(configured: Bool, locked: Bool, biometricsEnabled: Bool, pinLockedForSeconds: Int, biometricsLockedForSeconds: Int,
-                offerEmergencyReset: Bool, relockAfter: String, message: String) {
+                offerEmergencyReset: Bool, relockAfter: String, message: String, vaultKey: APIVaultKey? = nil) {
         self.configured = configured
         self.locked = locked
         self.biometricsEnabled = biometricsEnabled
@@ -25,6 +28,19 @@ public struct APILockStatus: Sendable, Codable, Equatable {
         self.offerEmergencyReset = offerEmergencyReset
         self.relockAfter = relockAfter
         self.message = message
+        self.vaultKey = vaultKey
+    }
+}
+
+/// `vaultKey` in a lock status: `file` (beside the sealed hashes) or `tpm2` (sealed to the
+/// kit's TPM), and in words what an attacker with a copy of the state directory can do.
+public struct APIVaultKey: Sendable, Codable, Equatable {
+    public var protection: String
+    public var offlineAttack: String
+
+    public init(protection: String, offlineAttack: String) {
+        self.protection = protection
+        self.offlineAttack = offlineAttack
     }
 }
 

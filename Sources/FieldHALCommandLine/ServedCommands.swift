@@ -262,7 +262,8 @@ public struct LockStatusCommand: ParsableCommand {
     public init() {}
 
     public func emit(_ status: APILockStatus) throws {
-        try Output.emit(status, json: global.json) { status.message }
+        // The key's line after the lock's: what a copied state directory gives away.
+        try Output.emit(status, json: global.json) { status.message + (status.vaultKey.map { "\nvault key: " + $0.offlineAttack } ?? "") }
     }
 }
 

@@ -14,6 +14,8 @@ public struct VaultError: Error, Sendable, Equatable, CustomStringConvertible {
         case keyMissing
         /// The key file is readable by others, or is not a key.
         case keyInsecure, keyCorrupt
+        /// The key is sealed to a TPM, and the TPM would not open it (or seal it).
+        case keySealed
         case invalidName
         case cryptoUnavailable
     }
@@ -29,11 +31,21 @@ public struct VaultError: Error, Sendable, Equatable, CustomStringConvertible {
 ///
 /// A 32-byte key in `vault.key` (mode 0600) is made on first use; each entry is a file
 /// `vault/<name>.sealed` holding `FHV1 || nonce || crypto_secretbox(name || value)`.
+/// Where the kit has a TPM, `fieldhal vault seal-key` replaces `vault.key` with
+/// `vault.key.cred`, sealed to the TPM (`SealedVaultKey`); the key is then read from the
+/// unit's credentials (`$CREDENTIALS_DIRECTORY/vault.key`, which systemd unseals at start)
+/// or, outside the unit, unsealed through systemd-creds.
 /// Sealing the entry's name inside it makes a file swapped for another entry fail
 /// authentication like any other tampering. Every write is atomic.
 public final class Vault: Sendable {
     public let keyPath: String
+    /// The state directory the key and the entries are in.
+    public let directory: String
+    /// `vault.key.cred`: the key sealed to the TPM, when it is.
+    public let sealedKeyPath: String
     public let entriesDirectory: String
+    /// How the key is kept (a file, or sealed to the TPM).
+    public let keyProtection: VaultKeyProtection
     // The key lives in sodium_malloc'd memory (guard pages, locked, zeroed on free).
     private let key: SecretBytes
 
@@ -45,12 +57,71 @@ public final class Vault: Sendable {
             throw VaultError(kind: .cryptoUnavailable, path: stateDirectory.path, detail: "libsodium failed to initialise")
         }
         try stateDirectory.prepare()
+        directory = stateDirectory.path
         keyPath = stateDirectory.file("vault.key")
+        sealedKeyPath = stateDirectory.file("vault.key.cred")
         entriesDirectory = stateDirectory.file("vault")
         if mkdir(entriesDirectory, 0o700) != 0 && errno != EEXIST {
             throw FieldHALError(.io, subject: entriesDirectory, detail: "create directory: \(String(cString: strerror(errno)))")
         }
-        key = try Self.loadOrCreateKey(at: keyPath, entriesDirectory: entriesDirectory)
+        if VaultKeyProtection(of: stateDirectory) == .tpm2 {
+            key = try Self.credentialFromSystemd() ?? SealedVaultKey.unseal(sealedKeyPath)
+            keyProtection = .tpm2
+        } else {
+            key = try Self.loadOrCreateKey(at: keyPath, entriesDirectory: entriesDirectory)
+            keyProtection = .file
+        }
+    }
+
+    /// The key systemd unsealed for the unit (`LoadCredentialEncrypted=vault.key:…`): a file
+    /// in the service's private, memory-backed credentials directory.
+    private static func credentialFromSystemd() throws -> SecretBytes? {
+        guard let directory = getenv("CREDENTIALS_DIRECTORY").map({ String(cString: $0) }) else { return nil }
+        let path = directory + "/" + SealedVaultKey.credentialName
+        guard var bytes = try AtomicFile.read(path) else { return nil }
+        guard bytes.count == Int(crypto_secretbox_KEYBYTES) else {
+            sodium_memzero(&bytes, bytes.count)
+            throw VaultError(kind: .keyCorrupt, path: path, detail: "the unit's vault.key credential is not a \(crypto_secretbox_KEYBYTES)-byte key; check LoadCredentialEncrypted= in the unit")
+        }
+        return try SecretBytes(wiping: &bytes)
+    }
+
+    /// Seals the key to the TPM: writes `vault.key.cred`, checks that the TPM opens it to
+    /// this very key, and only then removes `vault.key` (overwritten first). A cut at any
+    /// point leaves a key that opens the vault: the plain file until the sealed one is
+    /// proven, both (the same key) until the plain one is gone.
+    public func sealKeyToTPM(device: String? = nil, pcrs: String? = nil) throws {
+        guard keyProtection == .file else { return }
+        var sealed = try SealedVaultKey.seal(keyPath: keyPath, device: device, pcrs: pcrs)
+        defer { sodium_memzero(&sealed, sealed.count) }
+        try AtomicFile.write(sealed, to: sealedKeyPath, mode: 0o600)
+        let reopened: SecretBytes
+        do {
+            reopened = try SealedVaultKey.unseal(sealedKeyPath)
+        } catch {
+            unlink(sealedKeyPath)
+            throw error
+        }
+        let same = reopened.count == key.count && reopened.withBytes { a in key.withBytes { b in sodium_memcmp(a, b, key.count) == 0 } }
+        guard same else {
+            unlink(sealedKeyPath)
+            throw VaultError(kind: .keySealed, path: sealedKeyPath, detail: "the TPM opened the sealed key to another key; vault.key was kept")
+        }
+        try Self.shred(keyPath, in: directory)
+    }
+
+    /// Overwrites a key file with zeros on disk, then removes it. (On flash, the old blocks
+    /// may survive the overwrite in the drive's spare area: docs/lock.md says so.)
+    private static func shred(_ path: String, in directory: String) throws {
+        let descriptor = Glibc.open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FieldHALError(.io, subject: path, detail: "open: \(String(cString: strerror(errno)))") }
+        var zeros = [UInt8](repeating: 0, count: Int(crypto_secretbox_KEYBYTES))
+        let wrote = pwrite(descriptor, &zeros, zeros.count, 0) == zeros.count && fsync(descriptor) == 0
+        close(descriptor)
+        guard wrote, unlink(path) == 0 else { throw FieldHALError(.io, subject: path, detail: "overwrite and remove: \(String(cString: strerror(errno)))") }
+        // The removal itself made durable: a power cut must not bring the file back.
+        let parent = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if parent >= 0 { fsync(parent); close(parent) }
     }
 
     /// Seals `value` under `name` (letters, digits, `.`, `_`, `-`; at most 100 characters).

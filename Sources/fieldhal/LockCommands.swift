@@ -305,6 +305,6 @@ extension LockStatusCommand: FieldHALSubcommand {
             try emit(served)
             return
         }
-        try emit(APILockStatus(try environment.lockService().status()))
+        try emit(APILockStatus(try environment.lockService().status(), stateDirectory: environment.stateDirectory))
     }
 }

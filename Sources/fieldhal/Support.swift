@@ -128,6 +128,8 @@ struct CommandFailure: Error, CustomStringConvertible {
             exitCode = ExitStatus.code(error.kind)
         case let problem as APIProblem:
             exitCode = ExitStatus.code(problem)
+        case let error as VaultError where error.kind == .keySealed:
+            exitCode = 69  // EX_UNAVAILABLE: the TPM that holds the key would not open it
         default:
             exitCode = 1
         }

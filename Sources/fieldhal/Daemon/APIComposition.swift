@@ -55,7 +55,7 @@ struct DaemonFlows: APIFlows {
     private var environment: Environment { daemon.current }
 
     func lockStatus() throws -> APILockStatus {
-        APILockStatus(try environment.lockService().status())
+        APILockStatus(try environment.lockService().status(), stateDirectory: environment.stateDirectory)
     }
 
     func evidence() throws -> APIEvidence {
@@ -302,10 +302,12 @@ extension APIAlert {
 }
 
 extension APILockStatus {
-    init(_ status: LockStatus) {
+    init(_ status: LockStatus, stateDirectory: StateDirectory) {
+        let protection = VaultKeyProtection(of: stateDirectory)
         self.init(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
                   pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
-                  offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue, message: status.message)
+                  offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue, message: status.message,
+                  vaultKey: APIVaultKey(protection: protection.rawValue, offlineAttack: protection.offlineAttack))
     }
 }
 

@@ -413,7 +413,7 @@ final class Daemon: Sendable {
         let before = lockSeen.withLock { seen in defer { seen = now }; return seen }
         guard let before, before != now else { return }
         if polled, now.configured, before.configured, !before.locked, now.locked { logger.info("locked (idle)") }
-        api.value?.publish(.lock(APILockStatus(status)))
+        api.value?.publish(.lock(APILockStatus(status, stateDirectory: current.stateDirectory)))
     }
 }
 
