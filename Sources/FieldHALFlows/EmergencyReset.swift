@@ -10,6 +10,10 @@ import Foundation
 /// the lock, the PINs, the audit log, sessions, the kit's own key pair and every other
 /// entry go. With nothing queued, everything goes, as before.
 ///
+/// A vault key sealed to the TPM (`vault.key.cred`) always stays: it is the kit's, not the
+/// user's, and the unit's `LoadCredentialEncrypted=` names it (systemd will not start a
+/// unit whose credential file is gone). Everything it sealed goes with the entries.
+///
 /// What stays does not depend on the verdict of any sign-in: silent (duress) items are kept
 /// like the others, and the caller's message is the same either way.
 public enum EmergencyReset {
@@ -30,7 +34,7 @@ public enum EmergencyReset {
         guard files.fileExists(atPath: root) else { return Outcome(itemsKept: 0) }
         let evidence = stateDirectory.file("evidence")
         let items = ((try? files.contentsOfDirectory(atPath: evidence)) ?? []).filter { $0.hasSuffix(".item") }.count
-        let keep: Set<String> = items > 0 ? ["evidence", "vault", "vault.key"] : []
+        let keep: Set<String> = items > 0 ? ["evidence", "vault", "vault.key", "vault.key.cred"] : ["vault.key.cred"]
         for entry in try files.contentsOfDirectory(atPath: root).sorted() where !keep.contains(entry) {
             try remove(root + "/" + entry)
         }

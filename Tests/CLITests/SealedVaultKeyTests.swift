@@ -73,6 +73,17 @@ struct SealedVaultKeyTests {
                                          environment: ["FIELDHAL_STATE_DIR": state, "CREDENTIALS_DIRECTORY": credentials,
                                                        "SYSTEMD_TPM2_DEVICE": "swtpm:port=1"], input: "2468\n")
         #expect(fromUnit.status == 0, "\(fromUnit.stdout)\(fromUnit.stderr)")
+
+        // An emergency reset erases the lock but keeps the sealed key the unit names: the
+        // kit sets up a new PIN under the same TPM seal.
+        let reset = try await CLI.run(["lock", "reset", "--yes"], environment: onKit)
+        try await kit.flushSessions()
+        #expect(reset.status == 0, "\(reset.stdout)\(reset.stderr)")
+        #expect(FileManager.default.fileExists(atPath: credential))
+        #expect(try await CLI.run(["lock", "setup", "--pin-stdin"], environment: onKit, input: "8642\n8642\n").status == 0)
+        try await kit.flushSessions()
+        let after = try await CLI.run(["vault", "status", "--json"], environment: onKit)
+        #expect(after.stdout.contains("\"protection\" : \"tpm2\""), "\(after.stdout)")
     }
 
     /// A kit without a TPM keeps its key file, and says what that costs.
