@@ -150,8 +150,8 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        // The Transrify API: its wire types and a client over URLSession (no server libraries).
-        // The Transrify API's wire values alone (no HTTP stack), so that the fuzz target can
+        // The Transrify API: its client over AsyncHTTPClient, and apart from it its wire values
+        // alone (no HTTP stack), so that the fuzz target can
         // decode exactly what the client decodes without building SwiftNIO with sanitizers.
         .target(name: "TransrifyWire", swiftSettings: strictSwift),
         .target(name: "Transrify", dependencies: ["TransrifyWire", .product(name: "AsyncHTTPClient", package: "async-http-client"),

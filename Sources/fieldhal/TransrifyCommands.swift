@@ -235,11 +235,17 @@ struct SessionCommand: FieldHALSubcommand {
             // With a daemon, it asks (the state directory may be the service user's alone).
             let outcome: SessionVerifier.Outcome
             if let checked = try await environment.throughDaemon({ try await $0.verifySession() }) {
-                outcome = switch checked.outcome {
-                case "cleared": .cleared
-                case "kept": .kept(reason: checked.reason ?? "no reason given")
-                case "signedOut": .signedOut
-                default: .valid
+                // An outcome this CLI does not know is not "valid": a newer daemon's word for a
+                // session that may be anything must not be shown as signed in.
+                switch checked.outcome {
+                case "valid": outcome = .valid
+                case "cleared": outcome = .cleared
+                case "kept": outcome = .kept(reason: checked.reason ?? "no reason given")
+                case "signedOut": outcome = .signedOut
+                default:
+                    throw FieldHALError(.protocolError, subject: "session",
+                                        detail: "the daemon answered \"\(TerminalText.escaped(checked.outcome))\", an outcome this fieldhal does not know",
+                                        advice: "update fieldhal to the daemon's version")
                 }
             } else {
                 outcome = try await SessionVerifier(client: try environment.transrifyClient(), sessions: sessions).verify()

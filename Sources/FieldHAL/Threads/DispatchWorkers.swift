@@ -4,16 +4,17 @@ import Dispatch
 /// process's thread names (`ps -eL`) are the same whether or not it has made an HTTP
 /// request yet.
 ///
-/// Why: swift-corelibs-foundation's URLSession runs libcurl on private serial queues, whose
-/// workers are `com.apple.root.default-qos.overcommit` threads (one stays for good after the
-/// first request). A daemon on the WebSocket channel makes no HTTP request after a NORMAL
-/// sign-in and a burst of them after a DURESS one (the silent alert and uploads): without
-/// this, a duressed kit's daemon gained that thread name for good (found by
-/// lab/stealth-check). With one parked from the start, later requests only add threads of a
-/// name already there; counts vary anyway (device threads come and go). URLSession's other
-/// root queue, the global default one, is where Swift concurrency itself runs on Linux
-/// (`…default-qos`): its threads are always there, and parking one would take a thread from
-/// the cooperative pool (two on a 2-core board), so it is left alone.
+/// Why: a duressed kit's daemon makes a burst of requests (the silent alert, uploads) where
+/// a normal one may make none, and `lab/stealth-check` compares thread names. When requests
+/// went through URLSession, libcurl ran on private serial queues whose workers are
+/// `com.apple.root.default-qos.overcommit` threads, one staying for good after the first
+/// request: a duressed kit gained that name. Requests now go through AsyncHTTPClient on
+/// NIO's threads, started up front (`HTTPSession.prepare`); Foundation still serves
+/// `Process` and file-handle callbacks from libdispatch queues, so the parked worker stays
+/// until the stealth harness shows a build without it keeps the same names (a thread is
+/// its whole cost; `docs/known-issues.md`). The global default root queue is where Swift
+/// concurrency itself runs on Linux (`…default-qos`): its threads are always there, and
+/// parking one would take a thread from the cooperative pool, so it is left alone.
 public enum DispatchWorkers {
     private static let parked: Void = {
         let never = DispatchSemaphore(value: 0)
