@@ -113,7 +113,7 @@ final class EvdevDevice {
         case ENOTTY, EINVAL:
             return FieldHALError(.unsupported, subject: subject, detail: "\(step): not a force-feedback input device")
         default:
-            return FieldHALError(.io, subject: subject, detail: "\(step): \(String(cString: strerror(code)))")
+            return FieldHALError(.io, subject: subject, detail: "\(step): \(SystemError.describe(code))")
         }
     }
 }

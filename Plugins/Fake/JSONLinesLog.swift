@@ -14,7 +14,7 @@ enum JSONLinesLog {
         // file at the same moment (an alert plays both), and neither may clobber the other.
         let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
-            throw FieldHALError(.io, subject: subject, detail: "cannot open log file \(path): \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: subject, detail: "cannot open log file \(path): \(SystemError.describe())")
         }
         defer { close(descriptor) }
         let written = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }

@@ -81,7 +81,7 @@ final class GpsdConnection {
             if status == 0 { return reports }
             if status < 0 {
                 throw FieldHALError(.disconnected, subject: "gps gpsd \(endpoint)",
-                                    detail: errno == 0 ? "gpsd closed the connection" : "gpsd connection failed: \(String(cString: strerror(errno)))")
+                                    detail: errno == 0 ? "gpsd closed the connection" : "gpsd connection failed: \(SystemError.describe())")
             }
             let set = data.pointee.set
             if set & UInt64(SATELLITE_SET) != 0 {
@@ -158,7 +158,7 @@ final class GpsdConnection {
     /// libgps returns its own negative codes (`NL_NOCONNECT`…) in errno, or a system errno.
     private static func describe(openError code: Int32) -> String {
         if code < 0, let text = gps_errstr(code) { return String(cString: text) }
-        if code > 0 { return String(cString: strerror(code)) }
+        if code > 0 { return SystemError.describe(code) }
         return "unknown error"
     }
 }

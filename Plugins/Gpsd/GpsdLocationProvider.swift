@@ -138,7 +138,7 @@ final class GpsdLocationProvider: LocationProvider {
             let ready = poll(&entries, 2, timeout)
             if ready < 0 {
                 if errno == EINTR { continue }
-                throw FieldHALError(.io, subject: "gps \(deviceName)", detail: "poll: \(String(cString: strerror(errno)))")
+                throw FieldHALError(.io, subject: "gps \(deviceName)", detail: "poll: \(SystemError.describe())")
             }
             if entries[1].revents != 0 { wakeup.drain(); continue }
             if entries[0].revents != 0 {

@@ -92,7 +92,7 @@ final class V4L2Handle {
 
     /// The error for a failed call, with advice a technician can act on.
     static func error(_ code: Int32, subject: String, doing step: String) -> FieldHALError {
-        let detail = "\(step): \(String(cString: strerror(code)))"
+        let detail = "\(step): \(SystemError.describe(code))"
         switch code {
         case EACCES, EPERM:
             return FieldHALError(.permissionDenied, subject: subject, detail: "permission denied",

@@ -33,13 +33,13 @@ enum EventStreamReader {
                            pollfd(fd: stop.fileDescriptor, events: Int16(POLLIN), revents: 0)]
             guard poll(&entries, 2, -1) >= 0 else {
                 if errno == EINTR { continue }
-                throw FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+                throw SystemError.io("poll", subject: subject)
             }
             if entries[1].revents != 0 { return }
             let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
             if count < 0 {
                 if errno == EINTR || errno == EAGAIN { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(String(cString: strerror(errno))))",
+                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
                                     advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
             }
             let parts = count == 0 ? try response.closed() : try response.feed(chunk[0..<count])
@@ -89,12 +89,12 @@ enum EventStreamReader {
             for (index, byte) in bytes.enumerated() { raw[index] = byte }
         }
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { throw unavailable("socket: \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw unavailable("socket: \(SystemError.describe())") }
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            let why = String(cString: strerror(errno))
+            let why = SystemError.describe()
             close(descriptor)
             throw unavailable(why)
         }
@@ -107,7 +107,7 @@ enum EventStreamReader {
             let count = bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(String(cString: strerror(errno))))",
+                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
                                     advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
             }
             sent += count

@@ -259,7 +259,7 @@ public struct FieldHALClient: Sendable {
                                 advice: "is the daemon the same FieldHAL version as this client?")
         }
         guard rename(partial, path) == 0 else {
-            let reason = String(cString: strerror(errno))
+            let reason = SystemError.describe()
             unlink(partial)
             throw FieldHALError(.io, subject: path, detail: "rename: \(reason)")
         }

@@ -110,7 +110,7 @@ private struct Connection {
             let sent = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if sent < 0 {
                 if errno == EINTR { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon closed the connection (\(String(cString: strerror(errno))))")
+                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon closed the connection (\(SystemError.describe()))")
             }
             offset += sent
         }
@@ -130,13 +130,13 @@ private struct Connection {
             let ready = poll(&wait, 1, Int32(clamping: max(1, FieldHALAPI.milliseconds(left))))
             if ready < 0 {
                 if errno == EINTR { continue }
-                throw FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+                throw SystemError.io("poll", subject: subject)
             }
             if ready == 0 { continue }
             let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon closed the connection (\(String(cString: strerror(errno))))")
+                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon closed the connection (\(SystemError.describe()))")
             }
             if count == 0 { return received }
             received += buffer[0..<count]

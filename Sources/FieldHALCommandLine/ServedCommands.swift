@@ -262,8 +262,9 @@ public struct LockStatusCommand: ParsableCommand {
     public init() {}
 
     public func emit(_ status: APILockStatus) throws {
-        // The key's line after the lock's: what a copied state directory gives away.
-        try Output.emit(status, json: global.json) { status.message + (status.vaultKey.map { "\nvault key: " + $0.offlineAttack } ?? "") }
+        // With PINs set, the key's line after the lock's: what a copied state directory gives away.
+        let key = status.configured ? status.vaultKey.map { "\nvault key: " + $0.offlineAttack } : nil
+        try Output.emit(status, json: global.json) { status.message + (key ?? "") }
     }
 }
 

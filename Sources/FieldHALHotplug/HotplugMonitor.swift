@@ -70,14 +70,14 @@ public final class HotplugMonitor: Sendable {
         }
         guard let monitor = udev_monitor_new_from_netlink(udev, chosen.rawValue) else {
             udev_unref(udev)
-            throw FieldHALError(.unavailable, subject: "hotplug", detail: "cannot listen to \(chosen.rawValue) events: \(String(cString: strerror(errno)))",
+            throw FieldHALError(.unavailable, subject: "hotplug", detail: "cannot listen to \(chosen.rawValue) events: \(SystemError.describe())",
                                 advice: "hotplug needs a netlink socket; in a container, devices are only seen at start-up")
         }
         for subsystem in subsystems { udev_monitor_filter_add_match_subsystem_devtype(monitor, subsystem, nil) }
         guard udev_monitor_enable_receiving(monitor) >= 0 else {
             udev_monitor_unref(monitor)
             udev_unref(udev)
-            throw FieldHALError(.unavailable, subject: "hotplug", detail: "cannot receive \(chosen.rawValue) events: \(String(cString: strerror(errno)))")
+            throw FieldHALError(.unavailable, subject: "hotplug", detail: "cannot receive \(chosen.rawValue) events: \(SystemError.describe())")
         }
         let handles = Handles(udev: udev, monitor: monitor)
         let wakeupDescriptor = wakeup.fileDescriptor

@@ -36,12 +36,12 @@ public struct AuditLog: Sendable {
         line.append(10)
         let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            throw FieldHALError(.io, subject: "audit log \(path)", detail: "open: \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "audit log \(path)", detail: "open: \(SystemError.describe())")
         }
         defer { close(descriptor) }
         let written = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         guard written == line.count, fsync(descriptor) == 0 else {
-            throw FieldHALError(.io, subject: "audit log \(path)", detail: "append: \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "audit log \(path)", detail: "append: \(SystemError.describe())")
         }
         return (seq, hash)
     }

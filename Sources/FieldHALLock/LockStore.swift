@@ -44,11 +44,11 @@ public struct VaultLockStore: LockStore {
         let path = lockPath
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            throw FieldHALError(.io, subject: path, detail: "open: \(String(cString: strerror(errno)))")
+            throw SystemError.io("open", subject: path)
         }
         defer { close(descriptor) }
         while flock(descriptor, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw FieldHALError(.io, subject: path, detail: "flock: \(String(cString: strerror(errno)))") }
+            guard errno == EINTR else { throw SystemError.io("flock", subject: path) }
         }
         return try body()
     }

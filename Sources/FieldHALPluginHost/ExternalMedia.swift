@@ -128,7 +128,7 @@ extension RequestLink.Hold {
         }
         let copy = dup(target)
         guard copy >= 0 else {
-            throw FieldHALError(.io, subject: "plugin \(manifest.name)", detail: "cannot pass the recording's file: \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "plugin \(manifest.name)", detail: "cannot pass the recording's file: \(SystemError.describe())")
         }
         var fields = parameters.object ?? [:]
         fields["into"] = .string("file")
@@ -199,7 +199,7 @@ final class RecordingDirectory: Sendable {
         parent = directory.isEmpty ? "." : directory
         var template = Array("\(parent)/.fieldhal-plugin-XXXXXX".utf8CString)
         guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot make a directory for the recording beside \(destination): \(String(cString: strerror(errno)))",
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot make a directory for the recording beside \(destination): \(SystemError.describe())",
                                 advice: "check that \(parent) exists and is writable")
         }
         path = String(cString: made)
@@ -209,7 +209,7 @@ final class RecordingDirectory: Sendable {
     func descriptor() throws(FieldHALError) -> OwnedDescriptor {
         let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else {
-            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot open \(path): \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot open \(path): \(SystemError.describe())")
         }
         return OwnedDescriptor(descriptor)
     }
@@ -224,7 +224,7 @@ final class RecordingDirectory: Sendable {
                                 advice: "a fault in the plugin: docs/plugin-protocol.md, \"Camera, microphone, speaker\"")
         }
         guard rename(written, destination) == 0 else {
-            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot move the recording to \(destination): \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot move the recording to \(destination): \(SystemError.describe())")
         }
         let directory = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directory >= 0 {

@@ -156,7 +156,7 @@ public final class PluginProcess {
             if child.hasExited { throw exited(during: method) }
         case .failed(let code):
             if child.hasExited { throw exited(during: method) }
-            throw failure(.disconnected, "stopped reading its input during \(method) (\(String(cString: strerror(code))))")
+            throw failure(.disconnected, "stopped reading its input during \(method) (\(SystemError.describe(code)))")
         }
     }
 
@@ -203,7 +203,7 @@ public final class PluginProcess {
             let tick = child.exitDescriptor == nil ? min(left, .milliseconds(50)) : left
             let ready = poll(&entries, nfds_t(entries.count), tick.pollTimeout)
             if ready < 0 && errno != EINTR {
-                throw FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+                throw SystemError.io("poll", subject: subject)
             }
             if entries[1].revents != 0 {
                 wakeup.drain()

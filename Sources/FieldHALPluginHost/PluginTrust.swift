@@ -19,7 +19,7 @@ public enum PluginTrust {
     @discardableResult
     public static func check(_ path: String, what: String = "plugin file", owners: Set<uid_t> = [0, geteuid()]) throws(FieldHALError) -> String {
         guard let resolved = realpath(path, nil) else {
-            throw FieldHALError(.io, subject: path, detail: "cannot resolve the \(what): \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: path, detail: "cannot resolve the \(what): \(SystemError.describe())")
         }
         let real = String(cString: resolved)
         free(resolved)
@@ -27,7 +27,7 @@ public enum PluginTrust {
         while true {
             var info = stat()
             guard lstat(current, &info) == 0 else {
-                throw FieldHALError(.io, subject: current, detail: "cannot inspect it: \(String(cString: strerror(errno)))")
+                throw SystemError.io("cannot inspect it", subject: current)
             }
             if let problem = problem(info, owners: owners) {
                 let via = real == path ? "" : " (\(path) leads there)"

@@ -57,6 +57,6 @@ public enum SealedMemory {
     }
 
     private static func failure(_ step: String) -> FieldHALError {
-        FieldHALError(.io, subject: "sealed memory", detail: "\(step): \(String(cString: strerror(errno)))")
+        FieldHALError(.io, subject: "sealed memory", detail: "\(step): \(SystemError.describe())")
     }
 }

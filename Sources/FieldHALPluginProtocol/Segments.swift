@@ -49,11 +49,11 @@ extension PluginProtocol {
     public static func progress<Recording>(of segment: RecordedSegment<Recording>, recording: JSONValue) throws(FieldHALError) -> (JSONValue, OwnedDescriptor) {
         let copy = dup(segment.file.descriptor)
         guard copy >= 0 else {
-            throw FieldHALError(.io, subject: "segment \(segment.sequence)", detail: "dup: \(String(cString: strerror(errno)))")
+            throw FieldHALError(.io, subject: "segment \(segment.sequence)", detail: "dup: \(SystemError.describe())")
         }
         let owned = OwnedDescriptor(copy)
         guard fieldhal_memfd_seal(copy) == 0 else {
-            throw FieldHALError(.io, subject: "segment \(segment.sequence)", detail: "sealing its memfd: \(String(cString: strerror(errno)))",
+            throw FieldHALError(.io, subject: "segment \(segment.sequence)", detail: "sealing its memfd: \(SystemError.describe())",
                                 advice: "record segments into memfds made with MFD_ALLOW_SEALING (MemoryFile)")
         }
         return (.object(["segment": .object([

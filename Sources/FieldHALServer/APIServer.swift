@@ -156,7 +156,7 @@ public struct APIServer: Sendable {
     /// The pid of the process listening on `path`, or nil when nobody does (ECONNREFUSED).
     private static func answeringPeer(_ path: String) throws -> Int32? {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw FieldHALError(.io, subject: path, detail: "socket(): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw FieldHALError(.io, subject: path, detail: "socket(): \(SystemError.describe())") }
         defer { close(fd) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)

@@ -92,7 +92,7 @@ extension APIServer {
     static func streaming(_ path: String, contentType: String, report: some Encodable) throws -> Response {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         unlink(path)
-        guard fd >= 0 else { throw FieldHALError(.io, subject: "recording", detail: "open: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw SystemError.io("open", subject: "recording") }
         let header = String(decoding: try FieldHALAPI.encoder.encode(report), as: UTF8.self)
         let file = FileDescriptor(fd)
         let body = ResponseBody { writer in
@@ -120,7 +120,7 @@ private final class FileDescriptor: Sendable {
     func read(upTo count: Int) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
         let got = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, count) }
-        guard got >= 0 else { throw FieldHALError(.io, subject: "recording", detail: "read: \(String(cString: strerror(errno)))") }
+        guard got >= 0 else { throw SystemError.io("read", subject: "recording") }
         return Array(buffer.prefix(got))
     }
 

@@ -83,7 +83,7 @@ public final class SecretBytes: @unchecked Sendable, ExpressibleByStringLiteral 
             let got = read(descriptor, &byte, 1)
             if got < 0 && errno == EINTR { continue }
             if got < 0 {
-                throw FieldHALError(.io, subject: "standard input", detail: String(cString: strerror(errno)))
+                throw FieldHALError(.io, subject: "standard input", detail: SystemError.describe())
             }
             if got == 0 { break }
             sawAnything = true

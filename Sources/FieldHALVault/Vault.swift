@@ -62,7 +62,7 @@ public final class Vault: Sendable {
         sealedKeyPath = stateDirectory.file("vault.key.cred")
         entriesDirectory = stateDirectory.file("vault")
         if mkdir(entriesDirectory, 0o700) != 0 && errno != EEXIST {
-            throw FieldHALError(.io, subject: entriesDirectory, detail: "create directory: \(String(cString: strerror(errno)))")
+            throw SystemError.io("create directory", subject: entriesDirectory)
         }
         if VaultKeyProtection(of: stateDirectory) == .tpm2 {
             key = try Self.credentialFromSystemd() ?? SealedVaultKey.unseal(sealedKeyPath)
@@ -114,11 +114,11 @@ public final class Vault: Sendable {
     /// may survive the overwrite in the drive's spare area: docs/lock.md says so.)
     private static func shred(_ path: String, in directory: String) throws {
         let descriptor = Glibc.open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw FieldHALError(.io, subject: path, detail: "open: \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw SystemError.io("open", subject: path) }
         var zeros = [UInt8](repeating: 0, count: Int(crypto_secretbox_KEYBYTES))
         let wrote = pwrite(descriptor, &zeros, zeros.count, 0) == zeros.count && fsync(descriptor) == 0
         close(descriptor)
-        guard wrote, unlink(path) == 0 else { throw FieldHALError(.io, subject: path, detail: "overwrite and remove: \(String(cString: strerror(errno)))") }
+        guard wrote, unlink(path) == 0 else { throw SystemError.io("overwrite and remove", subject: path) }
         // The removal itself made durable: a power cut must not bring the file back.
         let parent = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if parent >= 0 { fsync(parent); close(parent) }
@@ -180,7 +180,7 @@ public final class Vault: Sendable {
     public func remove(_ name: String) throws {
         try Self.validate(name)
         if unlink(path(of: name)) != 0 && errno != ENOENT {
-            throw FieldHALError(.io, subject: path(of: name), detail: "remove: \(String(cString: strerror(errno)))")
+            throw SystemError.io("remove", subject: path(of: name))
         }
     }
 

@@ -203,7 +203,7 @@ enum WholeCLI {
         var pointers = argv.map { strdup($0) }
         pointers.append(nil)
         execv(path, pointers)
-        Output.failure("\(path): cannot run it (\(String(cString: strerror(errno))))")
+        Output.failure("\(path): cannot run it (\(SystemError.describe()))")
         exit(126)
     }
 }

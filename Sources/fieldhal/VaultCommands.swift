@@ -60,7 +60,7 @@ struct VaultCommand: AsyncParsableCommand {
 
                 """
                 if mkdir(unitDropIn, 0o755) != 0 && errno != EEXIST {
-                    throw FieldHALError(.io, subject: unitDropIn, detail: "create directory: \(String(cString: strerror(errno))) — or pass --no-drop-in")
+                    throw FieldHALError(.io, subject: unitDropIn, detail: "create directory: \(SystemError.describe()) — or pass --no-drop-in")
                 }
                 try AtomicFile.write(Array(text.utf8), to: wrote!, mode: 0o644)
             }

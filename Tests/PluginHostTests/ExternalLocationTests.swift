@@ -114,7 +114,9 @@ import Testing
         let status = loaded.kit.status(of: .location)
         #expect(status.state == .unavailable)
         #expect(status.reason?.contains("no answer to open") == true, "\(status)")
-        #expect(ContinuousClock.now - start < .seconds(14))
+        // Ended by the host's 10 s deadline for open, not waited on for ever: the bound is
+        // loose (a loaded CI machine took 14.2 s to start the plugin and give up on it).
+        #expect(ContinuousClock.now - start < .seconds(40))
         #expect(try await settled(loaded.fixtures).isEmpty)
         await loaded.kit.close()
     }

@@ -58,8 +58,14 @@ public struct CLI {
         try await offPool { try runBlocking(arguments, executable: URL(fileURLWithPath: path)) }
     }
 
+    /// The longest any command or tool a test runs may take: past it the program is killed
+    /// and the result says so (status 124), so that a hang fails its own test by name
+    /// instead of holding the whole run until CI's limit. Generous: the longest run today,
+    /// schemathesis on the API, takes about 150 s.
+    public static let longestRun: Duration = .seconds(600)
+
     public static func runBlocking(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil,
-                                   executable: URL = binary) throws -> Result {
+                                   executable: URL = binary, timeout: Duration = longestRun) throws -> Result {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -75,17 +81,53 @@ public struct CLI {
         let stdin = Pipe()
         process.standardInput = input == nil ? FileHandle.nullDevice : stdin
         try process.run()
+        // Both pipes at once: reading one to its end first deadlocked whenever the program
+        // filled the other's 64 KiB (it then waits for us, and we for it).
+        let stdout = PipeDrain(out.fileHandleForReading), stderr = PipeDrain(err.fileHandleForReading)
         if let input {
             stdin.fileHandleForWriting.write(Data(input.utf8))
             try stdin.fileHandleForWriting.close()
         }
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline { usleep(5_000) }
+        let timedOut = process.isRunning
+        if timedOut {
+            kill(process.processIdentifier, SIGKILL)
+        }
         process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                      stderr: String(decoding: stderr, as: UTF8.self))
+        // A program's children may keep its pipes open after it ends: what they wrote by
+        // then is read, and the run does not wait on them.
+        let said = stderr.collected(waitingUpTo: .seconds(5))
+        return Result(status: timedOut ? 124 : process.terminationStatus,
+                      stdout: String(decoding: stdout.collected(waitingUpTo: .seconds(5)), as: UTF8.self),
+                      stderr: String(decoding: said, as: UTF8.self)
+                          + (timedOut ? "\n[test support: \(executable.lastPathComponent) \(arguments.prefix(3).joined(separator: " ")) killed after \(timeout)]\n" : ""))
     }
 
     public static var exampleConfig: String { repositoryRoot.appendingPathComponent("examples/fake-kit.toml").path }
 }
 
+
+/// A pipe read to its end on a thread of its own.
+final class PipeDrain: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(_ handle: FileHandle) {
+        Thread { [self] in
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                lock.withLock { data += chunk }
+            }
+            finished.signal()
+        }.start()
+    }
+
+    /// What was read: all of it once the pipe ends, or what had come after `limit`.
+    func collected(waitingUpTo limit: Duration) -> Data {
+        _ = finished.wait(timeout: .now() + .milliseconds(Int(limit.components.seconds * 1000)))
+        return lock.withLock { data }
+    }
+}

@@ -249,7 +249,7 @@ extension ConfigValue {
 func errnoDescription(of error: any Error) -> String {
     let nsError = error as NSError
     if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
-        return String(cString: strerror(Int32(underlying.code)))
+        return SystemError.describe(Int32(underlying.code))
     }
     return nsError.localizedDescription
 }

@@ -161,5 +161,5 @@ public final class ChildProcess {
 public struct SpawnError: Error, CustomStringConvertible {
     public var step: String
     public var code: Int32
-    public var description: String { "\(step): \(String(cString: strerror(code)))" }
+    public var description: String { "\(step): \(SystemError.describe(code))" }
 }

@@ -85,7 +85,7 @@ public enum ToolProcess {
             entries.append(pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0))
             let ready = poll(&entries, nfds_t(entries.count), waitMilliseconds)
             if ready < 0 && errno != EINTR {
-                stopReason = FieldHALError(.io, subject: subject, detail: "poll: \(String(cString: strerror(errno)))")
+                stopReason = SystemError.io("poll", subject: subject)
                 break
             }
             if entries.last!.revents != 0 { wakeup.drain(); continue }

@@ -168,7 +168,7 @@ public final class AtomicFileWriter {
         case ENOENT: "create the directory, or point --state-dir elsewhere"
         default: nil
         }
-        return FieldHALError(.io, subject: path, detail: "\(operation): \(String(cString: strerror(code)))", advice: advice)
+        return FieldHALError(.io, subject: path, detail: "\(operation): \(SystemError.describe(code))", advice: advice)
     }
 }
 

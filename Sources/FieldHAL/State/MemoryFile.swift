@@ -35,7 +35,7 @@ public final class MemoryFile: Sendable {
     public init(name: String) throws(FieldHALError) {
         let made = fieldhal_memfd_create(name)
         guard made >= 0 else {
-            throw FieldHALError(.io, subject: "memory file \(name)", detail: "memfd_create: \(String(cString: strerror(errno)))",
+            throw FieldHALError(.io, subject: "memory file \(name)", detail: "memfd_create: \(SystemError.describe())",
                                 advice: "the kernel must be 3.17 or newer, and the process below its limit of open files")
         }
         descriptor = made
@@ -67,7 +67,7 @@ public final class MemoryFile: Sendable {
                 return bytes
             }
             guard errno == EINTR else {
-                throw FieldHALError(.io, subject: "memory file", detail: "read: \(String(cString: strerror(errno)))")
+                throw SystemError.io("read", subject: "memory file")
             }
         }
     }

@@ -30,7 +30,7 @@ public enum PrivateScratch {
         }
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
-            throw FieldHALError(.io, subject: path, detail: "is not a directory this user can open (\(String(cString: strerror(errno))))",
+            throw FieldHALError(.io, subject: path, detail: "is not a directory this user can open (\(SystemError.describe()))",
                                 advice: "remove it; the daemon makes it again")
         }
         defer { close(fd) }

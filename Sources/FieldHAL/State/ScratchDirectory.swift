@@ -12,7 +12,7 @@ public enum ScratchDirectory {
     public static func make(_ prefix: String) throws -> String {
         var template = Array((NSTemporaryDirectory() + prefix + "-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
-            throw FieldHALError(.io, subject: NSTemporaryDirectory(), detail: "cannot make a scratch directory: \(String(cString: strerror(errno)))")
+            throw SystemError.io("cannot make a scratch directory", subject: NSTemporaryDirectory())
         }
         return String(cString: made)
     }

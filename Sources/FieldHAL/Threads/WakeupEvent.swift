@@ -14,7 +14,7 @@ public final class WakeupEvent: Sendable {
     public init() throws {
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else {
-            throw FieldHALError(.io, subject: "wake-up pipe", detail: String(cString: strerror(errno)))
+            throw FieldHALError(.io, subject: "wake-up pipe", detail: SystemError.describe())
         }
         for end in ends {
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)

@@ -94,7 +94,7 @@ public final class EvidenceQueue: Sendable {
     public init(stateDirectory: StateDirectory, vault: Vault, exclusive: Bool = true) throws {
         directory = stateDirectory.file("evidence")
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw FieldHALError(.io, subject: directory, detail: "cannot create the evidence queue: \(String(cString: strerror(errno)))")
+            throw SystemError.io("cannot create the evidence queue", subject: directory)
         }
         if let stored = try vault.loadSecret(Self.keyEntry), stored.count == EvidenceCipher.keySize {
             key = stored
@@ -111,7 +111,7 @@ public final class EvidenceQueue: Sendable {
     private static func makeKey(in directory: String, vault: Vault) throws -> SecretBytes {
         let descriptor = open(directory + "/queue.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            throw FieldHALError(.io, subject: directory + "/queue.lock", detail: String(cString: strerror(errno)))
+            throw FieldHALError(.io, subject: directory + "/queue.lock", detail: SystemError.describe())
         }
         defer { unlockAndClose(descriptor) }
         // Held for microseconds by whoever makes the key: wait for it, within a bound.
@@ -258,7 +258,7 @@ public final class EvidenceQueue: Sendable {
     /// Removes a confirmed item: its metadata first (so it is gone at once), then its data.
     public func remove(_ id: String) throws {
         if unlink(itemPath(id)) != 0 && errno != ENOENT {
-            throw FieldHALError(.io, subject: itemPath(id), detail: String(cString: strerror(errno)))
+            throw FieldHALError(.io, subject: itemPath(id), detail: SystemError.describe())
         }
         unlink(dataPath(id))
     }

@@ -16,7 +16,7 @@ enum WakeUpFloor {
     static func measure(samples: Int = 200, idle: Duration = .milliseconds(20)) async throws -> (medianMs: Double, p95Ms: Double) {
         var ends: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
-            throw FieldHALError(.io, subject: "bench: wake-up floor", detail: "socketpair: \(String(cString: strerror(errno)))")
+            throw SystemError.io("socketpair", subject: "bench: wake-up floor")
         }
         let (writer, reader) = (ends[0], ends[1])
         let latencies = LockedValue<[Double]>([])

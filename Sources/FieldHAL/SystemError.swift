@@ -1,0 +1,18 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A failed system call in FieldHAL's words: the call's name and the C library's text for
+/// its errno, in one place (there were 48 hand-written `strerror` copies).
+public enum SystemError {
+    /// What `code` (default: this thread's `errno`, read at the call) means, as `strerror`
+    /// words it.
+    public static func describe(_ code: Int32 = errno) -> String {
+        String(cString: strerror(code))
+    }
+
+    /// The typed error for a failed call on `subject`: kind `io`, detail "`call`: text".
+    public static func io(_ call: String, subject: String, code: Int32 = errno, advice: String? = nil) -> FieldHALError {
+        FieldHALError(.io, subject: subject, detail: "\(call): \(describe(code))", advice: advice)
+    }
+}
