@@ -31,6 +31,8 @@ let package = Package(
         .executable(name: "fieldhal-front", targets: ["fieldhal-front"]),
         .executable(name: "fieldhal", targets: ["fieldhal"]),
         .executable(name: "fieldhal-labserver", targets: ["fieldhal-labserver"]),
+        // The benchmarks (docs/performance.md): built and run from the repository, not installed.
+        .executable(name: "fieldhal-bench", targets: ["fieldhal-bench"]),
         .library(name: "FieldHAL", targets: ["FieldHAL"]),
         // The built-in plugins' registry (each backend behind its trait), and the product's flows.
         .library(name: "FieldHALPlugins", targets: ["FieldHALPlugins"]),
@@ -232,16 +234,39 @@ let package = Package(
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSwift
         ),
+        // What a command runs with: the configuration, the state directory, the kit, the flows'
+        // settings, and errors turned into a line and an exit code. The CLI and the
+        // benchmarks are built on it; the front is not (it stays small).
+        .target(
+            name: "FieldHALComposition",
+            dependencies: ["FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "FieldHALFlows",
+                           "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSwift
+        ),
         .executableTarget(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc",
+                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc", "FieldHALComposition",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 // The daemon's control socket (SwiftNIO is already built for the alerts channel).
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSwift
+        ),
+
+        // The benchmarks: a tool of the repository's, not installed by the package.
+        .executableTarget(
+            name: "fieldhal-bench",
+            dependencies: [
+                "FieldHAL", "FieldHALComposition", "FieldHALVault", "FieldHALAPI", "FieldHALClient", "FieldHALLock", "FieldHALPlugins",
+                "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine", "FieldHALPluginHost",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
@@ -255,7 +280,7 @@ let package = Package(
                                                        .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "media-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "fieldhal-bench", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 

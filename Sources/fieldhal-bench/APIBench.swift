@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALClient
 import Foundation
@@ -8,7 +9,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-/// `fieldhal bench api`: what a call through the daemon's hardware API costs, next to what a
+/// `fieldhal-bench api`: what a call through the daemon's hardware API costs, next to what a
 /// program would do without it — spawn `curl --unix-socket` or the Python client, or spawn
 /// `fieldhal` for each reading — and what many event clients cost the daemon.
 struct APIBench: AsyncParsableCommand {
@@ -82,7 +83,7 @@ struct APIBench: AsyncParsableCommand {
         let socket = directory + "/api.sock"
         let daemonConfig = directory + "/kit.toml"
         try (kit + "\n[api]\nsocket = \"\(socket)\"\n").write(toFile: daemonConfig, atomically: true, encoding: .utf8)
-        let executable = "/proc/self/exe"
+        let executable = try Sibling.fieldhal()
         let daemon = try BenchProcess.start(executable, ["run", "--config", daemonConfig, "--state-dir", directory + "/state"],
                                             output: directory + "/daemon.log")
         defer { daemon.kill() }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALClient
 import FieldHALPlugins
@@ -9,7 +10,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-/// `fieldhal bench api-gps`: what the daemon's event stream adds to a fix from gpsd, next to
+/// `fieldhal-bench api-gps`: what the daemon's event stream adds to a fix from gpsd, next to
 /// the gpsd plugin's in-process `watch()` and gpspipe reading the same reports, and what a
 /// hundred programs following fixes cost through the daemon against a hundred gpsd clients.
 struct APIFixBench: AsyncParsableCommand {
@@ -312,7 +313,7 @@ struct APIFixBench: AsyncParsableCommand {
         socket = "\(socket)"
 
         """.write(toFile: config, atomically: true, encoding: .utf8)
-        let process = try BenchProcess.start("/proc/self/exe", ["run", "--config", config, "--state-dir", directory + "/state"],
+        let process = try BenchProcess.start(try Sibling.fieldhal(), ["run", "--config", config, "--state-dir", directory + "/state"],
                                              output: directory + "/daemon.log")
         let api = FieldHALClient(socketPath: socket)
         let deadline = ContinuousClock.now + .seconds(20)

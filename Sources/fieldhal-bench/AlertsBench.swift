@@ -1,12 +1,13 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALFlows
 import Foundation
 import Transrify
 import TransrifyAlertChannel
 import FieldHALCommandLine
 
-/// `fieldhal bench alerts`: how long from a duress alert leaving kit A to the banner on kit
+/// `fieldhal-bench alerts`: how long from a duress alert leaving kit A to the banner on kit
 /// B, over the WebSocket channel and by polling, against a private lab server. The baseline
 /// is the alert's own API round trip, measured in the same run: the channel should add
 /// little to it, polling about half an interval.

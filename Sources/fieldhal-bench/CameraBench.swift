@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALPlugins
 import Foundation
 import FieldHALCommandLine
@@ -7,7 +8,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-/// `fieldhal bench camera`: sustained capture through the V4L2 plugin next to
+/// `fieldhal-bench camera`: sustained capture through the V4L2 plugin next to
 /// `v4l2-ctl --stream-mmap` on the same device, size and rate, in the same run.
 struct CameraBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -15,7 +16,7 @@ struct CameraBench: AsyncParsableCommand {
         abstract: "Sustained V4L2 capture: frames per second and CPU per frame vs v4l2-ctl --stream-mmap.",
         discussion: """
         Needs a capture device and v4l2-ctl (v4l-utils); in the kernel lab, vivid: \
-        lab/kernel-lab .build/release/fieldhal bench camera. FieldHAL records Motion-JPEG AVI \
+        lab/kernel-lab .build/release/fieldhal-bench camera. FieldHAL records Motion-JPEG AVI \
         for --seconds through the v4l2 plugin (dequeue, libv4l2's conversion to 4:2:0, \
         libturbojpeg, streamed to a file in /tmp); v4l2-ctl streams the same number of frames \
         of the device's own YUYV into /dev/null. Both are timed wall and CPU (user + system). \

@@ -1,11 +1,12 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALLock
 import FieldHALVault
 import Foundation
 import FieldHALCommandLine
 
-/// `fieldhal bench duress`: does a duress unlock take the time a normal unlock takes? Two
+/// `fieldhal-bench duress`: does a duress unlock take the time a normal unlock takes? Two
 /// throwaway kits in a temporary directory, set up alike; unlocks alternate between the
 /// PIN and the duress PIN, timed from the call to the saved state and audit line.
 struct DuressBench: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALFlows
 import FieldHALVault
 import Foundation
@@ -8,7 +9,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-/// `fieldhal bench evidence`: the evidence pipeline (SHA-256 + secretstream encryption +
+/// `fieldhal-bench evidence`: the evidence pipeline (SHA-256 + secretstream encryption +
 /// atomic, fsynced write into the queue) on one large file, next to `sha256sum` hashing the
 /// same file, both as child processes measured the same way (wall time, peak RSS).
 struct EvidenceBench: AsyncParsableCommand {
@@ -18,7 +19,7 @@ struct EvidenceBench: AsyncParsableCommand {
         discussion: """
         Writes a file of random bytes (--mebibytes, default 256) in a scratch directory, reads \
         it once to warm the page cache, then runs each side --runs times, alternating: \
-        `fieldhal bench evidence --seal FILE` (the queue's add, in a fresh state directory) and \
+        `fieldhal-bench evidence --seal FILE` (the queue's add, in a fresh state directory) and \
         `sha256sum FILE`. Reports median throughput, their ratio, and peak RSS (VmHWM, sampled every 5 ms).
         """)
 
@@ -61,7 +62,7 @@ struct EvidenceBench: AsyncParsableCommand {
 
         var fieldhal: [Child.Outcome] = [], baseline: [Child.Outcome] = []
         for _ in 0..<runs {
-            fieldhal.append(try Child.run("/proc/self/exe", ["bench", "evidence", "--seal", file]))
+            fieldhal.append(try Child.run("/proc/self/exe", ["evidence", "--seal", file]))
             baseline.append(try Child.run("/usr/bin/sha256sum", [file]))
         }
         let size = Double(mebibytes)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALPlugins
 import Foundation
 import FieldHALCommandLine
@@ -7,13 +8,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-struct BenchCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "bench", abstract: "Measure a backend against a baseline tool in the same run.",
-        subcommands: [GPSBench.self, NFCBench.self, EvidenceBench.self, DuressBench.self, CameraBench.self, AlertsBench.self, APIBench.self, APIFixBench.self, PluginsBench.self, SeizureBench.self, SeizureWorker.self])
-}
-
-/// `fieldhal bench gps`: how long a gpsd report takes to reach a Swift consumer through the
+/// `fieldhal-bench gps`: how long a gpsd report takes to reach a Swift consumer through the
 /// gpsd plugin, next to gpspipe reading the very same reports, and what watching costs.
 struct GPSBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

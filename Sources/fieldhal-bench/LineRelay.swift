@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALComposition
 import Foundation
 import FieldHALCommandLine
 #if canImport(Glibc)

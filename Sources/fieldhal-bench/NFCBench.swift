@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALPlugins
 import Foundation
 import FieldHALCommandLine
@@ -7,7 +8,7 @@ import FieldHALCommandLine
 import Glibc
 #endif
 
-/// `fieldhal bench nfc`: from a tag entering the field to its NDEF message decoded in
+/// `fieldhal-bench nfc`: from a tag entering the field to its NDEF message decoded in
 /// Swift, next to libnfc's `nfc-mfultralight r` reading the same tag from the same PN532
 /// emulator, both through libnfc's pn532_uart driver.
 struct NFCBench: AsyncParsableCommand {

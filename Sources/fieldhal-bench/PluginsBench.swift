@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALCommandLine
 import FieldHALPluginHost
 import FieldHALPlugins
@@ -8,7 +9,7 @@ import Foundation
 import Glibc
 #endif
 
-/// `fieldhal bench plugins`: what running a backend out of process costs. The gpsd backend
+/// `fieldhal-bench plugins`: what running a backend out of process costs. The gpsd backend
 /// in this process and the same backend in a plugin process (`fieldhal plugin serve gpsd`
 /// behind a manifest, through the plugin protocol) are fed the same gpsd reports.
 struct PluginsBench: AsyncParsableCommand {
@@ -131,7 +132,7 @@ struct PluginsBench: AsyncParsableCommand {
            FileManager.default.fileExists(atPath: hapticsPeer) {
             haptics = try await measureHaptics(evdev, try installExternal(evdev, serving: "evdev", in: directory), directory: directory)
         } else {
-            hapticsSkipped = "needs the evdev plugin, /dev/uinput and \(hapticsPeer): run `lab/kernel-lab .build/release/fieldhal bench plugins`"
+            hapticsSkipped = "needs the evdev plugin, /dev/uinput and \(hapticsPeer): run `lab/kernel-lab .build/release/fieldhal-bench plugins`"
         }
         let report = Report(machine: GPSBench.machine, alone: alone, atOnce: atOnce, floor: floor, rest: rest, pluginPeakRSSKiB: peak, pluginRSSKiB: resident,
                             nfc: nfc, stills: stills, clips: clips, haptics: haptics, hapticsSkipped: hapticsSkipped)
@@ -230,13 +231,13 @@ struct PluginsBench: AsyncParsableCommand {
         return (calls(stills, bytes: bytes), calls(clips, bytes: clip.samples.count * 2))
     }
 
-    /// A plugin directory serving a built-in plugin through this very binary.
+    /// A plugin directory serving a built-in plugin through the fieldhal beside this binary.
     private func installExternal(_ builtIn: PluginDescriptor, serving name: String, in directory: String) throws -> PluginDescriptor {
         let plugin = directory + "/\(name)-process"
         try FileManager.default.createDirectory(atPath: plugin, withIntermediateDirectories: true)
         let manifest = PluginManifest.json(for: builtIn, name: "\(name)-process", version: FieldHALVersion.current, executable: "run")
         try JSONEncoder().encode(manifest).write(to: URL(fileURLWithPath: plugin + "/plugin.json"))
-        let binary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let binary = try Sibling.fieldhal()
         try "#!/bin/sh\nexec '\(binary)' plugin serve \(name) --name \(name)-process\n".write(toFile: plugin + "/run", atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: plugin + "/run")
         return try PluginManifest.load(plugin + "/plugin.json").descriptor()

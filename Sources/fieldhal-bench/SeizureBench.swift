@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALFlows
 import FieldHALVault
 import Foundation
@@ -7,7 +8,7 @@ import Synchronization
 import Transrify
 import FieldHALCommandLine
 
-/// `fieldhal bench seizure` (issue 19): how soon the evidence of a duress capture is on the
+/// `fieldhal-bench seizure` (issue 19): how soon the evidence of a duress capture is on the
 /// server, and how much of a recording a kit taken at t seconds has already sent. The same
 /// capture runs twice on the kit's devices against a private lab server: in segments with the
 /// uploads beside it (what limited mode does now), and the whole-file pipeline with the

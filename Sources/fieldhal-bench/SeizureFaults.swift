@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALFlows
 import FieldHALVault
 import Foundation
@@ -127,7 +128,7 @@ struct SeizureFaults {
         }
     }
 
-    /// The worker process (`fieldhal bench seizure-worker`) and the verdict it reports.
+    /// The worker process (`fieldhal-bench seizure-worker`) and the verdict it reports.
     struct Worker {
         var process: Process
         var output: FileHandle
@@ -136,7 +137,7 @@ struct SeizureFaults {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let process = Process()
             process.executableURL = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
-            process.arguments = ["bench", "seizure-worker", "--state-dir", state, "--lab", baseURL.absoluteString, "--tenant-key", tenantKey,
+            process.arguments = ["seizure-worker", "--state-dir", state, "--lab", baseURL.absoluteString, "--tenant-key", tenantKey,
                                  "--incident", incident, "--seconds", "\(bench.seconds)", "--segment-seconds", "\(bench.segmentSeconds)",
                                  "--width", "\(bench.video.width)", "--height", "\(bench.video.height)", "--fps", "\(bench.video.framesPerSecond)"]
                 + (bench.config.map { ["--config", $0] } ?? [])
@@ -153,7 +154,7 @@ struct SeizureFaults {
             guard text.hasPrefix("verdict "), let ms = Double(text.dropFirst(8)) else {
                 process.terminate()
                 throw FieldHALError(.protocolError, subject: "bench seizure", detail: "the worker began with \"\(text)\", not its verdict",
-                                    advice: "run fieldhal bench seizure-worker by hand to see why it fails")
+                                    advice: "run fieldhal-bench seizure-worker by hand to see why it fails")
             }
             return Date(timeIntervalSince1970: ms / 1000)
         }

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALComposition
 import Foundation
 #if canImport(Glibc)
 import Glibc

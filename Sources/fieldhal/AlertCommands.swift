@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALClient
 import FieldHALAPI
 import FieldHALFlows

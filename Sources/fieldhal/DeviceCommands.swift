@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALCommandLine
 import Foundation
@@ -213,7 +214,7 @@ struct BioCommand: AsyncParsableCommand {
 extension SoundPlayCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         let clip = try APISoundPlay(sound: sound).clip()
         // Through the daemon when it runs (it holds the speaker), else here.
         var played = try await environment.throughDaemon { try await $0.playSound(sound) }
@@ -229,7 +230,7 @@ extension SoundPlayCommand: FieldHALSubcommand {
 extension HapticsPlayCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         let named = try APIHapticsPlay(pattern: pattern).named()
         // Through the daemon when it runs (it holds the haptics), else here.
         var played = try await environment.throughDaemon { try await $0.playHaptics(pattern) }
@@ -245,7 +246,7 @@ extension HapticsPlayCommand: FieldHALSubcommand {
 extension BioStatusCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         var availability = try await environment.throughDaemon { try await $0.biometrics() }
         if availability == nil {
             availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALCommandLine
 import FieldHALPlugins
 import Foundation
@@ -23,10 +24,6 @@ struct FieldHALCommand: AsyncParsableCommand {
         subcommands: [PluginsCommand.self, PluginCommand.self, DetectCommand.self, StatusCommand.self, DaemonCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, SoundCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
                       LocationCommand.self, LockCommand.self, AuditCommand.self, VaultCommand.self, TenantCommand.self, SignInCommand.self,
-                      SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self, BenchCommand.self]
+                      SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self]
     )
-}
-
-enum FieldHALVersion {
-    static let current = "0.3.0"
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALClient
 import FieldHALCommandLine
@@ -55,7 +56,7 @@ struct GPSCommand: AsyncParsableCommand {
 extension GPSFixCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         let request = try request()
         let reading: LocationReading
         if Self.fitsTheAPI(request), let served = try await environment.throughDaemon({ daemon in

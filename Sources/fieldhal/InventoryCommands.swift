@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALClient
 import FieldHALCommandLine
 import FieldHALPlugins
@@ -8,7 +9,7 @@ import Foundation
 extension StatusCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         // With a daemon, its view: it holds the devices, so a kit loaded here would find the
         // exclusive ones busy.
         let capabilities: [CapabilityStatus]

@@ -1,36 +1,9 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALVault
 import Foundation
 import FieldHALCommandLine
-
-/// `[location_sharing]`: how long a received location stays acceptable, and the people
-/// this kit shares with, each with an optional fuzz (seed 001's per-friend privacy rule).
-enum LocationSharingSettings {
-    static let specs: [ParameterSpec] = [
-        ParameterSpec("window_s", .integer, help: "reject a received location older than this many seconds (default 600)"),
-        ParameterSpec("recipients", .records([
-            ParameterSpec("name", .string, required: true, help: "a name to pass to --to"),
-            ParameterSpec("key", .string, required: true, help: "their public key, base64, from `fieldhal keys show`"),
-            ParameterSpec("fuzz", .integer, help: "round coordinates to 2 or 3 decimals for them"),
-        ]), help: "named recipients"),
-    ]
-
-    struct Recipient {
-        var key: String
-        var fuzz: Int?
-    }
-
-    static func window(in configuration: KitConfiguration) -> Int? {
-        configuration.settings["location_sharing"]?.integer("window_s")
-    }
-
-    static func recipient(named name: String, in configuration: KitConfiguration) -> Recipient? {
-        let records = configuration.settings["location_sharing"]?.records("recipients") ?? []
-        guard let record = records.first(where: { $0.string("name") == name }), let key = record.string("key") else { return nil }
-        return Recipient(key: key, fuzz: record.integer("fuzz"))
-    }
-}
 
 struct KeysCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "keys", abstract: "The device's key pair for sealed locations.",

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALCommandLine
 import FieldHALFlows
@@ -299,7 +300,7 @@ struct AuditCommand: AsyncParsableCommand {
 extension LockStatusCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         // With a daemon, its answer: the state directory may be the service user's alone.
         if let served = try await environment.throughDaemon({ try await $0.lock() }) {
             try emit(served)

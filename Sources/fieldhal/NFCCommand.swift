@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALCommandLine
 
@@ -37,7 +38,7 @@ struct NFCCommand: AsyncParsableCommand {
 extension NFCReadCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         let wait = try wait()
         var tag = try await environment.throughDaemon { try await $0.readTag(timeout: wait) }
         if tag == nil {
@@ -51,7 +52,7 @@ extension NFCReadCommand: FieldHALSubcommand {
 extension NFCWriteCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         let record = try content.record()
         let wait = try wait()
         var tag = try await environment.throughDaemon { try await $0.writeTag([record], timeout: wait) }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALCommandLine
 import FieldHALVault
 #if canImport(Glibc)

@@ -11,7 +11,7 @@ struct BenchCLITests {
     /// each of the five clients gets 10 alone); then a couple of followers through the
     /// daemon and straight on gpsd.
     @Test func apiGPSMeasuresEveryClient() async throws {
-        let result = try await CLI.run(["bench", "api-gps", "--epochs", "60", "--followers", "2", "--seconds", "3", "--json"])  // 1 Hz feed: a 1 s window can hold no fix (a loaded full run saw 0)
+        let result = try await CLI.bench(["api-gps", "--epochs", "60", "--followers", "2", "--seconds", "3", "--json"])  // 1 Hz feed: a 1 s window can hold no fix (a loaded full run saw 0)
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         let latency = report?["latency"] as? [String: Any]
@@ -28,7 +28,7 @@ struct BenchCLITests {
     /// server, and the segments' first audio is confirmed before the whole file's (the latter
     /// waits for the photo, then the audio, then the video, then the uploads).
     @Test func seizureRunsBothPipelinesAgainstTheLabServer() async throws {
-        let result = try await CLI.run(["bench", "seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
+        let result = try await CLI.bench(["seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
                                         "--fps", "10", "--taken-at", "2,9", "--faults", "none", "--json"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
@@ -51,7 +51,7 @@ struct BenchCLITests {
     /// is whole), then cut off from the server at 1.5 s for 1 s (nothing lost: it uploads
     /// once the link is back).
     @Test func seizureKillsAndCutsOffTheCaptureAndCountsWhatIsLeft() async throws {
-        let result = try await CLI.run(["bench", "seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
+        let result = try await CLI.bench(["seizure", "--seconds", "3", "--segment-seconds", "1", "--width", "160", "--height", "120",
                                         "--fps", "10", "--taken-at", "1.5", "--pipelines", "segments", "--faults", "both", "--cut-seconds", "1", "--json"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
@@ -71,17 +71,17 @@ struct BenchCLITests {
         let emulator = CLI.repositoryRoot.appendingPathComponent("Tests/TestSupport/Peers/pn532-emulator.py").path
         // Small stills: the debug build's JPEG encoder takes a quarter of a second for a
         // 640x480 one, and 200 of them starved the tests beside this one.
-        let arguments = ["bench", "plugins", "--epochs", "60", "--rest-seconds", "1", "--nfc-reads", "10",
+        let arguments = ["plugins", "--epochs", "60", "--rest-seconds", "1", "--nfc-reads", "10",
                          "--media-calls", "10", "--still-width", "64", "--still-height", "48",
                          "--emulator", emulator, "--json"]
-        var result = try await CLI.run(arguments)
+        var result = try await CLI.bench(arguments)
         // Once in a fresh-clone CI run (session 29), on a machine loaded by the tests beside
         // this one, none of gpsfake's 40 reports reached either consumer; the bench said so
         // with exit 75 (EX_TEMPFAIL: try again). This checks the bench's shape, not gpsfake
         // under load: one more try, said in the log, for that failure only.
         if result.status == 75 && result.stderr.contains("reports reached the two consumers") {
             print("bench plugins: \(result.stderr.trimmingCharacters(in: .whitespacesAndNewlines)); once more")
-            result = try await CLI.run(arguments)
+            result = try await CLI.bench(arguments)
         }
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]

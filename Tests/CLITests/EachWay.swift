@@ -44,7 +44,7 @@ actor KitDaemons {
     private(set) var served = 0
 
     /// Commands that never use a daemon, or are the daemon.
-    private static let daemonless: Set<String> = ["run", "demo", "bench", "plugins", "help", "--help", "-h", "--version"]
+    private static let daemonless: Set<String> = ["run", "demo", "plugins", "help", "--help", "-h", "--version"]
 
     func ensure(_ arguments: [String], _ environment: [String: String]) async throws -> [String: String] {
         guard let command = arguments.first, !Self.daemonless.contains(command), !arguments.contains("--help") else { return environment }

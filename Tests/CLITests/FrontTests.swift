@@ -66,7 +66,7 @@ struct FrontTests {
         #expect(refused.status == 78 && refused.stderr.contains("not valid TOML"), "\(refused)")
         // Help and the version are the whole CLI's.
         let help = try await run(CLI.frontBinary.path, ["--help"])
-        #expect(help.status == 0 && help.stdout.contains("SUBCOMMANDS:") && help.stdout.contains("bench"), "\(help.stdout)")
+        #expect(help.status == 0 && help.stdout.contains("SUBCOMMANDS:") && help.stdout.contains("vault"), "\(help.stdout)")
         let version = try await run(CLI.frontBinary.path, ["--version"])
         #expect(version.status == 0 && version.stdout.hasPrefix("0."), "\(version)")
     }

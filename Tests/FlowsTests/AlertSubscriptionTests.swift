@@ -81,7 +81,7 @@ struct AlertSubscriptionTests {
         let announced = await log.wait(for: "announce \(alertId)")
         #expect(announced != nil, "\(log.lines)")
         // The bound only separates "pushed" from "polled" (an hour here); the latency
-        // figures come from `fieldhal bench alerts`, not from a test on a loaded CI box.
+        // figures come from `fieldhal-bench alerts`, not from a test on a loaded CI box.
         if let announced { #expect(announced.at - sent < .seconds(2), "channel latency \(announced.at - sent)") }
         #expect(lab.running.server.openAlertChannels == 1)
         task.cancel()

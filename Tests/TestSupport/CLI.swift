@@ -48,6 +48,11 @@ public struct CLI {
         return try await offPool { try runBlocking(arguments, environment: extra, input: input) }
     }
 
+    /// `fieldhal-bench`, the benchmarks (a tool of the repository's, built beside the CLI).
+    public static func bench(_ arguments: [String], environment extra: [String: String] = [:]) async throws -> Result {
+        try await offPool { try runBlocking(arguments, environment: extra, executable: products.appendingPathComponent("fieldhal-bench")) }
+    }
+
     /// A fresh state directory of the kind `runBlocking` gives a command run without one.
     public static func freshStateDirectory() -> String {
         NSTemporaryDirectory() + "fieldhal-cli-\(UUID().uuidString)"

@@ -5,7 +5,7 @@
 /// whose decoder tries each type in turn (a string is tried as a Bool, an Int64 and a Double
 /// first, each failure a thrown error) and instantiates generic metadata per container: 0.1–
 /// 0.2 ms of CPU for a fix line on each side of the channel on a 2-CPU VM, more than the
-/// wake-up that carries it (`fieldhal bench plugins`). Reading the bytes once, here, costs a
+/// wake-up that carries it (`fieldhal-bench plugins`). Reading the bytes once, here, costs a
 /// few microseconds. The grammar is the RFC's, strictly: `true` is never `1`, nothing may
 /// follow the value, strings must be valid UTF-8 without raw control characters, and
 /// nesting stops at `maximumDepth`.

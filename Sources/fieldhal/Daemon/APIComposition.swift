@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALClient
 import FieldHALCommandLine
@@ -343,24 +344,6 @@ extension APIProblem {
             }
             self.init(kind: kind, subject: "", detail: failure.description, status: status)
         }
-    }
-}
-
-/// `[daemon]`: the control socket's settings, from before the API replaced it. Still
-/// accepted, so that a configuration written for an older release loads; the daemon says
-/// once that they are not used.
-enum DaemonSettings {
-    static let specs: [ParameterSpec] = [
-        ParameterSpec("socket", .string, help: "no longer used: the control socket is gone; commands use the API's [api] socket"),
-        ParameterSpec("socket_group", .string, help: "no longer used: who may use the API is [api] group and grants"),
-    ]
-
-    /// The line the daemon logs when the configuration still has them.
-    static func obsolete(in configuration: KitConfiguration) -> String? {
-        guard let section = configuration.settings["daemon"], section.string("socket") != nil || section.string("socket_group") != nil else {
-            return nil
-        }
-        return "[daemon] socket and socket_group are no longer used: commands reach the daemon on [api] socket; remove them"
     }
 }
 

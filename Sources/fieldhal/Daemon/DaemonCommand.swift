@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALComposition
 import FieldHALAPI
 import FieldHALCommandLine
 
@@ -13,7 +14,7 @@ struct DaemonCommand: AsyncParsableCommand {
 extension DaemonStatusCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
-    func execute(_ environment: Environment) async throws {
+    public func execute(_ environment: Environment) async throws {
         guard let report = try await environment.throughDaemon({ daemon in
             let status = try await daemon.status()
             let session = status.caller.scopes.contains(.transrify) ? try await daemon.session() : nil

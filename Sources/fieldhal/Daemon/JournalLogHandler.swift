@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import FieldHAL
+import FieldHALComposition
 import FieldHALCommandLine
 
 /// swift-log to the systemd journal through standard output: one line per message with the
