@@ -81,14 +81,20 @@ let package = Package(
         // The core: protocols, values, errors, configuration, registry, NDEF, state files.
         .target(
             name: "FieldHAL",
-            dependencies: [.product(name: "TOMLKit", package: "TOMLKit"), "CSpawn", "CMemfd"],
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: strictSwift
         ),
-        // posix_spawn's closefrom and pidfd_open, for the core's child processes (part of libc).
+        // Recordings' containers: the WAV and Motion-JPEG AVI writers, JPEG's sizes and tables.
+        .target(name: "FieldHALMedia", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        // Child processes: tools run to their end, plugin processes, a detached run.
+        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "CSpawn"], swiftSettings: strictSwift),
+        // posix_spawn's closefrom and pidfd_open, for FieldHALProcess (part of libc).
         .systemLibrary(name: "CSpawn"),
         // Secrets at rest, over libsodium (a hard dependency: no trait).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
-        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "CSodium"], swiftSettings: strictSwift),
+        // The vault, and every cipher and hash the product uses (the flows hold none).
+        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALProcess", "CSodium", .product(name: "Crypto", package: "swift-crypto")],
+                swiftSettings: strictSwift),
         // The kit's lock: PIN (argon2id), duress PIN, lockouts, relock, audit log.
         .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),
 
@@ -108,15 +114,16 @@ let package = Package(
         .systemLibrary(name: "CMemfd"),
         .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "CMemfd"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
-        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALPluginProtocol",
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
 
         // Plugins: one folder each. A plugin imports the core and its own C module only.
-        .target(name: "FakePlugin", dependencies: ["FieldHAL"], path: "Plugins/Fake", swiftSettings: strictSwift),
-        .target(name: "FprintdPlugin", dependencies: ["FieldHAL"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
+        .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        // fprintd has no C library to link: the plugin runs its tools (FieldHALProcess).
+        .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(
             name: "LibnfcPlugin",
             dependencies: ["FieldHAL", .target(name: "CNFC", condition: .when(traits: ["NFC"]))],
@@ -124,12 +131,12 @@ let package = Package(
         ),
         .target(
             name: "V4L2Plugin",
-            dependencies: ["FieldHAL", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
+            dependencies: ["FieldHAL", "FieldHALMedia", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
             path: "Plugins/V4L2", swiftSettings: strictSwift
         ),
         .target(
             name: "ALSAPlugin",
-            dependencies: ["FieldHAL", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
+            dependencies: ["FieldHAL", "FieldHALMedia", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
             path: "Plugins/ALSA", swiftSettings: strictSwift
         ),
         .target(
@@ -174,8 +181,8 @@ let package = Package(
         .target(
             name: "TransrifyLabServer",
             dependencies: [
-                // FieldHAL: the WAV and AVI writers an export joins segments with.
-                "Transrify", "CSodium", "FieldHAL",
+                // FieldHALMedia: the WAV and AVI writers an export joins segments with.
+                "Transrify", "CSodium", "FieldHAL", "FieldHALMedia",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -189,8 +196,8 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel", "CSodium",
-                                                     .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strictSwift),
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel"],
+                swiftSettings: strictSwift),
 
         // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
         // -sanitize=fuzzer,address -DFUZZING); built normally it replays a corpus.
@@ -212,11 +219,10 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSwift
         ),
-        // A Swift client of that API (SwiftNIO's HTTP/1.1 on the Unix socket).
+        // A Swift client of that API: blocking calls on threads of its own, no event loop.
         .target(
             name: "FieldHALClient",
-            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio")],
+            dependencies: ["FieldHAL", "FieldHALAPI"],
             swiftSettings: strictSwift
         ),
 
@@ -240,22 +246,31 @@ let package = Package(
         .target(
             name: "FieldHALComposition",
             dependencies: ["FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "FieldHALFlows",
-                           "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine",
+                           "FieldHALLock", "FieldHALClient", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strictSwift
+        ),
+        // The daemon (`fieldhal run`): its services over the devices it holds, and the API's
+        // flow routes; the executable only starts it.
+        .target(
+            name: "FieldHALDaemon",
+            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALFlows", "FieldHALVault",
+                           "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "Transrify",
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                           .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strictSwift
         ),
         .executableTarget(
             name: "fieldhal",
             dependencies: [
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
-                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc", "FieldHALComposition",
+                "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc", "FieldHALComposition", "FieldHALProcess", "FieldHALDaemon", "FieldHALMedia",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                // The daemon's control socket (SwiftNIO is already built for the alerts channel).
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strictSwift
         ),
@@ -273,28 +288,33 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport", "FakePlugin",
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport", "FakePlugin",
                                                        .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "media-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
-        .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FakePlugin"], swiftSettings: strictSwift),
+        .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FieldHALMedia", "FakePlugin"], swiftSettings: strictSwift),
         .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "fieldhal-bench", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Logs"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "LibnfcPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
-        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
+        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
+        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "TestSupport",
+                                                       .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                                                       .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                                                       .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
         .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALFlows", "FieldHALVault", "Transrify", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALMedia", "FieldHALFlows", "FieldHALVault", "Transrify", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

@@ -1,5 +1,6 @@
 #if ALSA
 import FieldHAL
+import FieldHALMedia
 import Foundation
 
 /// Records from an ALSA PCM to WAV on the device's own thread, a period at a time, so

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 
 /// A small baseline JPEG encoder (ITU T.81, JFIF, YCbCr 4:4:4, the standard tables of
 /// Annex K) for the fake camera's test pattern. Real cameras deliver MJPEG or use

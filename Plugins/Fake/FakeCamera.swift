@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import Foundation
 
 /// A camera that photographs a test pattern: eight colour bars over a grey ramp, with a
@@ -11,6 +12,11 @@ actor FakeCamera: Camera {
     /// A recording longer than this ends early, as if the camera were unplugged then.
     nonisolated let unplugAfter: Duration?
     private var frameNumber = 0
+    /// Recordings running now: a still asked for meanwhile is the next frame, at the
+    /// recording's size, as a real camera's (the device is the recording's), not a wait for
+    /// its end.
+    private var recordings = 0
+    private var stillsWaiting: [(quality: Int, continuation: CheckedContinuation<Photo, any Error>)] = []
 
     static let offeredFormats: [CameraFormat] = [
         CameraFormat(pixelFormat: "MJPG", width: 320, height: 240, framesPerSecond: [30]),
@@ -35,6 +41,9 @@ actor FakeCamera: Camera {
         guard (1...100).contains(request.quality) else {
             throw FieldHALError(.invalidArgument, subject: subject, detail: "JPEG quality \(request.quality) is outside 1–100")
         }
+        if recordings > 0 {
+            return try await withCheckedThrowingContinuation { stillsWaiting.append((request.quality, $0)) }
+        }
         frameNumber += 1 + max(0, request.warmUpFrames)
         let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
         let jpeg = BaselineJPEGEncoder(quality: request.quality).encode(rgb: pixels, width: request.width, height: request.height)
@@ -55,13 +64,18 @@ actor FakeCamera: Camera {
         let encoder = BaselineJPEGEncoder(quality: request.quality)
         var full: MJPEGAVIWriter.Full?
         let start = ContinuousClock.now
+        recordings += 1
+        defer { endRecording(width: request.width, height: request.height) }
         for index in 0..<frames {
             try Task.checkCancellation()
             if realtime {
                 try await sleepCancellable(until: start + .microseconds(index * 1_000_000 / request.framesPerSecond), subject: "camera \(deviceName)")
+            } else {
+                await Task.yield()  // a still asked for meanwhile gets in, for this frame
             }
             frameNumber += 1
             let pixels = Self.testPattern(width: request.width, height: request.height, frame: frameNumber)
+            handStills(pixels, width: request.width, height: request.height)
             let jpeg = encoder.encode(rgb: pixels, width: request.width, height: request.height)
             full = writer.full(forFrameOf: jpeg.count)
             if full != nil { break }
@@ -72,6 +86,25 @@ actor FakeCamera: Camera {
         return VideoRecording(path: path, width: request.width, height: request.height, frames: writer.frameCount,
                               durationSeconds: duration.seconds, bytes: bytes,
                               stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull, endedEarly: endedEarly)
+    }
+
+    /// The stills waiting for this frame, each at its quality and the recording's size.
+    private func handStills(_ pixels: [UInt8], width: Int, height: Int) {
+        guard !stillsWaiting.isEmpty else { return }
+        let waiting = stillsWaiting
+        stillsWaiting = []
+        for still in waiting {
+            let jpeg = BaselineJPEGEncoder(quality: still.quality).encode(rgb: pixels, width: width, height: height)
+            still.continuation.resume(returning: Photo(jpeg: jpeg, width: width, height: height, capturedAt: Date()))
+        }
+    }
+
+    /// The recording is over: a still still waiting gets the frame after its last one.
+    private func endRecording(width: Int, height: Int) {
+        recordings -= 1
+        guard !stillsWaiting.isEmpty else { return }
+        frameNumber += 1
+        handStills(Self.testPattern(width: width, height: height, frame: frameNumber), width: width, height: height)
     }
 
     /// SMPTE-like bars (white, yellow, cyan, green, magenta, red, blue, black) on the top

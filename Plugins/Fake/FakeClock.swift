@@ -9,7 +9,7 @@ struct ScriptClock: Sendable {
     /// Milliseconds since the device opened.
     var elapsedMilliseconds: Int {
         let elapsed = ContinuousClock.now - start
-        return Int(elapsed.components.seconds) * 1000 + Int(elapsed.components.attoseconds / 1_000_000_000_000_000)
+        return Int(elapsed.wholeMilliseconds)
     }
 
     /// Sleeps until `milliseconds` after opening (at once if that has passed).

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import Foundation
 
 /// A microphone that records a sine tone, or loops the samples of a WAV file, to a real

@@ -1,5 +1,6 @@
 #if Fprintd
 import FieldHAL
+import FieldHALProcess
 import Foundation
 #if canImport(Glibc)
 import Glibc

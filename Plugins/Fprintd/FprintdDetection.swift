@@ -1,5 +1,6 @@
 #if Fprintd
 import FieldHAL
+import FieldHALProcess
 import Foundation
 
 /// fprintd's sensors for `fieldhal detect`: the manager's GetDevices on the system bus

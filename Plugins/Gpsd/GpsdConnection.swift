@@ -137,7 +137,7 @@ final class GpsdConnection {
         while ContinuousClock.now < deadline {
             var waiting = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
             let left = deadline - ContinuousClock.now
-            _ = poll(&waiting, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            _ = poll(&waiting, 1, max(1, left.pollTimeout))
             while true {
                 message[0] = 0
                 let status = gps_read(data, &message, Int32(message.count))

@@ -1,6 +1,7 @@
 #if V4L2
 import CV4L2
 import FieldHAL
+import FieldHALMedia
 import Foundation
 import Synchronization
 #if canImport(Glibc)

@@ -37,8 +37,7 @@ public enum FieldHALAPI {
 
     /// A wait in the API's unit (whole milliseconds, as `timeout_ms` and `timeoutMs` take it).
     public static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        duration.wholeMilliseconds
     }
 
     public static var decoder: JSONDecoder {

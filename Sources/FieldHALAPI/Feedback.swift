@@ -75,8 +75,7 @@ public struct APISoundPlayed: Sendable, Codable, Equatable {
     }
 
     public init(_ clip: SoundClip) {
-        self.init(sound: clip.name, milliseconds: Int(clip.duration.components.seconds * 1000
-                                                       + clip.duration.components.attoseconds / 1_000_000_000_000_000))
+        self.init(sound: clip.name, milliseconds: Int(clip.duration.wholeMilliseconds))
     }
 }
 

@@ -17,9 +17,17 @@ public struct APILockStatus: Sendable, Codable, Equatable {
     /// How the vault key that seals the PIN hashes is kept, and what a copy of the state
     /// directory gives away (absent from daemons before 0.3.1).
     public var vaultKey: APIVaultKey?
+    /// Wrong PINs in a row after which the kit's data is erased; absent: never (and from
+    /// daemons before 0.3.1).
+    public var wipeAfterFailures: Int?
+    /// How many more wrong PINs erase it; absent when no wipe is set.
+    public var failuresBeforeWipe: Int?
 
     public init(configured: Bool, locked: Bool, biometricsEnabled: Bool, pinLockedForSeconds: Int, biometricsLockedForSeconds: Int,
-                offerEmergencyReset: Bool, relockAfter: String, message: String, vaultKey: APIVaultKey? = nil) {
+                offerEmergencyReset: Bool, relockAfter: String, message: String, vaultKey: APIVaultKey? = nil,
+                wipeAfterFailures: Int? = nil, failuresBeforeWipe: Int? = nil) {
+        self.wipeAfterFailures = wipeAfterFailures
+        self.failuresBeforeWipe = failuresBeforeWipe
         self.configured = configured
         self.locked = locked
         self.biometricsEnabled = biometricsEnabled
@@ -214,7 +222,9 @@ public struct APIUnlockOutcome: Sendable, Codable, Equatable {
     public var message: String
     public var retryAfterSeconds: Int?
 
-    public static let unlocked = "unlocked", rejected = "rejected", paused = "paused"
+    /// `erased`: that wrong PIN was the last the lock's wipe setting allows, and the kit's
+    /// data is erased (the daemon then restarts on the empty state).
+    public static let unlocked = "unlocked", rejected = "rejected", paused = "paused", erased = "erased"
 
     public init(outcome: String, message: String, retryAfterSeconds: Int? = nil) {
         self.outcome = outcome
@@ -234,8 +244,12 @@ public struct APILockSetup: Sendable, Codable, Equatable {
     public var biometrics: Bool?
     /// `immediate`, `1m`, `2m`, `5m` (the default), `10m` or `never`.
     public var relockAfter: String?
+    /// Erase the kit's data after this many wrong PINs in a row (5 to 50); absent: never.
+    public var wipeAfterFailures: Int?
 
-    public init(pin: String, pinConfirmation: String, duressPin: String? = nil, biometrics: Bool? = nil, relockAfter: String? = nil) {
+    public init(pin: String, pinConfirmation: String, duressPin: String? = nil, biometrics: Bool? = nil, relockAfter: String? = nil,
+                wipeAfterFailures: Int? = nil) {
+        self.wipeAfterFailures = wipeAfterFailures
         self.pin = pin
         self.pinConfirmation = pinConfirmation
         self.duressPin = duressPin
@@ -256,9 +270,12 @@ public struct APILockSettings: Sendable, Codable, Equatable {
     public var newDuressPin: String?
     /// Turn the lock off (nothing else may be given with it).
     public var disable: Bool?
+    /// Erase the kit's data after this many wrong PINs in a row (5 to 50), or 0 for never.
+    public var wipeAfterFailures: Int?
 
     public init(currentPin: String, relockAfter: String? = nil, biometrics: Bool? = nil, newPin: String? = nil,
-                newPinConfirmation: String? = nil, newDuressPin: String? = nil, disable: Bool? = nil) {
+                newPinConfirmation: String? = nil, newDuressPin: String? = nil, disable: Bool? = nil, wipeAfterFailures: Int? = nil) {
+        self.wipeAfterFailures = wipeAfterFailures
         self.currentPin = currentPin
         self.relockAfter = relockAfter
         self.biometrics = biometrics

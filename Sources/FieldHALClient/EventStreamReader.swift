@@ -19,9 +19,9 @@ enum EventStreamReader {
     /// the daemon's problem, or why the connection failed).
     static func read(socketPath: String, path: String, stop: WakeupEvent, deliver: (APIEvent) -> Void) throws {
         let subject = "GET \(path)"
-        let descriptor = try connect(socketPath)
+        let descriptor = try DaemonConnection.connect(socketPath)
         defer { close(descriptor) }
-        try send(Array("GET \(path) HTTP/1.1\r\nHost: fieldhal\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n".utf8),
+        try DaemonConnection.send(Array("GET \(path) HTTP/1.1\r\nHost: fieldhal\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n".utf8),
                  to: descriptor, subject: subject)
         var response = HTTPResponseReader(subject: subject)
         var events = ServerSentEvents()
@@ -73,44 +73,6 @@ enum EventStreamReader {
                 }
             }
             if count == 0 { return }
-        }
-    }
-
-    private static func connect(_ socketPath: String) throws -> Int32 {
-        func unavailable(_ why: String) -> FieldHALError {
-            FieldHALError(.unavailable, subject: socketPath, detail: "no daemon answers here (\(why))",
-                          advice: "start it (systemctl start fieldhal, or fieldhal run) or give its [api] socket")
-        }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(socketPath.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw unavailable("the path is too long for a socket") }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        }
-        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { throw unavailable("socket: \(SystemError.describe())") }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
-            let why = SystemError.describe()
-            close(descriptor)
-            throw unavailable(why)
-        }
-        return descriptor
-    }
-
-    private static func send(_ bytes: [UInt8], to descriptor: Int32, subject: String) throws {
-        var sent = 0
-        while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
-                                    advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
-            }
-            sent += count
         }
     }
 }

@@ -1,9 +1,6 @@
 import FieldHAL
 import FieldHALAPI
 import Foundation
-import NIOCore
-import NIOHTTP1
-import NIOPosix
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,8 +8,8 @@ import Glibc
 /// A Swift client of the kit's hardware API: what a Swift program uses to reach the devices
 /// that `fieldhal run` holds, instead of opening them itself.
 ///
-/// One HTTP/1.1 connection per call, on the daemon's Unix socket, through SwiftNIO's event
-/// loops (never the cooperative pool). Errors are the daemon's typed errors (`APIProblem`,
+/// One HTTP/1.1 connection per call, on the daemon's Unix socket, made with blocking calls
+/// on a thread of its own (never the cooperative pool). Errors are the daemon's typed errors (`APIProblem`,
 /// with its advice); a daemon that is not there is `FieldHALError.unavailable` saying so.
 ///
 ///     let kit = FieldHALClient(socketPath: "/run/fieldhal/api.sock")
@@ -245,7 +242,7 @@ public struct FieldHALClient: Sendable {
             // The recording's length, then its transfer: a minute of slack for a long one.
             try await Self.exchange(socketPath: socketPath, method: .POST, path: route(name), body: try FieldHALAPI.encoder.encode(request),
                                     deadline: .now + .milliseconds(milliseconds) + slack + .seconds(60),
-                                    onHead: { header = $0.headers.first(name: FieldHALAPI.recordingHeader) }) { chunk in
+                                    onHead: { header = $0[FieldHALAPI.recordingHeader.lowercased()] }) { chunk in
                 try file.write(contentsOf: chunk)
             }
             try file.synchronize()
@@ -345,89 +342,52 @@ public struct FieldHALClient: Sendable {
 
     /// One request: connects, sends `method path` (with a JSON body), and hands a 200's body
     /// to `onChunk` as it arrives; any other status is read whole and thrown as the daemon's
-    /// `APIProblem`.
+    /// `APIProblem`. On a thread of its own (`SocketExchange`); cancelling the caller's task
+    /// closes the connection.
     private static func exchange(socketPath: String, method: HTTPMethod = .GET, path: String, body request: Data? = nil,
                                  deadline: ContinuousClock.Instant?,
-                                 onHead: (HTTPResponseHead) throws -> Void = { _ in },
+                                 onHead: ([String: String]) throws -> Void = { _ in },
                                  _ onChunk: (Data) async throws -> Void) async throws {
-        let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
-        do {
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .connect(unixDomainSocketPath: socketPath) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
-                    }
+        let subject = "\(method.rawValue) \(path)"
+        var head = "\(method.rawValue) \(path) HTTP/1.1\r\nHost: fieldhal\r\nConnection: close\r\n"
+        if let request { head += "Content-Type: application/json\r\nContent-Length: \(request.count)\r\n" }
+        // One write: the daemon answers as soon as the request is whole and then closes.
+        var bytes = Array((head + "\r\n").utf8)
+        if let request { bytes += request }
+        var refused: (status: Int, body: Data)?
+        var answered = false
+        for try await part in SocketExchange.parts(socketPath: socketPath, request: bytes, subject: subject, deadline: deadline) {
+            switch part {
+            case .head(let status, let headers):
+                answered = true
+                if status != 200 { refused = (status, Data()) } else { try onHead(headers) }
+            case .body(let chunk):
+                if var problem = refused {
+                    // An error body is small; a hostile one is cut at 1 MiB.
+                    problem.body += chunk.prefix(max(0, 1 << 20 - problem.body.count))
+                    refused = problem
+                } else {
+                    try await onChunk(Data(chunk))
                 }
-        } catch {
-            throw FieldHALError(.unavailable, subject: socketPath, detail: "no daemon answers here (\(error))",
-                                advice: "start it (systemctl start fieldhal, or fieldhal run) or give its [api] socket")
-        }
-        let closer = channel.channel
-        // The bound: closing the connection ends any wait below, wherever it is.
-        let watchdog = deadline.map { deadline in
-            Task {
-                try await Task.sleep(until: deadline, clock: .continuous)
-                try? await closer.close()
+            case .end:
+                break
             }
         }
-        defer { watchdog?.cancel() }
-        do {
-            try await withTaskCancellationHandler {
-                try await channel.executeThenClose { inbound, outbound in
-                    var head = HTTPRequestHead(version: .http1_1, method: method, uri: path)
-                    head.headers.add(name: "Host", value: "fieldhal")
-                    head.headers.add(name: "Connection", value: "close")
-                    if let request {
-                        head.headers.add(name: "Content-Type", value: "application/json")
-                        head.headers.add(name: "Content-Length", value: "\(request.count)")
-                    }
-                    // One write: the daemon answers as soon as the request is whole and then
-                    // closes the connection (Connection: close), so a separate write of the
-                    // end could meet a closed channel when this task is slow to get to it.
-                    var outgoing: [HTTPClientRequestPart] = [.head(head)]
-                    if let request { outgoing.append(.body(.byteBuffer(ByteBuffer(bytes: request)))) }
-                    outgoing.append(.end(nil))
-                    try await outbound.write(contentsOf: outgoing)
-                    var parts = inbound.makeAsyncIterator()
-                    guard case .head(let response)? = try await parts.next() else {
-                        throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "the daemon closed the connection without an answer")
-                    }
-                    if response.status != .ok {
-                        var text = Data()
-                        while let part = try await parts.next() {
-                            if case .body(let buffer) = part { text += Data(buffer.readableBytesView) }
-                        }
-                        if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: text) { throw problem.error }
-                        throw FieldHALError(.protocolError, subject: "\(method) \(path)", detail: "HTTP \(response.status.code) without an error body")
-                    }
-                    try onHead(response)
-                    while let part = try await parts.next() {
-                        switch part {
-                        case .body(let buffer): try await onChunk(Data(buffer.readableBytesView))
-                        case .end: return
-                        case .head: continue
-                        }
-                    }
-                }
-            } onCancel: {
-                closer.close(promise: nil)
-            }
-        } catch let error where deadline.map({ ContinuousClock.now >= $0 }) == true && !(error is APIProblem) {
-            // The watchdog closed the connection: say so, not what the closing looked like.
-            throw FieldHALError(.timeout, subject: "\(method) \(path)", detail: "no whole answer from the daemon in time")
-        } catch let error as any ChannelErrorKind {
-            // A connection the daemon ended mid-call: a typed error, not SwiftNIO's.
-            throw FieldHALError(.disconnected, subject: "\(method) \(path)", detail: "the daemon ended the connection mid-call (\(error))",
-                                advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
+        try Task.checkCancellation()
+        guard answered else {
+            throw FieldHALError(.protocolError, subject: subject, detail: "the daemon closed the connection without an answer")
+        }
+        if let refused {
+            if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: refused.body) { throw problem.error }
+            throw FieldHALError(.protocolError, subject: subject, detail: "HTTP \(refused.status) without an error body")
         }
     }
 }
 
-/// SwiftNIO's errors of a connection that went away.
-protocol ChannelErrorKind: Error {}
-extension ChannelError: ChannelErrorKind {}
-extension IOError: ChannelErrorKind {}
+/// The methods the API uses.
+enum HTTPMethod: String, Sendable {
+    case GET, POST, DELETE
+}
 
 /// Server-Sent Events from chunks of bytes: lines end at LF (a chunk may end mid-line, or
 /// mid-character), events at a blank line; comments (`:`) are keep-alives.
@@ -485,15 +445,6 @@ struct ServerSentEvents {
     private static func value(of field: [UInt8], in line: ArraySlice<UInt8>) -> ArraySlice<UInt8>? {
         guard line.count >= field.count, line.prefix(field.count).elementsEqual(field) else { return nil }
         return line.dropFirst(field.count)
-    }
-}
-
-extension ArraySlice<UInt8> {
-    /// Without leading and trailing spaces and tabs.
-    func trimmingSpaces() -> ArraySlice<UInt8> {
-        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
-        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else { return [] }
-        return self[first...last]
     }
 }
 

@@ -144,7 +144,7 @@ public struct GPSFixCommand: ParsableCommand {
         return problem
     }
 
-    /// What the core advises when no fix comes, in the CLI's words.
+    /// What to do when no fix comes, in the CLI's words.
     public static let noFixAdvice = "check the antenna has a view of the sky, or raise --timeout / --max-age"
 
     public func emit(_ reading: LocationReading) throws {

@@ -15,6 +15,9 @@ public struct Environment: Sendable {
     public let configuration: KitConfiguration
     public let stateDirectory: StateDirectory
     public let registry: PluginRegistry
+    /// The time the kit's services keep (the lock's relock, a sign-in's age): the system's,
+    /// or a test's manual clock given to the daemon.
+    public var clock: any KitClock = SystemKitClock()
 
     /// `fakeKitUnlessConfigured`: with no configuration given or installed, the built-in fake
     /// kit rather than an error (`fieldhal demo`, which is about the fake kit).
@@ -130,6 +133,10 @@ public struct CommandFailure: Error, CustomStringConvertible {
             exitCode = ExitStatus.code(problem)
         case let error as VaultError where error.kind == .keySealed:
             exitCode = 69  // EX_UNAVAILABLE: the TPM that holds the key would not open it
+        case let error as ValidationError:
+            // An option's value judged in the command's body, as the parser's own: EX_USAGE.
+            description = error.message
+            exitCode = 64
         default:
             exitCode = 1
         }

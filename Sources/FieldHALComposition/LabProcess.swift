@@ -9,6 +9,8 @@ public final class LabProcess: @unchecked Sendable {
     public let process: Process
     public let baseURL: URL
     public let tenantKey: String, customerRef: String, pin: String, duressPin: String
+    /// The server's state: `lab.sqlite` and the uploaded objects under `objects/`.
+    public let directory: String
 
     public static func start(directory: String) throws -> LabProcess {
         let executable = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
@@ -39,7 +41,8 @@ public final class LabProcess: @unchecked Sendable {
         guard let address = text.split(separator: " ").last, let url = URL(string: String(address)) else {
             throw FieldHALError(.protocolError, subject: "demo", detail: "unexpected line from fieldhal-labserver: \(text)")
         }
-        return LabProcess(process: process, baseURL: url, tenantKey: tenantKey, customerRef: words[1], pin: words[3], duressPin: words[6])
+        return LabProcess(process: process, baseURL: url, tenantKey: tenantKey, customerRef: words[1], pin: words[3], duressPin: words[6],
+                          directory: directory)
     }
 
     /// A child's next line of output, without its newline, read a byte at a time so that
@@ -53,8 +56,9 @@ public final class LabProcess: @unchecked Sendable {
         return String(decoding: line.dropLast(), as: UTF8.self)
     }
 
-    private init(process: Process, baseURL: URL, tenantKey: String, customerRef: String, pin: String, duressPin: String) {
+    private init(process: Process, baseURL: URL, tenantKey: String, customerRef: String, pin: String, duressPin: String, directory: String) {
         self.process = process
+        self.directory = directory
         self.baseURL = baseURL
         (self.tenantKey, self.customerRef, self.pin, self.duressPin) = (tenantKey, customerRef, pin, duressPin)
     }

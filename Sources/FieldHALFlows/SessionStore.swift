@@ -44,11 +44,23 @@ public struct SessionStore: Sendable {
                                   advice: "run fieldhal signout, then sign in again")
     }
 
+    /// Every save and sign-out made in this process, as it happens: the daemon's loops wait
+    /// on it instead of opening the sealed session every second. (A change made by another
+    /// process is not heard; a loop that must see one looks again now and then.)
+    public static let changes = Broadcaster<Int>(bufferLimit: 1)
+
     public func load() throws -> SessionRecord? { try stored.load() }
-    public func save(_ record: SessionRecord) throws { try stored.save(record) }
+
+    public func save(_ record: SessionRecord) throws {
+        try stored.save(record)
+        Self.changes.yield(0)
+    }
 
     /// Signs out: removes the session and with it the limited-mode flag (Req 8, 17.4).
-    public func clear() throws { try stored.remove() }
+    public func clear() throws {
+        defer { Self.changes.yield(0) }
+        try stored.remove()
+    }
 }
 
 /// The tenant's API key, in the vault (Req 16.1, 16.3): never in source or config.

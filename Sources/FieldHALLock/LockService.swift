@@ -10,6 +10,8 @@ public enum UnlockOutcome: Sendable, Equatable {
     case rejected(String)
     /// Attempts are paused; `seconds` until they are accepted again.
     case lockedOut(String, seconds: Int)
+    /// The last wrong PIN the lock's wipe setting allows: the kit's data was erased.
+    case erased(String)
 }
 
 /// Where the lock stands, for `fieldhal lock status` and the daemon.
@@ -25,6 +27,11 @@ public struct LockStatus: Sendable, Equatable, Codable {
     public var offerEmergencyReset: Bool
     public var relockAfter: RelockAfter
     public var message: String
+    /// The wipe setting (nil: never), and how many more wrong PINs erase the kit's data.
+    public var wipeAfterFailures: Int?
+    public var failuresBeforeWipe: Int?
+    /// When the unlocked kit relocks if nothing uses it meanwhile (nil: locked, off, or never).
+    public var relocksAt: Date?
 }
 
 /// The kit's lock (seeds 002, 003, 004, and 000's duress PIN) as a state machine over a
@@ -40,19 +47,32 @@ public final class LockService: @unchecked Sendable {
 
     public static let wrongCredential = "That didn't work. Please try again."
     public static let notSetUp = "The lock is not set up. Run fieldhal lock setup."
+    /// The same words whether evidence was kept or not, as the emergency reset's.
+    public static let erasedMessage = "Too many wrong PINs: this kit's FieldHAL data was erased, as its lock was set to do. Evidence not yet uploaded stays sealed and keeps uploading. Run fieldhal lock setup to start again."
 
     private let store: any LockStore
     private let audit: AuditLog?
     private let now: @Sendable () -> Date
     private let cost: PINHash.Cost
     private let mutex = NSLock()
+    /// Erases the kit's data (the emergency reset) when the wipe setting's last wrong PIN
+    /// is reached; nil: this lock cannot, and refuses the setting.
+    private let erase: (@Sendable () throws -> Void)?
+    /// Whether this service erased the kit's data: a daemon must then start afresh, since
+    /// what it holds (sessions, keys, the vault it opened) went with it. Under `mutex`.
+    private var erasedByUs = false
 
-    public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init) {
+    public init(store: any LockStore, audit: AuditLog?, cost: PINHash.Cost = .interactive, now: @escaping @Sendable () -> Date = Date.init,
+                erase: (@Sendable () throws -> Void)? = nil) {
         self.store = store
         self.audit = audit
         self.cost = cost
         self.now = now
+        self.erase = erase
     }
+
+    /// Whether a wrong PIN checked by this service erased the kit's data.
+    public var erasedTheKit: Bool { mutex.withLock { erasedByUs } }
 
     /// A hash nothing typed can match, stored in place of a duress PIN that is not set.
     private func decoy() throws -> String {
@@ -90,7 +110,8 @@ public final class LockService: @unchecked Sendable {
     /// without enrolled prints the lock is PIN only (seed 003 Req 2.5). Returns a message.
     @discardableResult
     public func setup(pin: SecretBytes, confirmation: SecretBytes, duressPIN: SecretBytes? = nil,
-                      biometrics: BiometricAvailability? = nil, relockAfter: RelockAfter = .fiveMinutes) throws -> String {
+                      biometrics: BiometricAvailability? = nil, relockAfter: RelockAfter = .fiveMinutes,
+                      wipeAfterFailures: Int? = nil) throws -> String {
         try serialised {
             var state = try loadState() ?? LockState()
             guard !state.isConfigured else {
@@ -98,6 +119,7 @@ public final class LockService: @unchecked Sendable {
                                     advice: "change it with fieldhal lock settings, or start over with fieldhal lock reset")
             }
             try Self.check(pin, confirmation)
+            if let wipeAfterFailures { try checkWipe(wipeAfterFailures) }
             if let duressPIN {
                 if let problem = PINPolicy.problem(with: duressPIN) { throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)") }
                 guard !duressPIN.isEqual(to: pin) else { throw FieldHALError(.invalidArgument, subject: "lock", detail: "the duress PIN must differ from the PIN") }
@@ -106,6 +128,7 @@ public final class LockService: @unchecked Sendable {
             state.duressPINHash = try duressPIN.map { try PINHash.hash($0, cost: cost) } ?? decoy()
             state.biometricsEnabled = biometrics?.isEnrolled ?? false
             state.relockAfter = relockAfter
+            state.wipeAfterFailures = wipeAfterFailures
             markUnlocked(&state, at: now())
             try record(&state, "setup", biometrics: state.biometricsEnabled)
             if biometrics != nil && !state.biometricsEnabled {
@@ -120,11 +143,14 @@ public final class LockService: @unchecked Sendable {
     /// The new PINs are checked against the policy before the current PIN is: an answer that
     /// came only for the right current PIN ("cannot be sequential") would let a guesser tell
     /// a right PIN from a wrong one without the attempt being judged as an unlock.
+    /// `wipeAfterFailures`: erase the kit's data after that many wrong PINs, 0 for never.
     public func changeSettings(currentPIN: SecretBytes, relockAfter: RelockAfter? = nil, biometrics: BiometricAvailability? = nil,
-                               newPIN: (pin: SecretBytes, confirmation: SecretBytes)? = nil, newDuressPIN: SecretBytes? = nil) throws {
+                               newPIN: (pin: SecretBytes, confirmation: SecretBytes)? = nil, newDuressPIN: SecretBytes? = nil,
+                               wipeAfterFailures: Int? = nil) throws {
         try serialised {
             var state = try requireConfigured()
             if let newPIN { try Self.check(newPIN.pin, newPIN.confirmation) }
+            if let wipeAfterFailures, wipeAfterFailures != 0 { try checkWipe(wipeAfterFailures) }
             if let newDuressPIN, let problem = PINPolicy.problem(with: newDuressPIN) {
                 throw FieldHALError(.invalidArgument, subject: "lock", detail: "duress PIN: \(problem)")
             }
@@ -147,6 +173,7 @@ public final class LockService: @unchecked Sendable {
             if let biometrics { state.biometricsEnabled = biometrics.isEnrolled }
             if let newPIN { state.pinHash = try PINHash.hash(newPIN.pin, cost: cost) }
             if let newDuressPIN { state.duressPINHash = try PINHash.hash(newDuressPIN, cost: cost) }
+            if let wipeAfterFailures { state.wipeAfterFailures = wipeAfterFailures == 0 ? nil : wipeAfterFailures }
             try record(&state, "settings-changed", biometrics: state.biometricsEnabled)
         }
     }
@@ -189,6 +216,8 @@ public final class LockService: @unchecked Sendable {
         try serialised {
             var state = try loadState() ?? LockState()
             guard state.isConfigured else { return .rejected(Self.notSetUp) }
+            // The last allowed attempt was counted but its process killed before it erased.
+            if wipeIsDue(state) { return .erased(try wipe(&state)) }
             let at = now()
             let wait = remaining(state.pinLockedUntil, at: at)
             if wait > 0 { return .lockedOut(Self.lockedOutMessage(wait), seconds: wait) }
@@ -205,6 +234,7 @@ public final class LockService: @unchecked Sendable {
             }
             var outcome = UnlockOutcome.rejected(Self.wrongCredential)
             Self.countFailure(&state, at: at)
+            if wipeIsDue(state) { return .erased(try wipe(&state)) }
             if let seconds = Self.lockoutSeconds(afterFailures: state.failedPINAttempts) {
                 outcome = .lockedOut(Self.lockedOutMessage(seconds), seconds: seconds)
                 try record(&state, "lockout", detail: "method=pin failures=\(state.failedPINAttempts) seconds=\(seconds)")
@@ -339,12 +369,18 @@ public final class LockService: @unchecked Sendable {
         } else {
             message = "Locked. Unlock with your \(state.biometricsEnabled && bioWait == 0 ? "fingerprint or PIN" : "PIN") to continue."
         }
+        let beforeWipe = state.wipeAfterFailures.map { max(0, $0 - state.failedPINAttempts) }
+        if let beforeWipe, locked, state.failedPINAttempts > 0 {
+            message += " \(beforeWipe) more wrong PIN\(beforeWipe == 1 ? "" : "s") will erase this kit's data."
+        }
         if offerReset && locked {
             message += " Forgot your PIN? fieldhal lock reset erases this kit's data and starts fresh."
         }
         return LockStatus(configured: state.isConfigured, locked: locked, biometricsEnabled: state.biometricsEnabled,
                           pinLockedForSeconds: pinWait, biometricsLockedForSeconds: bioWait, offerEmergencyReset: offerReset && locked,
-                          relockAfter: state.relockAfter, message: message)
+                          relockAfter: state.relockAfter, message: message,
+                          wipeAfterFailures: state.wipeAfterFailures, failuresBeforeWipe: beforeWipe,
+                          relocksAt: locked ? nil : state.relockAfter.interval.flatMap { interval in state.lastActivity.map { $0 + interval } })
     }
 
     private func isLocked(_ state: LockState, at date: Date) -> Bool {
@@ -407,6 +443,7 @@ public final class LockService: @unchecked Sendable {
     /// The current PIN, checked under the same lockout rules as an unlock. The duress PIN is
     /// the PIN here too (same outcome, same work, same audit line), and is noted for the flows.
     private func requireFreshUnlock(_ pin: SecretBytes, _ state: inout LockState) throws {
+        if wipeIsDue(state) { throw FieldHALError(.permissionDenied, subject: "lock", detail: try wipe(&state)) }
         let at = now()
         let wait = remaining(state.pinLockedUntil, at: at)
         if wait > 0 { throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.lockedOutMessage(wait)) }
@@ -418,10 +455,39 @@ public final class LockService: @unchecked Sendable {
         try store.save(failed)
         guard try verifyEither(pin, &state, at: at) else {
             Self.countFailure(&state, at: at)
+            if wipeIsDue(state) { throw FieldHALError(.permissionDenied, subject: "lock", detail: try wipe(&state)) }
             try record(&state, "unlock", detail: "method=pin result=failed")
             throw FieldHALError(.permissionDenied, subject: "lock", detail: Self.wrongCredential)
         }
         markUnlocked(&state, at: at)
+    }
+
+    // MARK: - The wipe
+
+    private func checkWipe(_ count: Int) throws {
+        if let problem = PINPolicy.problem(wipeAfterFailures: count) {
+            throw FieldHALError(.invalidArgument, subject: "lock", detail: problem)
+        }
+        guard erase != nil else {
+            throw FieldHALError(.unsupported, subject: "lock", detail: "this lock cannot erase the kit's data",
+                                advice: "set the wipe with fieldhal lock settings --wipe-after")
+        }
+    }
+
+    private func wipeIsDue(_ state: LockState) -> Bool {
+        guard let limit = state.wipeAfterFailures else { return false }
+        return state.failedPINAttempts >= limit
+    }
+
+    /// The wipe setting's last wrong PIN: recorded in the audit log, then the emergency reset
+    /// (which takes the log, the state and every secret but the evidence still to upload).
+    /// A process killed in between leaves the count at the limit, and the next check erases.
+    private func wipe(_ state: inout LockState) throws -> String {
+        guard let erase else { return Self.wrongCredential }
+        try record(&state, "wipe", detail: "failures=\(state.failedPINAttempts)")
+        try erase()
+        erasedByUs = true
+        return Self.erasedMessage
     }
 
     /// A successful unlock: failures and any PIN pause are cleared, the idle time restarts.

@@ -30,6 +30,10 @@ public struct LockState: Sendable, Codable, Equatable {
     public var relockAfter: RelockAfter = .fiveMinutes
 
     public var failedPINAttempts = 0
+    /// Erase the kit's data after this many wrong PINs in a row (nil: never). Kept sealed
+    /// with the counters, so only the current PIN changes it and a copied-back state cannot
+    /// hide it (the audit log's head catches a rollback).
+    public var wipeAfterFailures: Int?
     public var pinLockedUntil: Date?
     public var failedBiometricAttempts = 0
     public var biometricsLockedUntil: Date?

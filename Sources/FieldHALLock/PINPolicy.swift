@@ -25,4 +25,16 @@ public enum PINPolicy {
     }
 
     public static let mismatch = "Passcodes do not match"
+
+    /// The wrong-PIN counts after which the kit may be set to erase its data: never fewer
+    /// than 5 (a few typos must not erase a kit; the lockout has paused attempts for 5
+    /// minutes by then), never more than 50 (past that the lockout's hour-long pauses are
+    /// the limit that matters).
+    public static let wipeAfterFailures = 5...50
+
+    /// Why `count` cannot be the wipe setting; nil when it can.
+    public static func problem(wipeAfterFailures count: Int) -> String? {
+        wipeAfterFailures.contains(count) ? nil
+            : "erase after \(count) wrong PINs: give a number from \(wipeAfterFailures.lowerBound) to \(wipeAfterFailures.upperBound), or off"
+    }
 }

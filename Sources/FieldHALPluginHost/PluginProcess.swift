@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALProcess
 import FieldHALPluginProtocol
 import Foundation
 #if canImport(Glibc)

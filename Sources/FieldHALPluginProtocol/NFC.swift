@@ -124,9 +124,8 @@ extension Duration {
     /// Whole milliseconds, rounded down: 0 for a negative duration, and capped at 10^12 ms
     /// (about 31 years) so that no caller's duration overflows an `Int`.
     var milliseconds: Int {
-        let (seconds, attoseconds) = components
-        guard seconds >= 0 else { return 0 }
-        guard seconds < 1_000_000_000 else { return 1_000_000_000_000 }
-        return Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000)
+        guard components.seconds >= 0 else { return 0 }
+        guard components.seconds < 1_000_000_000 else { return 1_000_000_000_000 }
+        return Int(wholeMilliseconds)
     }
 }

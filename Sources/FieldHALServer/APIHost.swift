@@ -50,6 +50,20 @@ public final class APIHost: Sendable {
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
     /// The flows' events (alerts announced, the lock's changes), as the daemon publishes them.
     private let flowChanges = Broadcaster<APIEvent>(bufferLimit: 64)
+    /// The capabilities recording for an API client now: a second recording at once on the
+    /// same device is refused `busy` (api/openapi.yaml), not queued behind the first.
+    private let recording = Mutex<Set<Capability>>([])
+
+    /// Runs `body` as the one API recording on `capability`'s device, or throws `busy`.
+    public func recordingAlone<T: Sendable>(on capability: Capability, _ body: () async throws -> T) async throws -> T {
+        guard recording.withLock({ $0.insert(capability).inserted }) else {
+            throw FieldHALError(.busy, subject: capability.rawValue, detail: "a recording asked for through the API is in progress",
+                                advice: capability == .camera ? "wait for it to end; a still asked for meanwhile is one of its frames"
+                                                              : "wait for it to end, then ask again")
+        }
+        defer { _ = recording.withLock { $0.remove(capability) } }
+        return try await body()
+    }
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation
     /// The NFC chip, shared by turns; its devices are replaced on reload.

@@ -6,6 +6,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import NIOPosix
 import NIOHTTP1
 #if canImport(Glibc)
 import Glibc
@@ -84,7 +85,10 @@ public struct APIServer: Sendable {
                 chmod(path, 0o666)
                 await onListening()
             },
-            eventLoopGroupProvider: .singleton,
+            // One loop for the listener and its connections: a connection handed to another
+            // loop costs a wake-up across threads, and under a reconnect storm from a user
+            // without a grant that alone doubled a granted client's wait (docs/decisions.md).
+            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton.next()),
             logger: quiet)
         defer { unlink(path) }
         try await app.runService(gracefulShutdownSignals: [])
@@ -203,7 +207,7 @@ public struct APIServer: Sendable {
             do {
                 return try json(try await host.locationProvider().currentFix(fixRequest))
             } catch var error as FieldHALError where error.kind == .noFix {
-                // The core's advice names the CLI's flags; a caller of the API has parameters.
+                // The core's advice speaks of the request; a caller of the API has parameters.
                 error.advice = "check the antenna has a view of the sky, or raise timeout_ms or max_age_ms, or ask for less with accuracy_m"
                 throw error
             }

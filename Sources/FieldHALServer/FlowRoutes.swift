@@ -51,7 +51,7 @@ extension APIServer {
         v1.post("lock/settings") { request, context in
             try host.authorise(.lock, try await context.caller(host), doing: "POST /v1/lock/settings")
             let body = try await APIRequestBody.decode(APILockSettings.self, request, fields: [
-                "currentPin", "relockAfter", "biometrics", "newPin", "newPinConfirmation", "newDuressPin", "disable",
+                "currentPin", "relockAfter", "biometrics", "newPin", "newPinConfirmation", "newDuressPin", "disable", "wipeAfterFailures",
             ])
             for (name, value) in [("currentPin", body.currentPin), ("newPin", body.newPin), ("newPinConfirmation", body.newPinConfirmation),
                                   ("newDuressPin", body.newDuressPin)] {
@@ -65,7 +65,7 @@ extension APIServer {
         v1.post("lock/setup") { request, context in
             try host.authorise(.lock, try await context.caller(host), doing: "POST /v1/lock/setup")
             let body = try await APIRequestBody.decode(APILockSetup.self, request, fields: [
-                "pin", "pinConfirmation", "duressPin", "biometrics", "relockAfter",
+                "pin", "pinConfirmation", "duressPin", "biometrics", "relockAfter", "wipeAfterFailures",
             ])
             for (name, value) in [("pin", body.pin), ("pinConfirmation", body.pinConfirmation), ("duressPin", body.duressPin)] {
                 try APIRequestBody.limit(value, name, 64)

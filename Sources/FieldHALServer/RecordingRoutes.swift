@@ -12,7 +12,8 @@ import Glibc
 /// `POST /v1/microphone/record`, `POST /v1/camera/record`: a recording on the device the
 /// daemon holds, answered with the file itself. The daemon records into a private scratch
 /// file, opens it, removes its name, and streams it: nothing is left behind, whether the
-/// client reads it all, hangs up, or the daemon stops.
+/// client reads it all, hangs up, or the daemon stops. One recording through the API per
+/// device at a time: a second at once is refused `busy`, as the contract says.
 extension APIServer {
     /// The longest recording (an hour), as the camera's own limit: the file is streamed, so
     /// its size costs the daemon no memory.
@@ -28,7 +29,9 @@ extension APIServer {
             let microphone = try host.microphone()
             let file = try Self.scratchFile(scratchBase, "wav")
             do {
-                var report = try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
+                var report = try await host.recordingAlone(on: .microphone) {
+                    try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
+                }
                 report.path = ""
                 return try Self.streaming(file, contentType: "audio/wav", report: report)
             } catch {
@@ -47,7 +50,9 @@ extension APIServer {
             let camera = try host.camera()
             let file = try Self.scratchFile(scratchBase, "avi")
             do {
-                var report = try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
+                var report = try await host.recordingAlone(on: .camera) {
+                    try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
+                }
                 report.path = ""
                 return try Self.streaming(file, contentType: "video/x-msvideo", report: report)
             } catch {

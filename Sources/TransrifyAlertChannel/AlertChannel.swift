@@ -58,13 +58,15 @@ public struct AlertChannel: Sendable {
                        onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws {
         // NIO cannot cancel a connection that waits for its upgrade, but shutting its event
         // loop down closes it: each connection gets a loop of its own, shut down when the
-        // connection ends, or when it has not opened within `openTimeout`, or on cancel.
+        // connection ends. Shut down under a connection in progress, swift-websocket can be
+        // left waiting on a future that the dead loop never completes ("Cannot schedule tasks
+        // on an EventLoop that has already shut down"); so that is the last resort, and no
+        // wait after it is longer than `abandonAfter`.
         let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         // NIO names its threads by a counter that grows with every loop made; the name
         // would differ from one sign-in to the next.
         try? await loop.next().submit { Self.nameThread("fieldhal-alerts") }.get()
         let opened = NIOLockedValueBox(false)
-        let timedOut = NIOLockedValueBox(false)
         let stop = AsyncStream<Void>.makeStream()
         // The connection runs in a task of its own, out of reach of the caller's
         // cancellation, and is stopped by `stop` instead. Cancelled, swift-websocket closes
@@ -77,43 +79,111 @@ public struct AlertChannel: Sendable {
                 await onOpen()
             }, onAlerts: onAlerts)
         }
-        let closed: WebSocketCloseFrame?
-        do {
-            closed = try await withTaskCancellationHandler {
-                try await withThrowingTaskGroup(of: WebSocketCloseFrame?.self) { group in
-                    group.addTask { try await connection.value }
-                    group.addTask {
-                        // The watchdog: cut short by cancellation (the connection ended, or
-                        // the caller stopped listening). Not opened by then, the loop goes down
-                        // with the connection: an upgrade in progress ignores cancellation.
-                        try? await Task.sleep(for: openTimeout)
-                        if !opened.withLockedValue({ $0 }) {
-                            if !Task.isCancelled { timedOut.withLockedValue { $0 = true } }
-                            try? await loop.shutdownGracefully()
-                        }
-                        // Opened in time: stay out of the way until the connection ends.
-                        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
-                        return nil
-                    }
-                    // The connection's result comes first: the watchdog ends only when cancelled.
-                    let result = try await group.next() ?? nil
-                    group.cancelAll()
-                    return result
-                }
-            } onCancel: {
-                stop.continuation.finish()
-            }
-        } catch {
+        let isOpen = { opened.withLockedValue { $0 } }
+        var wake = await Self.end(of: connection, within: openTimeout, orCancellation: { stop.continuation.finish() })
+        while case .timeUp = wake, isOpen() {  // opened in time: listen until it ends or the caller stops
+            wake = await Self.end(of: connection, within: nil, orCancellation: { stop.continuation.finish() })
+        }
+        var timedOut = false
+        if case .cancelled = wake {
+            // Told to stop: open, the channel closes with its close handshake; still in the
+            // upgrade, it closes as soon as the upgrade is done. Either way, a moment.
+            wake = await Self.end(of: connection, within: (isOpen() ? closeTimeout : upgradeGrace) + .seconds(1))
+        } else if case .timeUp = wake {
+            timedOut = true
+        }
+        if case .timeUp = wake {
+            // A server that accepts and never answers (or never finishes closing).
             try? await loop.shutdownGracefully()
-            if timedOut.withLockedValue({ $0 }) {
-                throw AlertChannelError.connectionFailed(url.absoluteString, "no upgrade within \(openTimeout)")
-            }
-            if Task.isCancelled { return }
-            throw error
+            wake = await Self.end(of: connection, within: Self.abandonAfter)
         }
         try? await loop.shutdownGracefully()
-        if let closed, !Task.isCancelled, closed.closeCode != .normalClosure, closed.closeCode != .goingAway {
+        if timedOut {
+            throw AlertChannelError.connectionFailed(url.absoluteString, "no upgrade within \(openTimeout)")
+        }
+        guard case .ended(let result) = wake, !Task.isCancelled else { return }
+        let closed = try result.get()
+        if let closed, closed.closeCode != .normalClosure, closed.closeCode != .goingAway {
             throw AlertChannelError.closed(url.absoluteString, "\(closed.closeCode)" + (closed.reason.map { " (\($0))" } ?? ""))
+        }
+    }
+
+    /// How long a connection told to stop during its upgrade is given to finish the
+    /// upgrade, and so to close cleanly, before its loop is shut down under it.
+    public var upgradeGrace: Duration = .seconds(2)
+    /// The close handshake's limit: a server that does not answer a close holds the kit's
+    /// next subscription off this long at most.
+    public var closeTimeout: Duration = .seconds(5)
+    /// After its loop is shut down, how long a connection is waited for before it is left
+    /// behind, a suspended task holding a few kilobytes: the kit listens again either way.
+    static let abandonAfter: Duration = .seconds(1)
+
+    enum Wake: Sendable {
+        case ended(Result<WebSocketCloseFrame?, any Error>)
+        case timeUp
+        case cancelled
+    }
+
+    /// The connection's end, or `limit` passed (nil: no limit), or — with `orCancellation` —
+    /// the caller's task cancelled (`orCancellation` then runs at once). Waits even in a
+    /// cancelled task: a continuation, not a task sleep, so a stop can be waited for.
+    static func end(of connection: Task<WebSocketCloseFrame?, any Error>, within limit: Duration?,
+                    orCancellation: (@Sendable () -> Void)? = nil) async -> Wake {
+        let first = FirstWake()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                first.wait(continuation)
+                let ending = Task { first.resume(.ended(await connection.result)) }
+                let timer = limit.map { limit in Task { try? await Task.sleep(for: limit); first.resume(.timeUp) } }
+                first.whenResumed { ending.cancel(); timer?.cancel() }
+            }
+        } onCancel: {
+            guard let orCancellation else { return }
+            orCancellation()
+            first.resume(.cancelled)
+        }
+    }
+
+    /// Resumes one waiter once, with whatever comes first (also before it waits).
+    final class FirstWake: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<Wake, Never>?
+            var wake: Wake?
+            var resumed = false
+            var cleanUp: (@Sendable () -> Void)?
+        }
+        private let state = NIOLockedValueBox(State())
+
+        func wait(_ continuation: CheckedContinuation<Wake, Never>) {
+            let early = state.withLockedValue { state -> Wake? in
+                if let wake = state.wake, !state.resumed { state.resumed = true; return wake }
+                state.continuation = continuation
+                return nil
+            }
+            if let early { continuation.resume(returning: early) }
+        }
+
+        func whenResumed(_ cleanUp: @escaping @Sendable () -> Void) {
+            let now = state.withLockedValue { state -> Bool in
+                if state.resumed { return true }
+                state.cleanUp = cleanUp
+                return false
+            }
+            if now { cleanUp() }
+        }
+
+        func resume(_ wake: Wake) {
+            let (continuation, cleanUp) = state.withLockedValue { state -> (CheckedContinuation<Wake, Never>?, (@Sendable () -> Void)?) in
+                guard state.wake == nil else { return (nil, nil) }
+                state.wake = wake
+                guard let continuation = state.continuation else { return (nil, nil) }
+                state.resumed = true
+                state.continuation = nil
+                defer { state.cleanUp = nil }
+                return (continuation, state.cleanUp)
+            }
+            continuation?.resume(returning: wake)
+            cleanUp?()
         }
     }
 
@@ -123,7 +193,7 @@ public struct AlertChannel: Sendable {
                          onAlerts: @escaping @Sendable (AlertChannelMessage) async -> Void) async throws -> WebSocketCloseFrame? {
         var logger = Logger(label: "fieldhal.alert-channel")
         logger.logLevel = .critical  // failures are thrown to the caller, which reports them once
-        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, autoPing: .enabled(timePeriod: pingInterval))
+        let configuration = WebSocketClientConfiguration(maxFrameSize: 1 << 16, closeTimeout: closeTimeout, autoPing: .enabled(timePeriod: pingInterval))
         do {
             return try await WebSocketClient.connect(url: connectURL, configuration: configuration, eventLoopGroup: loop,
                                                      logger: logger) { inbound, outbound, _ in

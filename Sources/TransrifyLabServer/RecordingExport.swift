@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import Foundation
 import TransrifyWire
 

@@ -50,8 +50,8 @@ struct SeizureBench: FieldHALSubcommand {
     @Option(help: "Times after the verdict (seconds, comma-separated) at which to count what was sent.")
     var takenAt = "2,5,10,20,30"
     @Option(help: "Which pipelines: segments, whole, or both.") var pipelines = "both"
-    @Option(help: "Faults injected at each --taken-at time: kill, cut, both, or none.") var faults = "both"
-    @Option(help: "How long a cut keeps the link down, in seconds.") var cutSeconds = 10.0
+    @Option(help: "Faults injected at each --taken-at time: kill, cut, both (kill and cut), descriptors (run out for --cut-seconds), or none.") var faults = "both"
+    @Option(help: "How long a cut keeps the link down (or descriptors run out), in seconds.") var cutSeconds = 10.0
     /// `--json` is the global option's.
     var json: Bool { global.json }
 
@@ -107,9 +107,9 @@ struct SeizureBench: FieldHALSubcommand {
         }
         let injected: [String] = switch faults {
         case "both": ["kill", "cut"]
-        case "kill", "cut": [faults]
+        case "kill", "cut", "descriptors": [faults]
         case "none": []
-        default: throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--faults must be kill, cut, both or none")
+        default: throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--faults must be kill, cut, both, descriptors or none")
         }
         guard cutSeconds > 0, cutSeconds <= 300 else {
             throw FieldHALError(.invalidArgument, subject: "bench seizure", detail: "--cut-seconds must be above 0 and at most 300")
@@ -138,7 +138,11 @@ struct SeizureBench: FieldHALSubcommand {
         for fault in injected {
             for t in times {
                 progress.say("\(fault) at \(t) s…")
-                faultRuns.append(fault == "kill" ? try await faulted.kill(at: t) : try await faulted.cut(at: t))
+                switch fault {
+                case "kill": faultRuns.append(try await faulted.kill(at: t))
+                case "cut": faultRuns.append(try await faulted.cut(at: t))
+                default: faultRuns.append(try await faulted.descriptors(at: t))
+                }
             }
         }
         let segments = runs.first { $0.pipeline == "segments" }, whole = runs.first { $0.pipeline == "whole" }

@@ -9,68 +9,6 @@ import Transrify
 import TransrifyAlertChannel
 import FieldHALCommandLine
 
-extension Environment {
-    /// `[transrify] alert_radius_meters` / `alert_poll_interval_ms`, overridden by the
-    /// seed's ALERT_RADIUS_METERS / ALERT_POLL_INTERVAL_MS environment variables (Req 33).
-    func alertSettings() throws -> AlertSettings {
-        let section = configuration.settings["transrify"]
-        let variables = ProcessInfo.processInfo.environment
-        func number(_ variable: String) throws -> Int? {
-            guard let text = variables[variable], !text.isEmpty else { return nil }
-            guard let value = Int(text) else {
-                throw FieldHALError(.invalidArgument, subject: variable, detail: "\"\(text)\" is not a whole number")
-            }
-            return value
-        }
-        return try AlertSettings(radiusMeters: try number("ALERT_RADIUS_METERS") ?? section?.integer("alert_radius_meters"),
-                                 pollIntervalMilliseconds: try number("ALERT_POLL_INTERVAL_MS") ?? section?.integer("alert_poll_interval_ms"))
-    }
-
-    /// Req 35: the alerts channel when `[transrify] alerts_websocket_url` (or the
-    /// environment's ALERTS_WEBSOCKET_URL) names one; nil means polling only.
-    func alertChannel(session: SessionRecord? = nil) throws -> AlertChannel? {
-        guard let url = try TransrifySettings.alertChannelURL(in: configuration) else { return nil }
-        guard let key = try TenantKeyStore(vault: try vault()).load() else {
-            throw FieldHALError(.notConfigured, subject: "alerts", detail: "no tenant key", advice: "run fieldhal tenant set-key")
-        }
-        return AlertChannel(url: url, tenantKey: key, sessionId: session?.sessionId)
-    }
-
-    /// The alert watcher of a signed-in kit: its user's own alerts left out, the debounce
-    /// record sealed in the state directory (shared by the daemon and `alerts watch`, and
-    /// kept across their restarts).
-    func alertWatcher(session: SessionRecord) throws -> AlertWatcher {
-        let settings = try alertSettings()
-        let own = OwnIdentity(customerRef: session.customerRef, sessionId: session.sessionId, alertIds: Set([session.alertId].compactMap { $0 }))
-        return AlertWatcher(client: try transrifyClient(), settings: settings, own: own,
-                            debounce: AlertDebounce(window: settings.debounce, store: SealedAlertDebounceStore(vault: try vault())))
-    }
-
-    /// The subscription of a signed-in kit: its position asked per alert.
-    func alertSubscription(session: SessionRecord, kit: Kit) throws -> AlertSubscription {
-        try alertSubscription(session: session) { [self] in await here(kit) }
-    }
-
-    /// `here`: the kit's position for each request (the daemon's comes from its shared receiver).
-    func alertSubscription(session: SessionRecord, here: @escaping @Sendable () async -> Geolocation?) throws -> AlertSubscription {
-        AlertSubscription(watcher: try alertWatcher(session: session), channel: try alertChannel(session: session), here: here)
-    }
-
-    /// Req 30: NFC features only when enabled (`[transrify] nfc_enabled = true`); off, no
-    /// NFC code path is touched.
-    var nfcEnabled: Bool { configuration.settings["transrify"]?.boolean("nfc_enabled") ?? false }
-
-    func signedInSession() throws -> SessionRecord {
-        guard let record = try sessionStore().load() else {
-            throw FieldHALError(.notConfigured, subject: "alerts", detail: "not signed in", advice: "run fieldhal signin first")
-        }
-        return record
-    }
-
-    /// The kit's position for alert requests: live within 5 s, else cached, else none.
-    func here(_ kit: Kit) async -> Geolocation? { await (try? kit.location())?.geolocation() }
-}
-
 struct AlertsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "alerts", abstract: "Nearby duress alerts for the tenant: list, watch, acknowledge.",
@@ -232,45 +170,5 @@ struct AlertsCommand: AsyncParsableCommand {
             }
             print("Acknowledged alert \(TerminalText.escaped(acknowledged)) (\(nfc ? AckMethod.nfc.rawValue : AckMethod.inApp.rawValue)).")
         }
-    }
-}
-
-/// Req 27 and 31 composed from the configuration (`AlertAcknowledgement` does the work).
-enum Acknowledgement {
-    typealias Failure = AlertAcknowledgement.Failure
-
-    /// `shared`, `haptics`: the daemon's chip and haptics; without them the kit's are opened here.
-    static func byNFC(_ environment: Environment, expecting expected: String?, timeout: Duration,
-                      shared: (any NFCReader)? = nil, haptics: (any HapticsEngine)? = nil) async throws -> String {
-        guard environment.nfcEnabled else {
-            throw FieldHALError(.notConfigured, subject: "alerts ack --nfc", detail: "NFC is disabled",
-                                advice: "set nfc_enabled = true in [transrify]")
-        }
-        let acknowledgement = try flow(environment, haptics: haptics)
-        if let shared { return try await acknowledgement.byNFC(reader: shared, expecting: expected, timeout: timeout) }
-        return try await environment.withKit(for: .nfcReader) { kit in
-            try await acknowledgement.byNFC(reader: try kit.nfcReader(), expecting: expected, timeout: timeout)
-        }
-    }
-
-    static func send(_ environment: Environment, alertId: String, method: AckMethod, haptics: (any HapticsEngine)? = nil) async throws {
-        try await flow(environment, haptics: haptics).send(alertId: alertId, method: method)
-    }
-
-    private static func flow(_ environment: Environment, haptics shared: (any HapticsEngine)? = nil) throws -> AlertAcknowledgement {
-        AlertAcknowledgement(client: try environment.transrifyClient(), session: try environment.signedInSession()) {
-            if let shared { return .init(shared) }
-            let kit = await environment.loadKit(only: [.haptics])
-            return .init(try? kit.haptics()) { await kit.close() }
-        }
-    }
-}
-
-extension Environment {
-    /// The poll interval in seconds, for log lines.
-    var alertPollSeconds: String {
-        let interval = (try? alertSettings().pollInterval) ?? .seconds(15)
-        let milliseconds = interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000
-        return milliseconds % 1000 == 0 ? "\(milliseconds / 1000)" : String(format: "%.1f", Double(milliseconds) / 1000)
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALMedia
 import FieldHALComposition
 import FieldHALAPI
 import FieldHALCommandLine

@@ -65,8 +65,13 @@ extension GPSFixCommand: FieldHALSubcommand {
             // The daemon's receiver is warm: a recent fix comes from its cache at once.
             reading = served
         } else {
-            reading = try await environment.withKit(for: .location) { kit in
-                try await kit.location().currentFix(request)
+            do {
+                reading = try await environment.withKit(for: .location) { kit in
+                    try await kit.location().currentFix(request)
+                }
+            } catch var error as FieldHALError where error.kind == .noFix {
+                error.advice = Self.noFixAdvice  // the core speaks of the request; this command has flags
+                throw error
             }
         }
         try emit(reading)

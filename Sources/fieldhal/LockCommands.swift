@@ -12,13 +12,6 @@ import Foundation
 import Glibc
 #endif
 
-extension Environment {
-    /// The kit's lock over the vault and the audit log in the state directory.
-    func lockService() throws -> LockService {
-        LockService(store: VaultLockStore(vault: try vault()), audit: AuditLog(path: stateDirectory.file("audit.log")))
-    }
-}
-
 /// Reads PINs from the terminal without echo, or one per line from standard input, with
 /// read(2) straight into guarded memory (`SecretBytes`): no stdio buffer or `String` holds a
 /// copy. Every other line a command reads from standard input beside a PIN must be read
@@ -65,7 +58,8 @@ struct LockCommand: AsyncParsableCommand {
         discussion: """
         Wrong PINs pause attempts for 30 s after 3 and 5 minutes after 5 (then 15 minutes, then an \
         hour). Three failed fingerprints pause the sensor for 15 minutes; the PIN still works. \
-        Counters survive restarts.
+        Counters survive restarts. Optionally (setup or settings --wipe-after N) the Nth wrong \
+        PIN in a row erases the kit's data, as lock reset does.
         """,
         subcommands: [Setup.self, Unlock.self, LockStatusCommand.self, Settings.self, Reset.self])
 
@@ -76,9 +70,12 @@ struct LockCommand: AsyncParsableCommand {
         @Flag(help: "Also set a duress PIN: it unlocks like the PIN and silently raises a duress event.") var duress = false
         @Flag(help: "Unlock with an enrolled fingerprint too (checked with the biometrics capability).") var biometrics = false
         @Option(help: "Relock after idle: immediate, 1m, 2m, 5m, 10m or never.") var relock: String = "5m"
+        @Option(help: ArgumentHelp("Erase this kit's data after N wrong PINs in a row (5 to 50; default: never). Evidence not yet uploaded is kept.",
+                                   valueName: "N")) var wipeAfter: Int?
 
         func execute(_ environment: Environment) async throws {
             guard let relockAfter = RelockAfter(rawValue: relock) else { throw ValidationError("--relock: immediate, 1m, 2m, 5m, 10m or never") }
+            if let wipeAfter, let problem = PINPolicy.problem(wipeAfterFailures: wipeAfter) { throw ValidationError("--wipe-after: \(problem)") }
             let reader = PINReader(fromStandardInput: pinStdin)
             let pin = try reader.read("New PIN: ")
             let confirmation = try reader.read("Confirm PIN: ")
@@ -88,7 +85,7 @@ struct LockCommand: AsyncParsableCommand {
             if let answer = try await environment.throughDaemon({ daemon in
                 try await daemon.setUpLock(APILockSetup(pin: pin.unsafeString(), pinConfirmation: confirmation.unsafeString(),
                                                         duressPin: duressPIN?.unsafeString(), biometrics: biometrics ? true : nil,
-                                                        relockAfter: relockAfter.rawValue))
+                                                        relockAfter: relockAfter.rawValue, wipeAfterFailures: wipeAfter))
             }) {
                 print(answer.message)
                 return
@@ -98,7 +95,7 @@ struct LockCommand: AsyncParsableCommand {
                 availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
             }
             let message = try environment.lockService().setup(pin: pin, confirmation: confirmation, duressPIN: duressPIN,
-                                                               biometrics: availability, relockAfter: relockAfter)
+                                                               biometrics: availability, relockAfter: relockAfter, wipeAfterFailures: wipeAfter)
             print(message)
         }
     }
@@ -147,6 +144,9 @@ struct LockCommand: AsyncParsableCommand {
             case .lockedOut(let message, _):
                 print(message)
                 throw ExitCode(75)
+            case .erased(let message):
+                print(message)
+                throw ExitCode(77)
             }
         }
 
@@ -198,6 +198,7 @@ struct LockCommand: AsyncParsableCommand {
         @Flag(help: "Set a new PIN.") var changePin = false
         @Flag(help: "Set a new duress PIN.") var changeDuressPin = false
         @Flag(help: "Turn the lock off.") var disable = false
+        @Option(help: ArgumentHelp("Erase this kit's data after N wrong PINs in a row (5 to 50), or off.", valueName: "N|off")) var wipeAfter: String?
 
         func execute(_ environment: Environment) async throws {
             let relockAfter = try relock.map { value -> RelockAfter in
@@ -205,6 +206,14 @@ struct LockCommand: AsyncParsableCommand {
                 return parsed
             }
             if let biometrics, biometrics != "on" && biometrics != "off" { throw ValidationError("--biometrics: on or off") }
+            // 0 is "never" in the lock's and the API's words.
+            let wipeAfterFailures = try wipeAfter.map { value -> Int in
+                if value == "off" { return 0 }
+                guard let count = Int(value) else { throw ValidationError("--wipe-after: a number from 5 to 50, or off") }
+                if let problem = PINPolicy.problem(wipeAfterFailures: count) { throw ValidationError("--wipe-after: \(problem)") }
+                return count
+            }
+            if disable, wipeAfterFailures != nil { throw ValidationError("--disable turns the lock off and changes nothing else") }
             let reader = PINReader(fromStandardInput: pinStdin)
             let current = try reader.read("Current PIN: ")
             let newPIN = disable || !changePin ? nil : (try reader.read("New PIN: "), try reader.read("Confirm PIN: "))
@@ -215,7 +224,7 @@ struct LockCommand: AsyncParsableCommand {
                 try await daemon.changeLockSettings(disable ? APILockSettings(currentPin: current.unsafeString(), disable: true)
                     : APILockSettings(currentPin: current.unsafeString(), relockAfter: relockAfter?.rawValue, biometrics: biometricsWanted,
                                       newPin: newPIN?.0.unsafeString(), newPinConfirmation: newPIN?.1.unsafeString(),
-                                      newDuressPin: newDuress?.unsafeString()))
+                                      newDuressPin: newDuress?.unsafeString(), wipeAfterFailures: wipeAfterFailures))
             }) {
                 print(answer.message)
                 return
@@ -234,7 +243,8 @@ struct LockCommand: AsyncParsableCommand {
                 availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
             }
             try lock.changeSettings(currentPIN: current, relockAfter: relockAfter, biometrics: availability,
-                                    newPIN: newPIN.map { (pin: $0.0, confirmation: $0.1) }, newDuressPIN: newDuress)
+                                    newPIN: newPIN.map { (pin: $0.0, confirmation: $0.1) }, newDuressPIN: newDuress,
+                                    wipeAfterFailures: wipeAfterFailures)
             AfterAuthentication.afterUnlock(environment, global)
             print("Settings saved.")
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALProcess
 import FieldHALComposition
 import FieldHALAPI
 import FieldHALFlows
@@ -223,90 +224,6 @@ enum AfterAuthentication {
     static func start(_ kind: Kind, _ global: GlobalOptions) {
         BackgroundRun.start(["after-signin"] + (kind == .unlock ? ["--unlock"] : []) + global.forwarded)
     }
-}
-
-extension Environment {
-    /// The VIDEO evidence clip `[transrify] evidence_video_*` asks for (10 s of 640x480 at
-    /// 30 fps by default). Out-of-range sizes and rates are refused by the camera, and the
-    /// refusal is queued as the VIDEO item's error.
-    func evidenceVideo(seconds override: Int? = nil) -> VideoRequest {
-        let section = configuration.settings["transrify"]
-        let seconds = override ?? section?.integer("evidence_video_seconds") ?? 10
-        return VideoRequest(duration: .seconds(max(1, min(seconds, 600))),
-                            width: section?.integer("evidence_video_width") ?? 640, height: section?.integer("evidence_video_height") ?? 480,
-                            framesPerSecond: section?.integer("evidence_video_fps") ?? 30)
-    }
-}
-
-extension Environment {
-    /// `[transrify] evidence_segment_seconds`: the evidence recordings' segment length (default
-    /// 4 s, at most 60); 0 or less: the whole-file pipeline.
-    var evidenceSegment: Duration? {
-        let seconds = configuration.settings["transrify"]?.integer("evidence_segment_seconds") ?? 4
-        return seconds > 0 ? .seconds(min(seconds, 60)) : nil
-    }
-
-    /// How long a detached background run lives (`[transrify] background_run_s`, default 900 s;
-    /// with NFC at least `nfc_emulation_s`): exactly this long after every sign-in or unlock,
-    /// NORMAL or DURESS, so that `ps` shows the same process for the same time either way.
-    var backgroundRunLifetime: Duration {
-        let section = configuration.settings["transrify"]
-        var seconds = max(1, section?.integer("background_run_s") ?? 900)
-        if nfcEnabled { seconds = max(seconds, section?.integer("nfc_emulation_s") ?? 1800) }
-        return .seconds(seconds)
-    }
-
-    /// The evidence queue, waited for: a queue that cannot be opened at this moment (a full
-    /// disk, a vault being rewritten) is tried again, because skipping the duress capture
-    /// would lose the evidence. Nil only after `attempts` failures.
-    func evidenceQueue(attempts: Int = 10) async -> EvidenceQueue? {
-        for attempt in 1...attempts {
-            if let queue = try? EvidenceQueue(stateDirectory: stateDirectory, vault: try vault()) { return queue }
-            if attempt < attempts { try? await Task.sleep(for: .seconds(1)) }
-        }
-        return nil
-    }
-}
-
-extension Environment {
-    /// The work after a sign-in or an unlock (`AfterAuthenticationWork`), composed from this
-    /// configuration: on `shared` devices (the daemon's), or on devices opened for it and
-    /// closed after (a detached run).
-    func afterAuthenticationWork(shared: SharedDevices? = nil) throws -> AfterAuthenticationWork {
-        let section = configuration.settings["transrify"]
-        let audioSeconds = section?.integer("evidence_audio_seconds") ?? 10
-        let settings = AfterAuthenticationWork.Settings(
-            nfcEnabled: nfcEnabled, tagWindow: .seconds(max(1, section?.integer("nfc_emulation_s") ?? 1800)),
-            audio: .seconds(max(1, min(audioSeconds, 600))), video: evidenceVideo(), detachedLifetime: backgroundRunLifetime,
-            segment: evidenceSegment)
-        let environment = self
-        return AfterAuthenticationWork(
-            client: try transrifyClient(), sessions: try sessionStore(), device: Environment.deviceInfo, settings: settings,
-            queue: { await environment.evidenceQueue() },
-            captureDevices: {
-                if let shared {
-                    return .init(.init(camera: shared.camera, microphone: shared.microphone, location: shared.location))
-                }
-                let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-                return .init(.init(camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())) {
-                    await kit.close()
-                }
-            },
-            tagEmulator: {
-                if let shared { return .init(shared.tag) }
-                let kit = await environment.loadKit(only: [.nfcEmulator])
-                return .init(try? kit.nfcEmulator()) { await kit.close() }
-            },
-            takeDuressUses: { try environment.lockService().takeDuressEvents() })
-    }
-}
-
-/// The devices the daemon holds for everyone, as the work after a sign-in uses them.
-struct SharedDevices: Sendable {
-    var tag: (any NFCTagEmulator)?
-    var camera: (any Camera)?
-    var microphone: (any Microphone)?
-    var location: (any LocationProvider)?
 }
 
 extension GlobalOptions {

@@ -65,6 +65,26 @@ struct BenchCLITests {
         #expect((cut["connectionsEnded"] as? Int ?? 0) + (cut["connectionsRefused"] as? Int ?? 0) >= 1, "the cut met the uploads: \(cut)")
     }
 
+    /// Issue 41: a capture whose process runs out of descriptors (its soft limit lowered to
+    /// its lowest free descriptor 1.5 s after its verdict, for 2 s) stops recording, and says
+    /// why: an error item for each kind it lost and the incident's manifest reach the server,
+    /// written with the descriptors the pipeline holds back. Without them both were lost: a
+    /// silent gap.
+    @Test func aCaptureOutOfDescriptorsSaysSoAndClosesItsIncident() async throws {
+        let result = try await CLI.bench(["seizure", "--seconds", "4", "--segment-seconds", "1", "--width", "160", "--height", "120",
+                                        "--fps", "10", "--taken-at", "1.5", "--pipelines", "segments", "--faults", "descriptors",
+                                        "--cut-seconds", "2", "--json"])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let run = (report?["faults"] as? [[String: Any]])?.first ?? [:]
+        #expect(run["fault"] as? String == "descriptors" && run["manifestDelivered"] as? Bool == true, "\(run)")
+        let errors = run["errorItems"] as? [String] ?? []
+        for kind in ["AUDIO", "VIDEO"] where (run["lost\(kind.capitalized)"] as? Double ?? 9) > 0.01 {
+            #expect(errors.contains { $0.hasPrefix("\(kind) evidence not captured") && $0.contains("Too many open files") }, "\(kind): \(run)")
+        }
+        #expect(run["withinBound"] as? Bool == true, "\(run)")
+    }
+
     /// The gpsd and libnfc backends in process and out of process (a plugin process), and
     /// the plugin process at rest.
     @Test func pluginsMeasuresBothWaysAndTheProcessAtRest() async throws {
@@ -75,7 +95,7 @@ struct BenchCLITests {
                          "--media-calls", "10", "--still-width", "64", "--still-height", "48",
                          "--emulator", emulator, "--json"]
         var result = try await CLI.bench(arguments)
-        // Once in a fresh-clone CI run (session 29), on a machine loaded by the tests beside
+        // Once in a fresh-clone CI run (2026-11-27 at 0433cab), on a machine loaded by the tests beside
         // this one, none of gpsfake's 40 reports reached either consumer; the bench said so
         // with exit 75 (EX_TEMPFAIL: try again). This checks the bench's shape, not gpsfake
         // under load: one more try, said in the log, for that failure only.

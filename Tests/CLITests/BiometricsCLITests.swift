@@ -26,17 +26,17 @@ struct BiometricsCLITests {
             #expect(enrolled.stdout.split(separator: "\n").suffix(2) == ["stage 4 passed", "enrolled left-index-finger"])
 
             let after = try await CLI.run(["bio", "status", "--config", config, "--json"])
-            #expect(after.stdout.contains("left-index-finger"))
+            #expect(after.stdout.contains("left-index-finger"), "exit \(after.status): \(after.stderr)")
 
             let match = Task { try await lab.touch("SCAN finger-7") }
             let verified = try await CLI.run(["bio", "verify", "--config", config])
             _ = try? await match.value
-            #expect(verified.status == 0 && verified.stdout == "match\n", "\(verified.stderr)")
+            #expect(verified.status == 0 && verified.stdout == "match\n", "exit \(verified.status): \(verified.stdout)\(verified.stderr)")
 
             let other = Task { try await lab.touch("SCAN finger-8") }
             let refused = try await CLI.run(["bio", "verify", "--config", config])
             _ = try? await other.value
-            #expect(refused.status == 1 && refused.stdout == "no-match\n")
+            #expect(refused.status == 1 && refused.stdout == "no-match\n", "exit \(refused.status): \(refused.stdout)\(refused.stderr)")
         }
     }
 }

@@ -88,6 +88,68 @@ struct LockCLITests {
         #expect(fresh.stdout == "The lock is off.\n")
     }
 
+    /// Issue 41's optional wipe: the Nth wrong PIN in a row erases the kit's data, alone and
+    /// through a daemon, with the same words and exit code; the daemon then stops with
+    /// EX_TEMPFAIL so that its unit starts it again on the empty state.
+    @Test func theWipeAfterNWrongPINsErasesAloneAndThroughTheDaemon() async throws {
+        let config = try pinOnlyKit()
+        let alone = scratch("state"), served = scratch("state")
+        let kits = [alone, served]
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", served])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        func run(_ arguments: [String], _ state: String, input: String = "") async throws -> CLI.Result {
+            try await CLI.run(arguments + ["--config", config, "--state-dir", state], input: input)
+        }
+        var seen: [String: [String]] = [:]
+        func note(_ state: String, _ result: CLI.Result) { seen[state, default: []].append("\(result.status) \(result.stdout)\(result.stderr)") }
+        for state in kits {
+            let refused = try await run(["lock", "setup", "--pin-stdin", "--wipe-after", "4"], state, input: "4821\n4821\n")
+            #expect(refused.status == 64 && refused.stderr.contains("from 5 to 50"), "\(refused)")
+            let setup = try await run(["lock", "setup", "--pin-stdin", "--wipe-after", "5"], state, input: "4821\n4821\n")
+            #expect(setup.status == 0, "\(setup.stderr)")
+            for _ in 1...3 { note(state, try await run(["lock", "unlock", "--pin-stdin"], state, input: "9999\n")) }
+        }
+        let keys = kits.map { FileManager.default.contents(atPath: $0 + "/vault.key") }
+        #expect(keys.allSatisfy { $0 != nil })
+        // The third wrong PIN paused attempts for 30 s; a paused attempt is not checked, so
+        // it does not count towards the wipe. Wait for the lock's own clock.
+        var pause = 0
+        for state in kits {
+            let status = try JSONDecoder().decode(LockStatusSeen.self, from: Data(try await run(["lock", "status", "--json"], state).stdout.utf8))
+            #expect(status.failuresBeforeWipe == 2 && status.wipeAfterFailures == 5, "\(status)")
+            pause = max(pause, status.pinLockedForSeconds)
+        }
+        try await Task.sleep(for: .seconds(pause + 1))
+        for state in kits {
+            note(state, try await run(["lock", "unlock", "--pin-stdin"], state, input: "9999\n"))
+            // The fifth through another door to the PIN.
+            let last = try await run(["lock", "settings", "--pin-stdin", "--relock", "1m"], state, input: "9999\n")
+            // A wrong PIN to settings is refused with EX_UNAVAILABLE (69), as it always was.
+            #expect(last.status == 69 && last.stderr.contains("this kit's FieldHAL data was erased"), "\(last)")
+            note(state, last)
+        }
+        #expect(seen[alone] == seen[served], "the same answers alone and through the daemon: \(seen)")
+        #expect(await daemon.waitForLine(containing: "fieldhal stopped", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        let stopped = await daemon.stop(0)
+        #expect(stopped.status == 75, "the daemon stops for its unit to restart it: \(daemon.output)")
+        for (state, key) in zip(kits, keys) {
+            // The daemon, until it stops, or the next command opens a new, empty vault.
+            let left = try FileManager.default.contentsOfDirectory(atPath: state)
+                .filter { !["api.sock", "daemon.lock", "evidence", "vault", "vault.key"].contains($0) }
+            #expect(left.isEmpty, "lock, PINs, audit: all gone from \(state): \(left)")
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: state + "/vault")) ?? []).isEmpty, "no sealed entry is left")
+            #expect(FileManager.default.contents(atPath: state + "/vault.key") != key, "the old vault key is gone")
+            let fresh = try await run(["lock", "status"], state)
+            #expect(fresh.stdout == "The lock is off.\n", "\(fresh)")
+        }
+    }
+
+    struct LockStatusSeen: Decodable {
+        var pinLockedForSeconds: Int
+        var wipeAfterFailures: Int?
+        var failuresBeforeWipe: Int?
+    }
+
     /// Issue 18: a reset (a lost PIN, or someone holding the kit) must not destroy evidence
     /// the server has not got. The queued items stay sealed with what uploads them (the queue
     /// key, the tenant key); the lock, its log, the kit's key pair and the session go; and a

@@ -1,5 +1,6 @@
 @testable import ALSAPlugin
 import FieldHAL
+import FieldHALMedia
 import Foundation
 import TestSupport
 import Testing

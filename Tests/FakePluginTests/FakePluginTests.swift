@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import FakePlugin
 @testable import FieldHAL
+@testable import FieldHALMedia
 
 let context = PluginContext(configDirectory: NSTemporaryDirectory(), stateDirectory: NSTemporaryDirectory())
 

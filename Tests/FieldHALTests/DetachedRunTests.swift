@@ -1,4 +1,5 @@
 @testable import FieldHAL
+import FieldHALProcess
 import Foundation
 import Testing
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import Testing
 
 /// A still's size read from its frame header, as the CLI does for a JPEG the daemon sent.

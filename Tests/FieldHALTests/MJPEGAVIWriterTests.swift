@@ -2,6 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 @testable import FieldHAL
+@testable import FieldHALMedia
 
 /// The OpenDML AVI writer, read back two ways: by our own walk of the RIFF structure (every
 /// index entry must land on the frame it names, byte for byte) and by ffmpeg, which must

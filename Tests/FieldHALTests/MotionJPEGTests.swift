@@ -2,6 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 @testable import FieldHAL
+@testable import FieldHALMedia
 
 /// `MotionJPEG.withStandardHuffmanTables` against libjpeg-turbo's own tools: cjpeg writes
 /// the T.81 Annex K.3 tables by default, so its output is the reference for ours, and

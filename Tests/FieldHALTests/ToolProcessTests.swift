@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALProcess
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,6 @@
 import FakePlugin
 import FieldHAL
+import FieldHALProcess
 @testable import FieldHALFlows
 import Foundation
 import Synchronization

@@ -239,7 +239,7 @@ struct LibnfcPluginTests {
     }
 
     /// In process only: the reader and the emulator share one libnfc device here, which two
-    /// plugin processes (one per capability, today) cannot (docs/notes.md).
+    /// plugin processes (one per capability, today) cannot.
     /// One chip, two capabilities sharing one libnfc device: in process, and out of process
     /// in one plugin process (protocol 1.2: a plugin serves every capability a kit opens
     /// from it), where the host's `close` of one leaves the other working.

@@ -301,6 +301,70 @@ struct LockRuleTests {
         #expect(try service.takeDuressEvents().count == LockService.pendingDuressLimit)
     }
 
+    /// The optional wipe (issue 41: "an optional wipe after N failures"): the Nth wrong PIN in
+    /// a row erases, the ones before say how many are left, a right PIN starts the count again,
+    /// and a wipe the lock cannot carry out is refused when it is set, not when it is due.
+    @Test func theNthWrongPINInARowErasesTheKit() throws {
+        let erased = Mutex(0)
+        let store = MemoryLockStore()
+        let clock = self.clock
+        let service = LockService(store: store, audit: nil, cost: .minimum, now: { clock.now },
+                                  erase: { erased.withLock { $0 += 1 } })
+        try service.setup(pin: "4821", confirmation: "4821", wipeAfterFailures: 5)
+        #expect(try service.status().wipeAfterFailures == 5)
+        // A right PIN in the middle starts the count again.
+        for _ in 1...4 { clock.advance(3600); _ = try service.unlock(pin: "1111") }
+        clock.advance(3600)
+        #expect(try service.unlock(pin: "4821") == .unlocked)
+        for attempt in 1...4 {
+            clock.advance(3600)
+            #expect(try service.unlock(pin: "1111") != .unlocked)
+            #expect(try service.status().failuresBeforeWipe == 5 - attempt)
+        }
+        #expect(try service.status().message.contains("1 more wrong PIN will erase this kit's data"))
+        #expect(erased.withLock { $0 } == 0 && !service.erasedTheKit)
+        clock.advance(3600)
+        #expect(try service.unlock(pin: "1111") == .erased(LockService.erasedMessage))
+        #expect(erased.withLock { $0 } == 1 && service.erasedTheKit)
+    }
+
+    @Test func theWipeIsCountedThroughSettingsAndSurvivesAKilledLastAttempt() throws {
+        let erased = Mutex(0)
+        let store = DyingLockStore()
+        let clock = self.clock
+        let service = LockService(store: store, audit: nil, cost: .minimum, now: { clock.now },
+                                  erase: { erased.withLock { $0 += 1 } })
+        try service.setup(pin: "4821", confirmation: "4821")
+        try service.changeSettings(currentPIN: "4821", wipeAfterFailures: 5)
+        for _ in 1...4 {
+            clock.advance(3600)
+            #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "1111", relockAfter: .never) }
+        }
+        // The fifth is killed while argon2id runs: counted, not yet erased.
+        clock.advance(3600)
+        store.dieAtSave(store.saves + 2)
+        #expect(throws: DyingLockStore.Killed.self) { try service.disable(currentPIN: "1111") }
+        store.dieAtSave(nil)
+        #expect(erased.withLock { $0 } == 0)
+        // The next check of any PIN, even the right one, carries the wipe out first.
+        let error = #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "4821", relockAfter: .never) }
+        #expect(error?.detail == LockService.erasedMessage)
+        #expect(erased.withLock { $0 } == 1)
+    }
+
+    @Test func theWipeSettingIsBoundedAndNeedsALockThatCanErase() throws {
+        let service = try configured()
+        let cannot = #expect(throws: FieldHALError.self) { try service.changeSettings(currentPIN: "4821", wipeAfterFailures: 10) }
+        #expect(cannot?.kind == .unsupported)
+        let eraser = LockService(store: MemoryLockStore(), audit: nil, cost: .minimum, erase: {})
+        for count in [0, 4, 51] {
+            #expect(throws: FieldHALError.self) { try eraser.setup(pin: "4821", confirmation: "4821", wipeAfterFailures: count) }
+        }
+        try eraser.setup(pin: "4821", confirmation: "4821", wipeAfterFailures: 10)
+        try eraser.changeSettings(currentPIN: "4821", wipeAfterFailures: 0)
+        #expect(try eraser.status().wipeAfterFailures == nil, "0 turns the wipe off")
+    }
+
     @Test func noSequenceOfWrongInputsUnlocks() throws {
         // Property: whatever wrong PINs and fingerprint failures arrive, in any order and
         // at any times, the lock never reports unlocked.

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import FakePlugin
 import FieldHALPluginHost
 import FieldHALPluginProtocol

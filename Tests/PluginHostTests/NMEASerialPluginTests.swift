@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALProcess
 import FieldHALPluginHost
 import Foundation
 #if canImport(Glibc)

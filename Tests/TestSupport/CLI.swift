@@ -4,7 +4,7 @@ import Foundation
 public struct CLI {
     /// The whole CLI (installed as `libexec/fieldhal/fieldhal`). The CLI suites run it
     /// directly: through the front every command would start two processes, and the parallel
-    /// suites then loaded two CPUs past the timing bounds of other tests (docs/notes.md).
+    /// suites then loaded two CPUs past the timing bounds of other tests.
     public static let binary: URL = products.appendingPathComponent("fieldhal")
 
     /// The whole CLI, by the name the front's tests give it.

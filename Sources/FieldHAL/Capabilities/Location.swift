@@ -202,6 +202,6 @@ extension LocationProvider {
             detail += " (\(problem))"
         }
         throw FieldHALError(.noFix, subject: subject, detail: detail,
-                            advice: "check the antenna has a view of the sky, or raise --timeout / --max-age")
+                            advice: "check the antenna has a view of the sky, or wait longer for a fix, or accept an older one")
     }
 }

@@ -147,7 +147,7 @@ public final class AtomicFileWriter {
         try faultInjection?(step)
     }
 
-    static func directory(of path: String) -> String {
+    public static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
@@ -164,8 +164,8 @@ public final class AtomicFileWriter {
         let advice: String? = switch code {
         case EACCES, EPERM: "check the owner and mode of the directory, or run as the fieldhal user"
         case ENOSPC, EDQUOT: "free some disk space"
-        case EROFS: "the file system is read-only; point --state-dir at a writable directory"
-        case ENOENT: "create the directory, or point --state-dir elsewhere"
+        case EROFS: "the file system is read-only; use a state directory on a writable one"
+        case ENOENT: "create the directory, or use another state directory"
         default: nil
         }
         return FieldHALError(.io, subject: path, detail: "\(operation): \(SystemError.describe(code))", advice: advice)

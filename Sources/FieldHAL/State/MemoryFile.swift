@@ -1,4 +1,3 @@
-import CMemfd
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,13 +32,25 @@ public final class MemoryFile: Sendable {
     public let descriptor: Int32
 
     public init(name: String) throws(FieldHALError) {
-        let made = fieldhal_memfd_create(name)
+        guard let create = Self.memfdCreate else {
+            throw FieldHALError(.unsupported, subject: "memory file \(name)", detail: "this C library has no memfd_create",
+                                advice: "FieldHAL needs glibc 2.27 or newer (Debian 10 or newer)")
+        }
+        let made = create(name, Self.closeOnExec | Self.allowSealing)
         guard made >= 0 else {
             throw FieldHALError(.io, subject: "memory file \(name)", detail: "memfd_create: \(SystemError.describe())",
                                 advice: "the kernel must be 3.17 or newer, and the process below its limit of open files")
         }
         descriptor = made
     }
+
+    /// glibc's `memfd_create`, found by name: Glibc's Swift module leaves it out (it is
+    /// declared under `_GNU_SOURCE` only), and the core links no C module of its own. The
+    /// flags are the kernel's (<linux/memfd.h>), the same on every architecture.
+    private typealias MemfdCreate = @convention(c) (UnsafePointer<CChar>, UInt32) -> Int32
+    private static let memfdCreate: MemfdCreate? = dlsym(nil, "memfd_create").map { unsafeBitCast($0, to: MemfdCreate.self) }
+    private static let closeOnExec: UInt32 = 0x0001  // MFD_CLOEXEC
+    private static let allowSealing: UInt32 = 0x0002  // MFD_ALLOW_SEALING: a plugin's segments are sealed
 
     /// Takes over an open descriptor (a segment a plugin recorded and passed sealed): it is
     /// closed with this object.

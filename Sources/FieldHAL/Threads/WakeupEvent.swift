@@ -64,13 +64,3 @@ public final class WakeupEvent: Sendable {
     }
 }
 
-extension Duration {
-    /// `poll(2)`'s timeout: whole milliseconds rounded up (a 0.4 ms wait must not become a
-    /// busy 0), clamped to Int32; negative durations are 0.
-    public var pollTimeout: Int32 {
-        guard self > .zero else { return 0 }
-        let (seconds, attoseconds) = components
-        let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
-        return Int32(clamping: milliseconds)
-    }
-}

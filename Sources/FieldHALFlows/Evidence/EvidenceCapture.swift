@@ -132,9 +132,38 @@ public struct EvidenceCapture: Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let bytes = Array(try encoder.encode(manifest))
-        return try await seal { [queue, silent] in
+        // A last word: the process may have run out of descriptors (`DescriptorReserve`).
+        return try await lastWord { [queue, silent] in
             try queue.add(kind: .text, contentType: EvidenceManifest.contentType, incidentId: incidentId, bytes: bytes, silent: silent)
         }
+    }
+
+    /// `work` sealed as a last word: with the descriptor reserve, and tried again while it fails.
+    private func lastWord(_ work: @escaping @Sendable () throws -> EvidenceItem) async throws -> EvidenceItem {
+        try await Self.persistently {
+            try await seal { try DescriptorReserve.evidence.lastWord(work) }
+        }
+    }
+
+    /// The waits between attempts at a last word that failed even with the reserve given
+    /// back: about 8 s in all.
+    static let lastWordWaits: [Duration] = [.milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2), .seconds(4)]
+
+    /// A last word (an error item, the manifest) tried again while it fails: the reserve
+    /// helps only when its descriptors are below the process's limit, and descriptors come
+    /// back (a burst of connections ends, the limit is raised). Giving up at once left a
+    /// silent gap (the seizure bench in CI, 2026-11-28 at 09a153a and 835ca1d). Stops
+    /// trying when the task is cancelled.
+    static func persistently<T>(_ attempt: () async throws -> T) async throws -> T {
+        for wait in lastWordWaits {
+            do {
+                return try await attempt()
+            } catch {
+                if Task.isCancelled { throw error }
+                try? await Task.sleep(for: wait)
+            }
+        }
+        return try await attempt()
     }
 
     /// A live fix within `liveFixWait`, as a second NEARBY; nothing if none comes.
@@ -193,7 +222,9 @@ public struct EvidenceCapture: Sendable {
 
     private func recordError(_ kind: EvidenceKind, incidentId: String, _ error: any Error) async -> [EvidenceItem] {
         let message = "\(error)"
-        guard let item = try? await seal({ [queue, silent] in
+        // A last word, like the manifest: what ended the recording may be the process out of
+        // descriptors, and the item saying so needs files of its own.
+        guard let item = try? await lastWord({ [queue, silent] in
             try queue.recordCaptureError(kind: kind, incidentId: incidentId, message: message, silent: silent)
         }) else { return [] }
         queued(item)

@@ -1,5 +1,3 @@
-import CSodium
-import Crypto
 import FieldHAL
 import FieldHALVault
 import Foundation
@@ -125,7 +123,7 @@ public final class EvidenceQueue: Sendable {
         }
         if let stored = try vault.loadSecret(keyEntry), stored.count == EvidenceCipher.keySize { return stored }
         var fresh = try EvidenceCipher.newKey()
-        defer { sodium_memzero(&fresh.stored, fresh.stored.count) }
+        defer { SecretBytes.wipe(&fresh.stored) }
         try vault.store(fresh.stored, as: keyEntry)
         return fresh.key
     }
@@ -278,14 +276,14 @@ public final class EvidenceQueue: Sendable {
 
     /// Each chunk of the item's plaintext, in order; throws when the file is not the item's.
     private func readSealed(_ item: EvidenceItem, _ each: ([UInt8]) throws -> Void) throws {
-        var hash = SHA256()
+        var hash = ContentHash()
         var size: Int64 = 0
         try EvidenceCipher.open(key: key, path: dataPath(item.id)) { chunk in
-            hash.update(data: chunk)
+            hash.update(chunk)
             size += Int64(chunk.count)
             try each(chunk)
         }
-        guard size == item.size, EvidenceCipher.hex(Array(hash.finalize())) == item.sha256 else {
+        guard size == item.size, hash.hex() == item.sha256 else {
             throw FieldHALError(.malformedData, subject: dataPath(item.id), detail: "sealed evidence does not match its recorded size and SHA-256")
         }
     }
@@ -296,17 +294,17 @@ public final class EvidenceQueue: Sendable {
     /// `read` hears the bytes read so far after each chunk (an upload's progress).
     func plaintextStream(_ item: EvidenceItem, read: (@Sendable (Int64) -> Void)? = nil) throws -> BodyStream {
         let opener = try EvidenceCipher.Opener(key: key, path: dataPath(item.id))
-        let progress = Mutex<(hash: SHA256, size: Int64)>((SHA256(), 0))
+        let progress = Mutex<(hash: ContentHash, size: Int64)>((ContentHash(), 0))
         let path = dataPath(item.id)
         return BodyStream {
             try progress.withLock { progress in
                 if let chunk = try opener.next() {
-                    progress.hash.update(data: chunk)
+                    progress.hash.update(chunk)
                     progress.size += Int64(chunk.count)
                     read?(progress.size)
                     return chunk
                 }
-                guard progress.size == item.size, EvidenceCipher.hex(Array(progress.hash.finalize())) == item.sha256 else {
+                guard progress.size == item.size, progress.hash.hex() == item.sha256 else {
                     throw FieldHALError(.malformedData, subject: path, detail: "sealed evidence does not match its recorded size and SHA-256")
                 }
                 return nil
@@ -356,8 +354,7 @@ public final class EvidenceQueue: Sendable {
     }
 
     static func newID() -> String {
-        var bytes = [UInt8](repeating: 0, count: 12)
-        randombytes_buf(&bytes, bytes.count)
+        let bytes = Randomness.bytes(12)
         // Time first, so that names sort in creation order too.
         return String(format: "%013llx-", UInt64(Date().timeIntervalSince1970 * 1000)) + EvidenceCipher.hex(bytes)
     }

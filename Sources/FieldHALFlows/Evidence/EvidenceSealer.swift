@@ -10,11 +10,16 @@ import FieldHAL
 public enum EvidenceSealer {
     static let thread = DeviceThread(name: "fieldhal-evidence-sealer")
 
-    /// Starts the thread now (see above); anything that seals starts it otherwise.
-    public static func prepare() { _ = thread }
+    /// Starts the thread now (see above), and takes the descriptors held back for the
+    /// pipeline's last words (`DescriptorReserve`); anything that seals does otherwise.
+    public static func prepare() {
+        _ = thread
+        _ = DescriptorReserve.evidence
+    }
 
     /// Runs `work` (an `EvidenceQueue.add`) on the sealer's thread.
     static func seal(_ work: @escaping @Sendable () throws -> EvidenceItem) async throws -> EvidenceItem {
-        try await thread.run(work)
+        prepare()
+        return try await thread.run(work)
     }
 }

@@ -199,14 +199,17 @@ public struct EvidenceUploader: Sendable {
         let url = try client.uploadURL(address)
         let queue = self.queue
         let read: (@Sendable (Int64) -> Void)? = progress.map { report in { @Sendable sent in report(item, sent) } }
-        _ = try queue.plaintextStream(item)  // a damaged or missing file fails here, before any request
+        // Opened before any request: a damaged or missing file fails here. The first body sent
+        // reads from this one; a body sent again (a retried connection) opens the file anew.
+        let opened = LockedValue<BodyStream?>(try queue.plaintextStream(item, read: read))
         let answer: HTTPSession.Answer
         do {
             // Shielded from cancellation (see `uncancellable`); on cancel the item stays queued.
             answer = try await uncancellable {
                 try await HTTPSession.send("PUT", url, headers: [("Content-Type", item.contentType)],
                                            body: .stream(length: item.size) {
-                                               try queue.plaintextStream(item, read: read)
+                                               try opened.withLock { first in defer { first = nil }; return first }
+                                                   ?? queue.plaintextStream(item, read: read)
                                            },
                                            limit: TransrifyClient.maxResponseBytes)
             }

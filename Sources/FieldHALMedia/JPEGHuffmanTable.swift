@@ -1,3 +1,4 @@
+import FieldHAL
 /// A Huffman table as a JPEG's DHT segment carries it (ITU T.81 B.2.4.2): class and
 /// destination id, the number of codes of each length 1–16, and the symbols in code order.
 public struct JPEGHuffmanTable: Sendable, Equatable {

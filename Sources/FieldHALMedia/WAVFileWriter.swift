@@ -1,3 +1,4 @@
+import FieldHAL
 import Foundation
 
 /// Streams PCM to a RIFF/WAVE file: the header is written first with placeholder sizes,

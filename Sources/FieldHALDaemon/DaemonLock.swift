@@ -1,3 +1,4 @@
+import FieldHAL
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -20,14 +21,14 @@ public final class DaemonLock: Sendable {
         }
         let path = state.path + "/" + Self.fileName
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0o600)
-        guard fd >= 0 else { throw AtomicFileWriter.ioError(path, "open the daemon lock") }
+        guard fd >= 0 else { throw SystemError.io("open the daemon lock", subject: path) }
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             if errno == EINTR { continue }
             let code = errno
             var bytes = [UInt8](repeating: 0, count: 32)
             let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
             close(fd)
-            guard code == EWOULDBLOCK else { throw AtomicFileWriter.ioError(path, "lock", errno: code) }
+            guard code == EWOULDBLOCK else { throw SystemError.io("lock", subject: path, code: code) }
             let holder = count > 0 ? String(decoding: bytes.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "?"
             throw FieldHALError(.busy, subject: state.path, detail: "another daemon (pid \(holder)) runs on this state directory",
                                 advice: "stop it (systemctl stop fieldhal) or give this one another --state-dir")

@@ -1,3 +1,4 @@
+import FieldHAL
 internal import CSpawn
 #if canImport(Glibc)
 import Glibc
@@ -62,7 +63,7 @@ public enum DetachedRun {
             let left = deadline - ContinuousClock.now
             guard left > .zero else { return false }
             var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, Int32(clamping: left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1))
+            let ready = poll(&entry, 1, left.pollTimeout)
             if ready > 0 { return true }
             if ready < 0, errno != EINTR { return false }
         }

@@ -1,23 +1,23 @@
 import CSodium
 import Crypto
 import FieldHAL
-import FieldHALVault
 import Foundation
 
 /// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per
 /// message, the last one tagged FINAL (so a truncated file is detected). While
 /// sealing, it hashes the plaintext with SHA-256 (swift-crypto: BoringSSL uses the CPU's
 /// SHA extensions, three times libsodium's portable code here) — the digest the server will check — so a
-/// file of any size is read once, with memory bounded by one chunk.
-enum EvidenceCipher {
-    static let chunkSize = 64 * 1024
-    static let keySize = Int(crypto_secretstream_xchacha20poly1305_KEYBYTES)
+/// file of any size is read once, with memory bounded by one chunk. In the vault, beside the
+/// other ciphers, so that the flows hold no crypto library of their own.
+public enum EvidenceCipher {
+    public static let chunkSize = 64 * 1024
+    public static let keySize = Int(crypto_secretstream_xchacha20poly1305_KEYBYTES)
     static let headerSize = Int(crypto_secretstream_xchacha20poly1305_HEADERBYTES)
     static let overhead = Int(crypto_secretstream_xchacha20poly1305_ABYTES)
 
     /// A fresh key: the bytes to store in the vault (the caller wipes them) and the same
     /// key in guarded memory.
-    static func newKey() throws -> (stored: [UInt8], key: SecretBytes) {
+    public static func newKey() throws -> (stored: [UInt8], key: SecretBytes) {
         var key = [UInt8](repeating: 0, count: keySize)
         crypto_secretstream_xchacha20poly1305_keygen(&key)
         let stored = key
@@ -31,14 +31,14 @@ enum EvidenceCipher {
         return try key.withUnsafeBytes { try body($0.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
     }
 
-    static func noKey(_ path: String) -> FieldHALError {
+    public static func noKey(_ path: String) -> FieldHALError {
         FieldHALError(.malformedData, subject: path, detail: "the evidence queue has no key to open it", advice: "restore the state directory's vault from backup")
     }
 
-    struct Sealed: Sendable { var size: Int64; var sha256: String }
+    public struct Sealed: Sendable { public var size: Int64; public var sha256: String }
 
     /// Seals everything `read` returns (an empty array ends the input) into `output`.
-    static func seal(key: SecretBytes, read: () throws -> [UInt8], into output: AtomicFileWriter) throws -> Sealed {
+    public static func seal(key: SecretBytes, read: () throws -> [UInt8], into output: AtomicFileWriter) throws -> Sealed {
         var state = crypto_secretstream_xchacha20poly1305_state()
         var header = [UInt8](repeating: 0, count: headerSize)
         defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
@@ -75,21 +75,21 @@ enum EvidenceCipher {
 
     /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.
     /// Throws `malformedData` if anything was altered, reordered or cut short.
-    static func open(key: SecretBytes, path: String, write: ([UInt8]) throws -> Void) throws {
+    public static func open(key: SecretBytes, path: String, write: ([UInt8]) throws -> Void) throws {
         let opener = try Opener(key: key, path: path)
         while let chunk = try opener.next() { try write(chunk) }
     }
 
     /// A sealed file opened one chunk at a time, as its reader asks (an upload streams it):
     /// the plaintext only ever in memory. One reader at a time.
-    final class Opener: @unchecked Sendable {
+    public final class Opener: @unchecked Sendable {
         private let path: String
         private let input: FileHandle
         private var state = crypto_secretstream_xchacha20poly1305_state()
         private var plain = [UInt8](repeating: 0, count: chunkSize)
         private var done = false
 
-        init(key: SecretBytes, path: String) throws {
+        public init(key: SecretBytes, path: String) throws {
             guard let input = FileHandle(forReadingAtPath: path) else {
                 throw FieldHALError(.io, subject: path, detail: "cannot open sealed evidence")
             }
@@ -109,7 +109,7 @@ enum EvidenceCipher {
         }
 
         /// The next plaintext chunk (never empty), or nil after the final one.
-        func next() throws -> [UInt8]? {
+        public func next() throws -> [UInt8]? {
             while !done {
                 let cipher = [UInt8](try input.read(upToCount: chunkSize + overhead) ?? Data())
                 guard cipher.count >= overhead else {
@@ -127,7 +127,7 @@ enum EvidenceCipher {
     }
 
     /// One short message (an item's metadata) sealed the same way, in memory.
-    static func sealMessage(key: SecretBytes, _ message: [UInt8]) throws -> [UInt8] {
+    public static func sealMessage(key: SecretBytes, _ message: [UInt8]) throws -> [UInt8] {
         var state = crypto_secretstream_xchacha20poly1305_state()
         var header = [UInt8](repeating: 0, count: headerSize)
         defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
@@ -139,7 +139,7 @@ enum EvidenceCipher {
         return header + cipher
     }
 
-    static func openMessage(key: SecretBytes, _ sealed: [UInt8]) -> [UInt8]? {
+    public static func openMessage(key: SecretBytes, _ sealed: [UInt8]) -> [UInt8]? {
         guard sealed.count >= headerSize + overhead else { return nil }
         var state = crypto_secretstream_xchacha20poly1305_state()
         defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
@@ -153,7 +153,7 @@ enum EvidenceCipher {
         return Array(plain[0..<Int(length)])
     }
 
-    static func hex(_ bytes: [UInt8]) -> String {
+    public static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
         out.reserveCapacity(bytes.count * 2)
@@ -162,5 +162,35 @@ enum EvidenceCipher {
             out.append(digits[Int(byte & 0x0F)])
         }
         return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// SHA-256 over bytes as they pass (swift-crypto), written as the server writes it: the
+/// digest every evidence item is checked by.
+public struct ContentHash {
+    private var hash = SHA256()
+
+    public init() {}
+
+    public mutating func update(_ bytes: [UInt8]) { hash.update(data: bytes) }
+
+    /// The digest in lowercase hex; the hash is spent.
+    public func hex() -> String { EvidenceCipher.hex(Array(hash.finalize())) }
+}
+
+public enum Randomness {
+    /// Random bytes from libsodium (the kernel's generator), for names that must not collide.
+    public static func bytes(_ count: Int) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        randombytes_buf(&bytes, bytes.count)
+        return bytes
+    }
+}
+
+extension SecretBytes {
+    /// Overwrites `bytes` (a copy of a secret outside guarded memory) with zeros in a way the
+    /// compiler keeps (libsodium's `sodium_memzero`).
+    public static func wipe(_ bytes: inout [UInt8]) {
+        sodium_memzero(&bytes, bytes.count)
     }
 }

@@ -4,11 +4,12 @@ import Foundation
 /// An HTTP/1.1 response read as it arrives: its head, then its body's bytes (de-chunked),
 /// then its end. Bytes are fed as the socket gives them, split anywhere.
 ///
-/// For the event stream's blocking reader, which needs a body as it comes (the one-call
-/// `DaemonSocket` reads answers whole). Bounds: a head of 64 KiB, a chunk-size or trailer
+/// The one reader of the daemon's answers outside SwiftNIO: the event stream's blocking
+/// reader feeds it a body as it comes, the front's one-call `DaemonSocket` an answer
+/// whole. Bounds: a head of 64 KiB, a chunk-size or trailer
 /// line of 4 KiB; anything else malformed is `protocolError`, never a crash.
-struct HTTPResponseReader {
-    enum Part: Equatable {
+public struct HTTPResponseReader: Sendable {
+    public enum Part: Equatable, Sendable {
         case head(status: Int, headers: [String: String])
         case body([UInt8])
         case end
@@ -25,21 +26,21 @@ struct HTTPResponseReader {
         case done
     }
 
-    static let headLimit = 64 * 1024
-    static let lineLimit = 4 * 1024
+    public static let headLimit = 64 * 1024
+    public static let lineLimit = 4 * 1024
 
     private var buffer: [UInt8] = []
     private var start = 0
     private var stage = Stage.head
-    let subject: String
+    public let subject: String
 
-    init(subject: String) {
+    public init(subject: String) {
         self.subject = subject
     }
 
-    var isDone: Bool { stage == .done }
+    public var isDone: Bool { stage == .done }
 
-    mutating func feed(_ bytes: some Collection<UInt8>) throws(FieldHALError) -> [Part] {
+    public mutating func feed(_ bytes: some Collection<UInt8>) throws(FieldHALError) -> [Part] {
         buffer.append(contentsOf: bytes)
         var parts: [Part] = []
         while try step(&parts) {}
@@ -52,7 +53,7 @@ struct HTTPResponseReader {
     }
 
     /// The connection closed: the end of a body that runs to the close, else an error.
-    mutating func closed() throws(FieldHALError) -> [Part] {
+    public mutating func closed() throws(FieldHALError) -> [Part] {
         switch stage {
         case .done: return []
         case .identity(remaining: nil):
@@ -175,5 +176,14 @@ struct HTTPResponseReader {
             index += 1
         }
         return nil
+    }
+}
+
+extension ArraySlice<UInt8> {
+    /// Without leading and trailing spaces and tabs (a header value, a chunk size).
+    package func trimmingSpaces() -> ArraySlice<UInt8> {
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else { return [] }
+        return self[first...last]
     }
 }

@@ -1,3 +1,4 @@
+import FieldHAL
 internal import CSpawn
 #if canImport(Glibc)
 import Glibc

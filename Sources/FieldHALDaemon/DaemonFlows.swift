@@ -14,40 +14,6 @@ import Transrify
 import Glibc
 #endif
 
-/// The daemon's hardware API (issue 20), from the configuration's `[api]` section.
-extension Environment {
-    /// `[api] socket`, else `api.sock` in the state directory.
-    var apiSocketPath: String {
-        CommandLineConfiguration.apiSocket(settings: configuration.settings, stateDirectory: stateDirectory)
-    }
-
-    /// Who may use the API: checked when the daemon starts and on every reload, so that a
-    /// grant naming a user this machine does not have stops the change, not the API.
-    func apiAuthorisation() throws -> APIAuthorisation {
-        try APIAuthorisation(settings: configuration.settings["api"], configurationFile: configuration.file)
-    }
-
-    func apiIdentity(startedAt: Date) -> APIHost.Identity {
-        APIHost.Identity(version: FieldHALVersion.current, pid: getpid(), startedAt: startedAt, configurationFile: configuration.file)
-    }
-}
-
-extension Environment {
-    /// Runs `body` against the daemon's API when a daemon answers on this configuration's
-    /// socket: a command that uses a device the daemon holds goes through it, and takes its
-    /// turn with everyone else (issue 20). Nil when no daemon answers: the command opens the
-    /// device itself. The daemon's refusals and errors are thrown as they came.
-    func throughDaemon<T>(_ body: (FieldHALClient) async throws -> T) async throws -> T? {
-        let path = apiSocketPath
-        guard try DaemonSocket.exists(path) else { return nil }
-        do {
-            return try await body(FieldHALClient(socketPath: path))
-        } catch let error as FieldHALError where error.kind == .unavailable && error.subject == path {
-            return nil  // a socket nobody serves (a daemon killed with SIGKILL)
-        }
-    }
-}
-
 /// The API's flow routes, answered from the configuration in force (it changes on reload)
 /// with the devices the daemon holds. Errors come out with the words the CLI prints.
 struct DaemonFlows: APIFlows {
@@ -178,6 +144,7 @@ struct DaemonFlows: APIFlows {
         }
         if outcome == .unlocked { daemon.afterAuthentication(.unlock) }
         daemon.noteLock()
+        if lock.erasedTheKit { daemon.restartAfterErase() }
         return APIUnlockOutcome(outcome)
     }
 
@@ -190,11 +157,14 @@ struct DaemonFlows: APIFlows {
         }
         if request.disable == true {
             guard request.relockAfter == nil, request.biometrics == nil, request.newPin == nil, request.newPinConfirmation == nil,
-                  request.newDuressPin == nil else {
+                  request.newDuressPin == nil, request.wipeAfterFailures == nil else {
                 throw FieldHALError(.invalidArgument, subject: "disable", detail: "turning the lock off changes nothing else",
                                     advice: "send disable with currentPin only")
             }
-            try await Self.blocking { try lock.disable(currentPIN: SecretBytes(copying: request.currentPin)) }
+            try await Self.blocking {
+                defer { if lock.erasedTheKit { daemon.restartAfterErase() } }
+                try lock.disable(currentPIN: SecretBytes(copying: request.currentPin))
+            }
             daemon.afterAuthentication(.unlock)
             daemon.noteLock()
             return APIMessage(message: "The lock is off.")
@@ -213,9 +183,11 @@ struct DaemonFlows: APIFlows {
         }
         let biometrics = availability
         try await Self.blocking {
+            defer { if lock.erasedTheKit { daemon.restartAfterErase() } }
             try lock.changeSettings(currentPIN: SecretBytes(copying: request.currentPin), relockAfter: relockAfter, biometrics: biometrics,
                                     newPIN: request.newPin.map { (pin: SecretBytes(copying: $0), confirmation: SecretBytes(copying: request.newPinConfirmation ?? "")) },
-                                    newDuressPIN: request.newDuressPin.map { SecretBytes(copying: $0) })
+                                    newDuressPIN: request.newDuressPin.map { SecretBytes(copying: $0) },
+                                    wipeAfterFailures: request.wipeAfterFailures)
         }
         daemon.afterAuthentication(.unlock)
         daemon.noteLock()
@@ -236,7 +208,7 @@ struct DaemonFlows: APIFlows {
             // The PINs arrived as JSON strings: guarded copies from here on (docs/lock.md, the limit).
             try lock.setup(pin: SecretBytes(copying: request.pin), confirmation: SecretBytes(copying: request.pinConfirmation),
                            duressPIN: request.duressPin.map { SecretBytes(copying: $0) },
-                           biometrics: availability, relockAfter: relockAfter)
+                           biometrics: availability, relockAfter: relockAfter, wipeAfterFailures: request.wipeAfterFailures)
         }
         daemon.noteLock()
         return APIMessage(message: message)
@@ -276,79 +248,4 @@ struct DaemonFlows: APIFlows {
             throw APIProblem(flow: error)
         }
     }
-}
-
-extension APISession {
-    static let signedOut = APISession(signedIn: false, customerRef: nil, session: nil, alerts: "not signed in")
-
-    init(_ record: SessionRecord, alerts: String) {
-        self.init(signedIn: true, customerRef: record.customerRef, session: "…" + record.sessionIdSuffix, alerts: alerts)
-    }
-}
-
-extension APIEvidenceItem {
-    init(_ item: EvidenceItem) {
-        self.init(id: item.id, incidentId: item.incidentId, kind: item.kind.rawValue, contentType: item.contentType,
-                  bytes: item.size, createdAt: item.createdAt, phase: item.phase.rawValue, attempts: item.attempts,
-                  nextAttemptAt: item.nextAttemptAt, lastError: item.lastError, sha256: item.sha256,
-                  uploadingSince: item.uploadingSince, failedKind: item.failedKind?.rawValue)
-    }
-}
-
-extension APIAlert {
-    init(_ banner: AlertBanner) {
-        self.init(alertId: banner.alert.alertId, customerRef: banner.alert.customerRef, text: banner.text,
-                  distanceMeters: banner.distanceMeters.map { ($0 * 10).rounded() / 10 })
-    }
-}
-
-extension APILockStatus {
-    init(_ status: LockStatus, stateDirectory: StateDirectory) {
-        let protection = VaultKeyProtection(of: stateDirectory)
-        self.init(configured: status.configured, locked: status.locked, biometricsEnabled: status.biometricsEnabled,
-                  pinLockedForSeconds: status.pinLockedForSeconds, biometricsLockedForSeconds: status.biometricsLockedForSeconds,
-                  offerEmergencyReset: status.offerEmergencyReset, relockAfter: status.relockAfter.rawValue, message: status.message,
-                  vaultKey: APIVaultKey(protection: protection.rawValue, offlineAttack: protection.offlineAttack))
-    }
-}
-
-extension APIUnlockOutcome {
-    init(_ outcome: UnlockOutcome) {
-        switch outcome {
-        case .unlocked: self.init(outcome: Self.unlocked, message: "Unlocked.")
-        case .rejected(let message): self.init(outcome: Self.rejected, message: message)
-        case .lockedOut(let message, let seconds): self.init(outcome: Self.paused, message: message, retryAfterSeconds: seconds)
-        }
-    }
-}
-
-extension APIProblem {
-    /// A flow's error as the API answers it: a FieldHAL error as it is; Transrify's and the
-    /// flows' with the words the CLI prints (empty subject) and the kind its exit code comes from.
-    init(flow error: any Error) {
-        switch error {
-        case let problem as APIProblem:
-            self = problem
-        case let error as FieldHALError:
-            self.init(error)
-        default:
-            let failure = CommandFailure(error)
-            let rateLimited = (error as? TransrifyError)?.kind == .rateLimited || (error as? SignInFailure)?.kind == .api(.rateLimited)
-            let (kind, status): (String, Int) = switch failure.exitCode {
-            case 64: (FieldHALError.Kind.invalidArgument.rawValue, 400)
-            case 77: (APIProblem.invalidCredentials, 401)
-            case 75: rateLimited ? (APIProblem.rateLimited, 429) : (APIProblem.network, 502)
-            case 78: (APIProblem.configuration, 503)
-            case 69: (APIProblem.suspended, 403)
-            default: (APIProblem.failed, 502)
-            }
-            self.init(kind: kind, subject: "", detail: failure.description, status: status)
-        }
-    }
-}
-
-/// The same words through the API and at the CLI.
-enum EvidenceCaptureError {
-    static let noIncident = FieldHALError(.notConfigured, subject: "evidence", detail: "no incident: not signed in",
-                                          advice: "sign in first, or name the incident (--incident; incidentId in the API)")
 }

@@ -1,3 +1,4 @@
+import FieldHAL
 /// Motion-JPEG frames as cameras send them, made into JPEG files any decoder opens.
 ///
 /// Most UVC cameras leave the Huffman tables out of each MJPEG frame: the AVI1 convention

@@ -1,3 +1,4 @@
+import FieldHAL
 /// A JPEG's size from its frame header (SOFn), without decoding it: for a still that came
 /// over the API as bytes.
 public enum JPEGSize {
