@@ -385,10 +385,18 @@ public final class LockService: @unchecked Sendable {
 
     private func isLocked(_ state: LockState, at date: Date) -> Bool {
         guard state.isConfigured else { return false }
-        guard let unlockedAt = state.unlockedAt, let activity = state.lastActivity, date >= unlockedAt else { return true }
+        // A clock set back before the unlock locks the kit. The vault keeps moments as seconds
+        // since 1970 in a Double, which reads back up to about 0.24 µs late: a clock that has
+        // not moved since the unlock must not read as one set back, hence the allowance.
+        guard let unlockedAt = state.unlockedAt, let activity = state.lastActivity,
+              date >= unlockedAt - Self.storedMomentSlack else { return true }
         guard let interval = state.relockAfter.interval else { return false }
         return date.timeIntervalSince(activity) >= interval
     }
+
+    /// How much later than written a moment may read back from the vault (10 µs, far above
+    /// the Double's rounding of today's dates, far below any clock set back on purpose).
+    static let storedMomentSlack: TimeInterval = 10e-6
 
     private func remaining(_ deadline: Date?, at date: Date) -> Int {
         guard let deadline else { return 0 }

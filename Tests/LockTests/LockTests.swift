@@ -105,6 +105,33 @@ struct LockRuleTests {
         #expect(try restarted.status().pinLockedForSeconds == 20)
     }
 
+    /// The vault keeps moments as a Double of seconds since 1970, which for about half of all
+    /// moments reads back a fraction of a microsecond late. A kit read at the very moment of its
+    /// setup (a clock that has not moved, like the daemon's manual one) is unlocked all the same.
+    @Test func aLockReadAtTheMomentOfItsSetupIsUnlocked() throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        func readsBackLate(_ date: Date) throws -> Bool {
+            try decoder.decode([Date].self, from: encoder.encode([date]))[0] > date
+        }
+        var moments: [Double] = []
+        var offset = 0.0
+        while moments.count < 3 && offset < 1 {
+            offset += 0.000_173
+            if try readsBackLate(clock.now.addingTimeInterval(offset)) { moments.append(offset) }
+        }
+        try #require(moments.count == 3, "no moment that reads back late was found")
+        var previous = 0.0
+        for moment in moments {
+            clock.advance(moment - previous)
+            previous = moment
+            let service = try configured(store: VaultLockStore(vault: try Vault(stateDirectory: temporaryState())))
+            #expect(try !service.status().locked, "set up at \(clock.now.timeIntervalSince1970)")
+        }
+    }
+
     @Test func threeFailedFingerprintsPauseTheSensor15MinutesWhileThePINWorks() throws {
         let service = try configured(biometrics: true)
         clock.advance(3600)
