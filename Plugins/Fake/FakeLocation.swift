@@ -57,7 +57,10 @@ final class FakeLocationProvider: LocationProvider {
                     continuation.finish(throwing: FieldHALError(.disconnected, subject: subject, detail: "the scripted track ended",
                                                                 advice: "set loop = true to replay it"))
                 } catch {
-                    continuation.finish(throwing: FieldHALError.cancelled(subject))
+                    // Cancelled from onTermination: the consumer has left. The standard library
+                    // runs onTermination before it ends the stream, so an error thrown here could
+                    // still reach a consumer that was only leaving; it ends quietly instead.
+                    continuation.finish()
                 }
             }
             continuation.onTermination = { _ in task.cancel() }

@@ -128,6 +128,19 @@ struct FakeLocationTests {
         #expect(try await task.value <= 1)
         #expect(clock.now - cancelled < .seconds(2))
     }
+
+    /// A consumer that leaves at its first fix sees the watch end, never a "cancelled" error:
+    /// many rounds, because the error came from a race between the stream's end and its
+    /// producer's cancellation.
+    @Test func aWatchLeftAtItsFirstFixEndsWithoutAnError() async throws {
+        let gps = try await provider(["track": .array([point(1, 1), point(2, 2)]), "interval_ms": .integer(1)])
+        for _ in 0..<5_000 {
+            let consumer = Task {
+                for try await _ in gps.watch() { withUnsafeCurrentTask { $0?.cancel() } }
+            }
+            try await consumer.value
+        }
+    }
 }
 
 struct SimulatedFailure: Error {}
