@@ -2,7 +2,7 @@ import FieldHAL
 import FieldHALAPI
 import FieldHALClient
 import FieldHALCommandLine
-import FieldHALDaemon
+@testable import FieldHALDaemon
 import FieldHALMedia
 import Foundation
 import Logging
@@ -84,6 +84,21 @@ struct DaemonServiceTests {
     /// watch sleeps on the daemon's clock until the moment the lock says it will relock (it
     /// used to read the lock, and verify its whole audit log, every 5 s). On a manual clock
     /// the minute passes at once, and not a second early.
+    /// The lock file's size is in every listing of the state directory (the stealth checks
+    /// compare them): it must not change with the number of digits in the daemon's pid.
+    @Test func theDaemonLockIsElevenBytesWhateverThePid() throws {
+        for pid: Int32 in [1, 987, 65_432, 4_194_304] {
+            let record = DaemonLock.record(pid: pid)
+            #expect(record.utf8.count == 11)
+            #expect(Int32(record.trimmingCharacters(in: .whitespacesAndNewlines)) == pid)
+        }
+        let state = StateDirectory(path: NSTemporaryDirectory() + "fieldhal-daemon-lock-\(UUID().uuidString)")
+        let lock = try DaemonLock(state)
+        #expect(try FileManager.default.attributesOfItem(atPath: state.path + "/daemon.lock")[.size] as? Int == 11)
+        withExtendedLifetime(lock) {}
+        try? FileManager.default.removeItem(atPath: state.path)
+    }
+
     @Test func theIdleRelockIsPublishedWhenTheKitsClockReachesIt() async throws {
         let clock = ManualKitClock()
         let kit = try await Running.start(clock: clock)
