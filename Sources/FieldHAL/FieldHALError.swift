@@ -32,6 +32,9 @@ public struct FieldHALError: Error, Sendable, Equatable, Codable, CustomStringCo
         case io
         /// The device or daemon answered in a way its protocol does not allow.
         case protocolError
+        /// The caller named a device the kit's configuration does not have (`?device=rear`
+        /// on a kit with one camera); the detail lists the names it has.
+        case noSuchDevice
     }
 
     public var kind: Kind

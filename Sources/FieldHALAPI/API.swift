@@ -199,6 +199,7 @@ extension APIProblem {
         case .invalidArgument, .malformedData, .stale: 400
         case .permissionDenied: 403
         case .busy: 409
+        case .noSuchDevice: 404
         case .notConfigured, .unavailable, .deviceNotFound, .disconnected, .noFix: 503
         case .timeout: 504
         case .cancelled: 499

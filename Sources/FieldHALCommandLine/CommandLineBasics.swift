@@ -151,7 +151,7 @@ public enum ExitStatus {
         switch kind {
         case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
         case .timeout, .noFix: 75
-        case .invalidArgument: 64
+        case .invalidArgument, .noSuchDevice: 64  // EX_USAGE: the command line named it
         case .malformedData, .stale: 65
         default: 1
         }

@@ -5,7 +5,8 @@ import Testing
 /// A registry of test plugins: one that opens, one that fails, one that hangs.
 enum TestPlugins {
     final class Camera: FieldHAL.Camera {
-        let deviceName = "/dev/video-test"
+        let deviceName: String
+        init(deviceName: String = "/dev/video-test") { self.deviceName = deviceName }
         func formats() async throws -> [CameraFormat] { [] }
         func captureStill(_ request: PhotoRequest) async throws -> Photo { throw FieldHALError(.unsupported, subject: "", detail: "") }
         func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording { throw FieldHALError(.unsupported, subject: "", detail: "") }
@@ -16,9 +17,12 @@ enum TestPlugins {
         PluginDescriptor(name: "good", summary: "opens", capabilities: [
             .camera: [ParameterSpec("device", .string, help: "path"), ParameterSpec("rate", .number, help: "fps"),
                       ParameterSpec("points", .records([ParameterSpec("lat", .number, required: true, help: "")]), help: "")],
-        ]) { _, _, _ in .camera(Camera()) },
+        ]) { _, parameters, _ in .camera(Camera(deviceName: parameters.string("device") ?? "/dev/video-test")) },
         PluginDescriptor(name: "broken", summary: "always fails", capabilities: [.nfcReader: [], .location: []]) { capability, _, _ in
             throw FieldHALError(.deviceNotFound, subject: "\(capability)", detail: "no reader at pn532_uart:/dev/ttyUSB0 (No such file or directory)")
+        },
+        PluginDescriptor(name: "dead", summary: "always fails", capabilities: [.camera: [], .nfcEmulator: []]) { capability, _, _ in
+            throw FieldHALError(.deviceNotFound, subject: "\(capability)", detail: "nothing there")
         },
         PluginDescriptor(name: "hangs", summary: "never returns", capabilities: [.haptics: []]) { _, _, _ in
             try await Task.sleep(for: .seconds(3600))
@@ -53,6 +57,62 @@ struct ConfigurationTests {
         #expect(configuration.sections[.camera]?.parameters.number("rate") == 30)
         #expect(configuration.sections[.camera]?.parameters.records("points")?.count == 2)
         #expect(configuration.sections[.location]?.isEnabled == false)
+    }
+
+    @Test func aCapabilityMayHaveSeveralNamedDevicesAndTheFirstInTheFileIsTheDefault() throws {
+        let configuration = try TestPlugins.parse("""
+            [camera.rear]
+            plugin = "good"
+            device = "/dev/v4l/by-path/rear"
+
+            [camera.front]
+            plugin = "good"
+            device = "/dev/v4l/by-path/front"
+            roles = []
+
+            [nfc_emulator.left]
+            plugin = "dead"
+            [nfc_emulator.right]
+            plugin = "dead"
+
+            [gps]
+            plugin = "broken"
+            """)
+        #expect(configuration.devices[.camera]?.map(\.name) == ["rear", "front"], "the file's order, not the alphabet's")
+        #expect(configuration.sections[.camera]?.name == "rear")
+        #expect(configuration.device(.camera, named: "front")?.parameters.string("device") == "/dev/v4l/by-path/front")
+        #expect(configuration.device(.camera, named: "side") == nil)
+        #expect(configuration.device(.camera, named: "rear")?.roles == [.evidence], "a camera records evidence unless told")
+        #expect(configuration.device(.camera, named: "front")?.roles == [], "roles = [] opts out")
+        #expect(configuration.devices[.nfcEmulator]?.map(\.roles) == [[.duressTag], []], "only the default emulator offers the duress tag")
+        #expect(configuration.sections[.location]?.name == "default", "a plain section names its device default")
+        #expect(configuration.allDevices.map(\.name) == ["left", "right", "default", "rear", "front"])
+    }
+
+    @Test func aDisabledFirstDeviceIsNotTheDefault() throws {
+        let configuration = try TestPlugins.parse("[camera.a]\nplugin = \"good\"\nenabled = false\n[camera.b]\nplugin = \"good\"\n")
+        #expect(configuration.sections[.camera]?.name == "b")
+    }
+
+    @Test(arguments: [
+        ("[camera]\nplugin = \"good\"\n[camera.rear]\nplugin = \"good\"\n", "camera.rear", 3, "a device section inside a plain [camera]"),
+        ("[camera.\"rear view\"]\nplugin = \"good\"\n", "camera.rear view", 1, "cannot name a device"),
+        ("[camera._x]\nplugin = \"good\"\n", "camera._x", 1, "cannot name a device"),
+        ("[camera.front]\ndevice = \"/dev/video0\"\n", "camera.front.plugin", 1, "missing"),
+        ("[camera.front]\nplugin = \"good\"\nrate = \"fast\"\n", "camera.front.rate", 3, "expected a number"),
+        ("[camera.front]\nplugin = \"good\"\nroles = [\"ack\"]\n", "camera.front.roles", 3, "roles: evidence, or [] for none"),
+        ("[gps]\nplugin = \"broken\"\nroles = [\"evidence\"]\n", "gps.roles", 3, "a gps device has no roles"),
+        ("[nfc.bench1]\nplugin = \"broken\"\nroles = \"ack\"\n", "nfc.bench1.roles", 3, "expected a list"),
+    ] as [(String, String, Int?, String)])
+    func deviceSectionsAreCheckedWithFileKeyAndLine(text: String, key: String, line: Int?, message: String) {
+        do {
+            _ = try TestPlugins.parse(text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.key == key)
+            #expect(error.line == line)
+            #expect(error.message.contains(message), "\(error.message)")
+        }
     }
 
     @Test(arguments: [
@@ -233,6 +293,39 @@ struct KitTests {
         } catch let error as FieldHALError {
             #expect(error.kind == .notConfigured)
             #expect(error.description.contains("add a [biometrics] section"))
+        }
+        await kit.close()
+    }
+
+    @Test func everyNamedDeviceOpensOnItsOwnAndANameTheKitLacksIsNoSuchDevice() async throws {
+        let configuration = try TestPlugins.parse("""
+            [camera.front]
+            plugin = "good"
+            device = "/dev/video0"
+            [camera.rear]
+            plugin = "good"
+            device = "/dev/video2"
+            [camera.side]
+            plugin = "dead"
+            """)
+        let kit = await Kit.load(configuration, registry: TestPlugins.registry, context: context)
+        #expect(try kit.camera().deviceName == "/dev/video0", "the first in the file is the default")
+        #expect(try kit.camera(named: "rear").deviceName == "/dev/video2")
+        #expect(kit.devices.filter { $0.capability == .camera }.map(\.name) == ["front", "rear", "side"])
+        #expect(kit.devices.filter { $0.capability == .camera }.map(\.isAvailable) == [true, true, false])
+        #expect(kit.status(of: .camera).name == "front" && kit.status(of: .camera).isDefault == true)
+        #expect(kit.status(of: .camera, named: "rear")?.roles == [.evidence])
+        #expect(kit.available(.camera, withRole: .evidence).map(\.name) == ["front", "rear"])
+        #expect(kit.statuses.map(\.capability) == Capability.allCases, "one per capability, as before")
+        #expect(throws: FieldHALError(.unavailable, subject: "camera side", detail: "dead plugin: camera: nothing there")) {
+            try kit.camera(named: "side")
+        }
+        do {
+            _ = try kit.camera(named: "back")
+            Issue.record("a camera the kit lacks was found")
+        } catch let error as FieldHALError {
+            #expect(error.kind == .noSuchDevice)
+            #expect(error.advice == "its camera devices: front, rear, side")
         }
         await kit.close()
     }

@@ -15,14 +15,30 @@ struct DetectionTests {
         ]
         let text = DetectedConfiguration.text(for: devices, header: "Written by a test\non two lines")
         let configuration = try TestPlugins.parse(text)
+        #expect(configuration.devices[.camera]?.map(\.name) == ["video0", "video2"], "every camera found, each under a name")
         #expect(configuration.sections[.camera]?.plugin == "good")
         #expect(configuration.sections[.camera]?.parameters.string("device") == "/dev/v4l/by-id/a\"b\\c\n", "escaped and read back exactly")
+        #expect(configuration.device(.camera, named: "video2")?.parameters.string("device") == "/dev/video2")
         #expect(configuration.sections[.location] == nil, "a candidate is written commented out")
         #expect(configuration.settings["kit"] == nil, "a device's name cannot add a section")
         #expect(text.contains("# A candidate only: gpsd does not read it yet\n"))
-        #expect(text.contains("# or second (/dev/video2): plugin = \"good\", device = \"/dev/video2\""))
+        #expect(text.contains("# 2 found: each under a name"))
         #expect(text.contains("# [haptics]: nothing found"))
         #expect(text.hasPrefix("# Written by a test\n# on two lines\n"))
+    }
+
+    @Test func oneDeviceFoundIsAPlainSectionAndNamesThatWouldCollideAreNumbered() throws {
+        let one = DetectedConfiguration.text(for: [
+            DetectedDevice(capability: .camera, plugin: "good", name: "vivid", node: "/dev/video0", parameters: ["device": .string("/dev/video0")]),
+        ], header: "one")
+        #expect(one.contains("\n[camera]\nplugin = \"good\"\n"))
+        #expect(try TestPlugins.parse(one).sections[.camera]?.name == "default")
+        let clashing = DetectedConfiguration.text(for: [
+            DetectedDevice(capability: .camera, plugin: "good", name: "a", node: "/x/video0"),
+            DetectedDevice(capability: .camera, plugin: "good", name: "b", node: "/y/video0"),
+            DetectedDevice(capability: .camera, plugin: "good", name: "c", node: "/dev/_"),
+        ], header: "clash")
+        #expect(try TestPlugins.parse(clashing).devices[.camera]?.map(\.name) == ["video0", "device2", "device3"])
     }
 
     @Test func serialPortsAreReadFromSysfsWithTheirUSBIdentity() throws {

@@ -1,14 +1,35 @@
-/// A configuration file written from what `fieldhal detect` found: per capability, the
-/// first device found that is not only a candidate, each line commented with what the
-/// device is; the others as commented alternatives; a capability with nothing found as a
-/// comment. `KitConfiguration.parse` accepts what this writes (the detect command checks).
+/// A configuration file written from what `fieldhal detect` found: per capability, every
+/// device found that is not only a candidate, each commented with what the device is (one
+/// as a plain `[camera]`, two or more each under a name: `[camera.video0]`,
+/// `[camera.video2]`, the first the default); candidates as commented alternatives; a
+/// capability with nothing found as a comment. `KitConfiguration.parse` accepts what this
+/// writes (the detect command checks).
 public enum DetectedConfiguration {
     public static func text(for devices: [DetectedDevice], header: String) -> String {
         var lines = header.split(separator: "\n", omittingEmptySubsequences: false).map { "# " + $0 }
         for capability in Capability.allCases {
             let found = devices.filter { $0.capability == capability }
             lines.append("")
-            guard let chosen = found.first(where: { $0.candidate == nil }) ?? found.first else {
+            let usable = found.filter { $0.candidate == nil }
+            if usable.count > 1 {
+                lines.append("# \(usable.count) found: each under a name (rename them freely); the first is the default")
+                var names: Set<String> = []
+                for device in usable {
+                    let name = deviceName(for: device, taken: names)
+                    names.insert(name)
+                    lines.append("# \(describe(device))")
+                    lines.append("[\(capability).\(name)]")
+                    lines.append("plugin = \(ConfigValue.string(device.plugin).tomlLiteral)")
+                    for key in device.parameters.keys.sorted() {
+                        lines.append("\(key) = \(device.parameters[key]!.tomlLiteral)")
+                    }
+                    lines.append("")
+                }
+                lines.removeLast()
+                for other in found where other.candidate != nil { lines.append(alternative(other)) }
+                continue
+            }
+            guard let chosen = usable.first ?? found.first else {
                 lines.append("# [\(capability)]: nothing found")
                 continue
             }
@@ -20,13 +41,34 @@ public enum DetectedConfiguration {
             for key in chosen.parameters.keys.sorted() {
                 lines.append("\(comment)\(key) = \(chosen.parameters[key]!.tomlLiteral)")
             }
-            for other in found where other != chosen {
-                let parameters = other.parameters.keys.sorted().map { "\($0) = \(other.parameters[$0]!.tomlLiteral)" }
-                lines.append("# or \(describe(other)): plugin = \(ConfigValue.string(other.plugin).tomlLiteral)"
-                             + (parameters.isEmpty ? "" : ", " + parameters.joined(separator: ", ")))
-            }
+            for other in found where other != chosen { lines.append(alternative(other)) }
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// `# or vivid (/dev/video2): plugin = "v4l2", device = "/dev/video2"`.
+    static func alternative(_ device: DetectedDevice) -> String {
+        let parameters = device.parameters.keys.sorted().map { "\($0) = \(device.parameters[$0]!.tomlLiteral)" }
+        return "# or \(describe(device)): plugin = \(ConfigValue.string(device.plugin).tomlLiteral)"
+            + (parameters.isEmpty ? "" : ", " + parameters.joined(separator: ", "))
+    }
+
+    /// A device's name in the written file, from where it is now: `/dev/video2` → `video2`,
+    /// `localhost:2947` → `localhost-2947`; `device2`, `device3`… when that gives nothing
+    /// usable or is taken.
+    static func deviceName(for device: DetectedDevice, taken: Set<String>) -> String {
+        let last = device.node.split(separator: "/").last.map(String.init) ?? ""
+        var name = ""
+        for character in last {
+            let allowed = character.isASCII && (character.isLetter || character.isNumber)
+            if allowed { name.append(character) } else if !name.isEmpty, name.last != "-" { name.append("-") }
+        }
+        while name.last == "-" { name.removeLast() }
+        name = String(name.prefix(32))
+        if KitConfiguration.problem(withDeviceName: name) == nil, !taken.contains(name) { return name }
+        var number = taken.count + 1
+        while taken.contains("device\(number)") { number += 1 }
+        return "device\(number)"
     }
 
     /// `vivid (/dev/video0; driver vivid, bus platform:vivid-000)`, on one line.

@@ -14,19 +14,43 @@ import TOMLKit
 /// host = "localhost"
 /// ```
 public struct KitConfiguration: Sendable {
+    /// One configured device: `[camera]` (named `default`) or `[camera.front]`.
     public struct Section: Sendable {
         public var capability: Capability
+        /// The device's name within its capability: `front` for `[camera.front]`, `default`
+        /// for a plain `[camera]`. What the API's `?device=` and the CLI's `--device` take.
+        public var name: String
         public var plugin: String
         /// `enabled = false` keeps a section in the file but loads nothing for it.
         public var isEnabled: Bool
         public var parameters: PluginParameters
+        /// What the flows use the device for: the file's `roles = [...]`, or the defaults
+        /// (`DeviceRole.defaults`) when it does not say.
+        public var roles: Set<DeviceRole>
     }
 
     /// Where the configuration came from, for messages.
     public var file: String
     /// The directory relative paths in parameters are resolved against.
     public var directory: String
-    public var sections: [Capability: Section]
+    /// Every configured device, per capability, in the file's order: the first enabled one
+    /// is the capability's default device (what a request that names none gets).
+    public var devices: [Capability: [Section]]
+    /// The default device of each configured capability.
+    public var sections: [Capability: Section] { devices.compactMapValues { Self.defaultDevice(among: $0) } }
+
+    static func defaultDevice(among devices: [Section]) -> Section? {
+        devices.first(where: \.isEnabled) ?? devices.first
+    }
+
+    /// The configured device `name` of `capability`; nil names the default one.
+    public func device(_ capability: Capability, named name: String? = nil) -> Section? {
+        guard let name else { return sections[capability] }
+        return devices[capability]?.first { $0.name == name }
+    }
+
+    /// Every configured device, capability by capability, each in the file's order.
+    public var allDevices: [Section] { Capability.allCases.flatMap { devices[$0] ?? [] } }
     /// Non-capability tables (`[kit]`, and those later flows add), by table name.
     public var settings: [String: PluginParameters]
 
@@ -63,14 +87,14 @@ public struct KitConfiguration: Sendable {
             throw ConfigError(file: file, message: "not valid TOML: \(error)")
         }
         let checker = Checker(file: file, locator: TOMLKeyLocator(source: text))
-        var configuration = KitConfiguration(file: file, directory: directory, sections: [:], settings: [:])
+        var configuration = KitConfiguration(file: file, directory: directory, devices: [:], settings: [:])
         configuration.source = text
         for key in root.keys.sorted() {
             guard case .table(let table)? = root[key] else {
                 throw checker.error([key], "expected a table such as [\(key)], found \(root[key]!.typeName)")
             }
             if let capability = Capability(rawValue: key) {
-                configuration.sections[capability] = try checker.section(capability, table, registry: registry)
+                configuration.devices[capability] = try checker.devices(capability, table, registry: registry)
             } else if let specs = settingSpecs[key] {
                 configuration.settings[key] = PluginParameters(try checker.check(table, against: specs, at: [key]))
             } else {
@@ -121,9 +145,49 @@ private struct Checker {
         ConfigError(file: file, key: path.joined(separator: "."), line: locator.line(of: path), message: message)
     }
 
-    func section(_ capability: Capability, _ table: [String: ConfigValue],
+    /// A capability's table as its devices: a plain `[camera]` is one device named
+    /// `default`; a table of tables (`[camera.front]`, `[camera.rear]`) is one device each,
+    /// in the file's order.
+    func devices(_ capability: Capability, _ table: [String: ConfigValue],
+                 registry: PluginRegistry) throws(ConfigError) -> [KitConfiguration.Section] {
+        let named = table.filter { if case .table = $0.value { true } else { false } }
+        var devices: [KitConfiguration.Section]
+        var rolesGiven: [Bool]
+        if named.isEmpty || named.count < table.count {
+            // No parameter is a table, so a table among a plain section's keys is a device
+            // section nested in it: which of the two was meant cannot be guessed.
+            if let nested = named.keys.sorted().first {
+                throw error([capability.rawValue, nested],
+                            "a device section inside a plain [\(capability)]; either keep one [\(capability)], or name every \(capability) device: [\(capability).\(nested)] and [\(capability).<name>], each with its own plugin")
+            }
+            devices = [try section(capability, name: KitConfiguration.defaultDeviceName, table, at: [capability.rawValue], registry: registry)]
+            rolesGiven = [table["roles"] != nil]
+        } else {
+            devices = []
+            rolesGiven = []
+            // The file's order decides the default device; the parsed table has none.
+            let ordered = named.keys.sorted {
+                (locator.line(of: [capability.rawValue, $0]) ?? .max, $0) < (locator.line(of: [capability.rawValue, $1]) ?? .max, $1)
+            }
+            for name in ordered {
+                guard case .table(let device) = named[name]! else { continue }
+                if let problem = KitConfiguration.problem(withDeviceName: name) {
+                    throw error([capability.rawValue, name], problem)
+                }
+                devices.append(try section(capability, name: name, device, at: [capability.rawValue, name], registry: registry))
+                rolesGiven.append(device["roles"] != nil)
+            }
+        }
+        // Roles the file leaves out take the defaults: the default emulator offers the duress tag.
+        let defaultName = KitConfiguration.defaultDevice(among: devices)?.name
+        for index in devices.indices where !rolesGiven[index] {
+            devices[index].roles = DeviceRole.defaults(for: capability, isDefault: devices[index].name == defaultName)
+        }
+        return devices
+    }
+
+    func section(_ capability: Capability, name: String, _ table: [String: ConfigValue], at path: [String],
                  registry: PluginRegistry) throws(ConfigError) -> KitConfiguration.Section {
-        let path = [capability.rawValue]
         guard let pluginValue = table["plugin"] else {
             throw error(path + ["plugin"], "missing; say which plugin serves \(capability): \(registry.names(providing: capability).joined(separator: ", "))")
         }
@@ -144,12 +208,28 @@ private struct Checker {
             }
             enabled = flag
         }
+        var roles: Set<DeviceRole> = []
+        if let value = table["roles"] {
+            guard case .array(let items) = value else {
+                throw error(path + ["roles"], "expected a list such as [\"evidence\"], found \(value.typeName) \(value)")
+            }
+            let allowed = DeviceRole.allowed(for: capability)
+            for item in items {
+                guard case .string(let word) = item, let role = DeviceRole(rawValue: word), allowed.contains(role) else {
+                    let choices = allowed.map(\.rawValue).sorted().joined(separator: ", ")
+                    throw error(path + ["roles"], "\(item) is not a role a \(capability) device can have; "
+                                + (choices.isEmpty ? "a \(capability) device has no roles: leave roles out" : "roles: \(choices), or [] for none"))
+                }
+                roles.insert(role)
+            }
+        }
         var parameters = table
         parameters["plugin"] = nil
         parameters["enabled"] = nil
+        parameters["roles"] = nil
         let checked = try check(parameters, against: specs, at: path)
-        return KitConfiguration.Section(capability: capability, plugin: pluginName, isEnabled: enabled,
-                                        parameters: PluginParameters(checked))
+        return KitConfiguration.Section(capability: capability, name: name, plugin: pluginName, isEnabled: enabled,
+                                        parameters: PluginParameters(checked), roles: roles)
     }
 
     private func outOfRange(_ path: [String], _ value: ConfigValue, _ range: ClosedRange<Double>) -> ConfigError {

@@ -9,30 +9,36 @@ struct TOMLKeyLocator {
         lines = source.split(separator: "\n", omittingEmptySubsequences: false)
     }
 
-    /// The 1-based line of `path` (`["gps", "interval_ms"]`), or of its table when the key
-    /// itself is absent; `nil` when neither is found.
+    /// The 1-based line of `path` (`["gps", "interval_ms"]`, `["camera", "front", "plugin"]`),
+    /// or of the nearest table above it when the key itself is absent; `nil` when neither is
+    /// found. Headers may be dotted (`[camera.front]`), and so may keys (`camera.rate = 5`).
     func line(of fullPath: [String]) -> Int? {
         // `track[3]` is found where `track` is set.
         let path = fullPath.map { $0.split(separator: "[").first.map(String.init) ?? $0 }
-        guard let section = path.first else { return nil }
-        var currentTable: String? = nil
-        var tableLine: Int? = nil
+        guard !path.isEmpty else { return nil }
+        var currentTable: [String] = []
+        var nearestTable: (depth: Int, line: Int)? = nil
         for (index, raw) in lines.enumerated() {
             let text = raw.trimmingWhitespace()
             if text.hasPrefix("[") {
-                let name = text.trimmingCharacters(in: "[]").trimmingWhitespace()
-                currentTable = String(name)
-                if currentTable == section, tableLine == nil { tableLine = index + 1 }
-                if path.count == 1, currentTable == section { return index + 1 }
+                currentTable = Self.dotted(text.trimmingCharacters(in: "[]"))
+                if currentTable == path { return index + 1 }
+                if path.starts(with: currentTable), currentTable.count > (nearestTable?.depth ?? 0) {
+                    nearestTable = (currentTable.count, index + 1)
+                }
                 continue
             }
             guard let equals = text.firstIndex(of: "=") else { continue }
-            let key = text[..<equals].trimmingWhitespace().trimmingCharacters(in: "\"'")
-            if path.count == 1, currentTable == nil, key == section { return index + 1 }
-            if path.count >= 2, currentTable == section, key == path[1] { return index + 1 }
-            if path.count >= 2, currentTable == nil, key == "\(section).\(path[1])" { return index + 1 }
+            let key = currentTable + Self.dotted(text[..<equals])
+            // A key set to an array or inline table holds what lies below it (`track[3].lat`).
+            if path.starts(with: key) { return index + 1 }
         }
-        return tableLine
+        return nearestTable?.line
+    }
+
+    /// `camera . "front"` as ["camera", "front"].
+    private static func dotted(_ text: some StringProtocol) -> [String] {
+        text.split(separator: ".").map { String($0.trimmingWhitespace().trimmingCharacters(in: "\"'")) }
     }
 }
 
