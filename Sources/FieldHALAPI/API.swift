@@ -131,6 +131,17 @@ public struct APICapabilities: Sendable, Codable, Equatable {
     }
 }
 
+/// `GET /v1/devices`: every device the configuration names, capability by capability, each
+/// capability's in the file's order, with its name, roles, state and whether it is the
+/// default (what a request that names no device gets).
+public struct APIDevices: Sendable, Codable, Equatable {
+    public var devices: [CapabilityStatus]
+
+    public init(devices: [CapabilityStatus]) {
+        self.devices = devices
+    }
+}
+
 /// Every error the API returns: the same typed error the CLI prints, as JSON, with the
 /// HTTP status it came with.
 public struct APIErrorBody: Sendable, Codable, Equatable {

@@ -39,10 +39,16 @@ public struct FieldHALClient: Sendable {
         try await get("capabilities", as: APICapabilities.self)
     }
 
+    /// `GET /v1/devices`: every configured device, with its name, roles and state.
+    public func devices() async throws -> [CapabilityStatus] {
+        try await get("devices", as: APIDevices.self).devices
+    }
+
     /// `GET /v1/location`: a live fix within `timeout`, else a cached one no older than
     /// `maxAge` (nil: live only), at `accuracy` metres or better when given.
-    public func location(timeout: Duration = .seconds(5), maxAge: Duration? = .seconds(300), accuracy: Double? = nil) async throws -> LocationReading {
-        var query = [("timeout_ms", "\(timeout.milliseconds)"), ("max_age_ms", "\(maxAge?.milliseconds ?? 0)")]
+    public func location(timeout: Duration = .seconds(5), maxAge: Duration? = .seconds(300), accuracy: Double? = nil,
+                         device: String? = nil) async throws -> LocationReading {
+        var query = [("timeout_ms", "\(timeout.milliseconds)"), ("max_age_ms", "\(maxAge?.milliseconds ?? 0)")] + Self.naming(device)
         if let accuracy { query.append(("accuracy_m", "\(accuracy)")) }
         return try await get("location", query: query, waiting: timeout, as: LocationReading.self)
     }
@@ -102,19 +108,20 @@ public struct FieldHALClient: Sendable {
     // MARK: NFC
 
     /// `POST /v1/nfc/read`: a tag within `timeout` (the wait for the shared chip included).
-    public func readTag(timeout: Duration = .seconds(10)) async throws -> APITag {
-        try await post("nfc/read", APINFCRead(timeoutMs: Int(timeout.milliseconds)), waiting: timeout, as: APITag.self)
+    public func readTag(timeout: Duration = .seconds(10), device: String? = nil) async throws -> APITag {
+        try await post("nfc/read", APINFCRead(timeoutMs: Int(timeout.milliseconds)), query: Self.naming(device), waiting: timeout, as: APITag.self)
     }
 
     /// `POST /v1/nfc/write`: `records` written to the next tag within `timeout`.
-    public func writeTag(_ records: [APIRecordInput], timeout: Duration = .seconds(10)) async throws -> APITag {
-        try await post("nfc/write", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), waiting: timeout, as: APITag.self)
+    public func writeTag(_ records: [APIRecordInput], timeout: Duration = .seconds(10), device: String? = nil) async throws -> APITag {
+        try await post("nfc/write", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), query: Self.naming(device),
+                       waiting: timeout, as: APITag.self)
     }
 
     /// `POST /v1/nfc/emulate`: the kit presents `records` as a tag until a reader has read
     /// them or `timeout` passes (then `wasRead` is false).
-    public func emulateTag(_ records: [APIRecordInput], timeout: Duration = .seconds(30)) async throws -> EmulationOutcome {
-        try await post("nfc/emulate", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), waiting: timeout,
+    public func emulateTag(_ records: [APIRecordInput], timeout: Duration = .seconds(30), device: String? = nil) async throws -> EmulationOutcome {
+        try await post("nfc/emulate", APINFCMessage(records: records, timeoutMs: Int(timeout.milliseconds)), query: Self.naming(device), waiting: timeout,
                        as: EmulationOutcome.self)
     }
 
@@ -199,14 +206,14 @@ public struct FieldHALClient: Sendable {
     /// `GET /v1/camera/photo`: a still as JPEG bytes (during a recording: its next frame, at
     /// its size).
     /// `GET /v1/camera/formats`: what the daemon's camera offers.
-    public func cameraFormats() async throws -> [CameraFormat] {
-        try await get("camera/formats", as: APICameraFormats.self).formats
+    public func cameraFormats(device: String? = nil) async throws -> [CameraFormat] {
+        try await get("camera/formats", query: Self.naming(device), as: APICameraFormats.self).formats
     }
 
-    public func photo(width: Int = 640, height: Int = 480, quality: Int = 85) async throws -> [UInt8] {
+    public func photo(width: Int = 640, height: Int = 480, quality: Int = 85, device: String? = nil) async throws -> [UInt8] {
         var body = Data()
         try await Self.exchange(socketPath: socketPath, path: route("camera/photo", query: [("width", "\(width)"), ("height", "\(height)"),
-                                                                                           ("quality", "\(quality)")]),
+                                                                                           ("quality", "\(quality)")] + Self.naming(device)),
                                 deadline: .now + .seconds(10) + slack) { body += $0 }
         return [UInt8](body)
     }
@@ -215,21 +222,22 @@ public struct FieldHALClient: Sendable {
 
     /// `POST /v1/microphone/record`: records on the daemon's microphone and writes the WAV to
     /// `path` (whole, or not at all). The report is the daemon's, with `path` set.
-    public func recordAudio(_ request: APIAudioRecord, to path: String) async throws -> AudioRecording {
-        var report: AudioRecording = try await record("microphone/record", request, milliseconds: request.durationMs, to: path)
+    public func recordAudio(_ request: APIAudioRecord, to path: String, device: String? = nil) async throws -> AudioRecording {
+        var report: AudioRecording = try await record("microphone/record", request, milliseconds: request.durationMs, to: path, device: device)
         report.path = path
         return report
     }
 
     /// `POST /v1/camera/record`: records on the daemon's camera and writes the Motion-JPEG AVI
     /// to `path` (whole, or not at all).
-    public func recordVideo(_ request: APIVideoRecord, to path: String) async throws -> VideoRecording {
-        var report: VideoRecording = try await record("camera/record", request, milliseconds: request.durationMs, to: path)
+    public func recordVideo(_ request: APIVideoRecord, to path: String, device: String? = nil) async throws -> VideoRecording {
+        var report: VideoRecording = try await record("camera/record", request, milliseconds: request.durationMs, to: path, device: device)
         report.path = path
         return report
     }
 
-    private func record<Report: Decodable>(_ name: String, _ request: some Encodable, milliseconds: Int, to path: String) async throws -> Report {
+    private func record<Report: Decodable>(_ name: String, _ request: some Encodable, milliseconds: Int, to path: String,
+                                           device: String?) async throws -> Report {
         let partial = path + ".partial-\(getpid())"
         // 0640, as FieldHAL's own recorders make their files: a recording is not for everyone.
         guard FileManager.default.createFile(atPath: partial, contents: nil, attributes: [.posixPermissions: 0o640]),
@@ -240,7 +248,8 @@ public struct FieldHALClient: Sendable {
         do {
             defer { try? file.close() }
             // The recording's length, then its transfer: a minute of slack for a long one.
-            try await Self.exchange(socketPath: socketPath, method: .POST, path: route(name), body: try FieldHALAPI.encoder.encode(request),
+            try await Self.exchange(socketPath: socketPath, method: .POST, path: route(name, query: Self.naming(device)),
+                                    body: try FieldHALAPI.encoder.encode(request),
                                     deadline: .now + .milliseconds(milliseconds) + slack + .seconds(60),
                                     onHead: { header = $0[FieldHALAPI.recordingHeader.lowercased()] }) { chunk in
                 try file.write(contentsOf: chunk)
@@ -266,11 +275,13 @@ public struct FieldHALClient: Sendable {
     // MARK: Biometrics
 
     /// `GET /v1/biometrics`: whether a sensor is there and which fingers are enrolled.
-    public func biometrics() async throws -> BiometricAvailability { try await get("biometrics", as: BiometricAvailability.self) }
+    public func biometrics(device: String? = nil) async throws -> BiometricAvailability {
+        try await get("biometrics", query: Self.naming(device), as: BiometricAvailability.self)
+    }
 
     /// `POST /v1/biometrics/verify`: one scan within `timeout`.
-    public func verifyFinger(timeout: Duration = .seconds(10)) async throws -> BiometricResult {
-        let answer = try await post("biometrics/verify", APIBiometricVerify(timeoutMs: Int(timeout.milliseconds)), waiting: timeout,
+    public func verifyFinger(timeout: Duration = .seconds(10), device: String? = nil) async throws -> BiometricResult {
+        let answer = try await post("biometrics/verify", APIBiometricVerify(timeoutMs: Int(timeout.milliseconds)), query: Self.naming(device), waiting: timeout,
                                     as: APIBiometricResult.self)
         guard let result = answer.biometricResult else {
             throw FieldHALError(.malformedData, subject: "POST /v1/biometrics/verify", detail: "a result \"\(answer.result)\" this client does not know")
@@ -281,10 +292,10 @@ public struct FieldHALClient: Sendable {
     /// `POST /v1/biometrics/enroll`: enrolls `finger`, handing each stage to `progress` as the
     /// sensor reports it; returns when the enrollment completes. No bound but the person's
     /// patience: cancel the task to give up.
-    public func enroll(_ finger: Finger, progress: (EnrollStage) -> Void) async throws {
+    public func enroll(_ finger: Finger, device: String? = nil, progress: (EnrollStage) -> Void) async throws {
         var pending = Data()
         var completed = false
-        try await Self.exchange(socketPath: socketPath, method: .POST, path: route("biometrics/enroll"),
+        try await Self.exchange(socketPath: socketPath, method: .POST, path: route("biometrics/enroll", query: Self.naming(device)),
                                 body: try FieldHALAPI.encoder.encode(APIBiometricEnroll(finger: finger.rawValue)), deadline: nil) { chunk in
             pending += chunk
             while let newline = pending.firstIndex(of: 0x0A) {
@@ -306,13 +317,13 @@ public struct FieldHALClient: Sendable {
     // MARK: Feedback
 
     /// `POST /v1/haptics/play`: a named pattern, played to its end on the daemon's haptics.
-    public func playHaptics(_ pattern: String) async throws -> APIHapticsPlayed {
-        try await post("haptics/play", APIHapticsPlay(pattern: pattern), waiting: .seconds(30), as: APIHapticsPlayed.self)
+    public func playHaptics(_ pattern: String, device: String? = nil) async throws -> APIHapticsPlayed {
+        try await post("haptics/play", APIHapticsPlay(pattern: pattern), query: Self.naming(device), waiting: .seconds(30), as: APIHapticsPlayed.self)
     }
 
     /// `POST /v1/speaker/play`: a named sound, played to its end on the daemon's speaker.
-    public func playSound(_ sound: String) async throws -> APISoundPlayed {
-        try await post("speaker/play", APISoundPlay(sound: sound), waiting: .seconds(30), as: APISoundPlayed.self)
+    public func playSound(_ sound: String, device: String? = nil) async throws -> APISoundPlayed {
+        try await post("speaker/play", APISoundPlay(sound: sound), query: Self.naming(device), waiting: .seconds(30), as: APISoundPlayed.self)
     }
 
     // MARK: Transport
@@ -325,8 +336,14 @@ public struct FieldHALClient: Sendable {
         try await call(.GET, route(name, query: query), body: nil, waiting: waiting, as: type)
     }
 
-    private func post<T: Decodable>(_ name: String, _ body: some Encodable, waiting: Duration, as type: T.Type) async throws -> T {
-        try await call(.POST, route(name), body: try FieldHALAPI.encoder.encode(body), waiting: waiting, as: type)
+    private func post<T: Decodable>(_ name: String, _ body: some Encodable, query: [(String, String)] = [], waiting: Duration,
+                                    as type: T.Type) async throws -> T {
+        try await call(.POST, route(name, query: query), body: try FieldHALAPI.encoder.encode(body), waiting: waiting, as: type)
+    }
+
+    /// `?device=NAME` when a device is named; the default device otherwise.
+    static func naming(_ device: String?) -> [(String, String)] {
+        device.map { [("device", $0)] } ?? []
     }
 
     private func call<T: Decodable>(_ method: HTTPMethod, _ path: String, body request: Data?, waiting: Duration, as type: T.Type) async throws -> T {

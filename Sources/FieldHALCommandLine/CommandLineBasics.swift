@@ -23,6 +23,25 @@ public struct GlobalOptions: ParsableArguments, Sendable {
     public init() {}
 }
 
+/// `--device NAME`: which of a capability's devices a command uses (`[camera.rear]` is
+/// `rear`); without it, the capability's default device.
+public struct DeviceOption: ParsableArguments, Sendable {
+    @Option(name: .long, help: ArgumentHelp("Which device of its kind, by its name in the configuration (`fieldhal devices` lists them; default: the first).",
+                                            valueName: "name"))
+    public var device: String?
+
+    public init() {}
+
+    public func validate() throws {
+        if let device, let problem = KitConfiguration.problem(withDeviceName: device) {
+            throw ValidationError("--device: \(problem)")
+        }
+    }
+
+    /// The API's `?device=` for it.
+    public var query: [(String, String)] { device.map { [("device", $0)] } ?? [] }
+}
+
 /// The embedded fake kit, used when asked for by name (`--config fake`) and by `fieldhal demo`.
 public enum BuiltinConfiguration {
     public static let label = "built-in fake kit"

@@ -110,6 +110,7 @@ public struct GPSFixCommand: ParsableCommand {
         abstract: "Print the current fix: the first of the wanted quality within the timeout, else a recent cached one.",
         discussion: "With a daemon answering on the configuration's [api] socket (and --timeout up to 60 s), the daemon's receiver answers: it is warm, so a recent fix comes at once.")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
     @Option(help: "Seconds to wait for a live fix.") public var timeout: Double = 5
     @Option(help: "Oldest cached fix to fall back to, in seconds (0: never use the cache).") public var maxAge: Double = 300
     @Option(help: "Worst horizontal accuracy accepted, in metres.") public var accuracy: Double?
@@ -200,6 +201,7 @@ public struct NFCReadCommand: ParsableCommand {
         abstract: "Wait for a tag and print its UID and NDEF records.",
         discussion: "With a daemon running (fieldhal run), the read goes through its API and takes its turn on the chip.")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
     @Option(help: "Seconds to wait for a tag.") public var timeout: Double = 10
 
     public init() {}
@@ -241,6 +243,7 @@ public struct NFCMessageOptions: ParsableArguments, Sendable {
 public struct NFCWriteCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(commandName: "write", abstract: "Wait for a tag and write an NDEF Text or URI record to it.")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
     @OptionGroup public var content: NFCMessageOptions
     @Option(help: "Seconds to wait for a tag.") public var timeout: Double = 10
 
@@ -272,6 +275,7 @@ public struct LockStatusCommand: ParsableCommand {
 public struct HapticsPlayCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a named pattern: success, warning, error, light, medium or heavy.")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
     @Argument(help: "The pattern.") public var pattern: String
 
     public init() {}
@@ -285,6 +289,7 @@ public struct HapticsPlayCommand: ParsableCommand {
 public struct SoundPlayCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(commandName: "play", abstract: "Play a sound through the [speaker]: \(SoundClip.names.joined(separator: ", ")).")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
     @Argument(help: "The sound.") public var sound = "soft-alert"
 
     public init() {}
@@ -298,6 +303,7 @@ public struct SoundPlayCommand: ParsableCommand {
 public struct BioStatusCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(commandName: "status", abstract: "Show whether a sensor is present and which fingers are enrolled.")
     @OptionGroup public var global: GlobalOptions
+    @OptionGroup public var target: DeviceOption
 
     public init() {}
 

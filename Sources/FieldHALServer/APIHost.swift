@@ -50,20 +50,26 @@ public final class APIHost: Sendable {
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
     /// The flows' events (alerts announced, the lock's changes), as the daemon publishes them.
     private let flowChanges = Broadcaster<APIEvent>(bufferLimit: 64)
-    /// The capabilities recording for an API client now: a second recording at once on the
-    /// same device is refused `busy` (api/openapi.yaml), not queued behind the first.
-    private let recording = Mutex<Set<Capability>>([])
+    /// The devices recording for an API client now: a second recording at once on the same
+    /// device is refused `busy` (api/openapi.yaml), not queued behind the first; another
+    /// device of the kind records meanwhile.
+    private let recording = Mutex<Set<DeviceKey>>([])
 
-    /// Runs `body` as the one API recording on `capability`'s device, or throws `busy`.
-    public func recordingAlone<T: Sendable>(on capability: Capability, _ body: () async throws -> T) async throws -> T {
-        guard recording.withLock({ $0.insert(capability).inserted }) else {
-            throw FieldHALError(.busy, subject: capability.rawValue, detail: "a recording asked for through the API is in progress",
-                                advice: capability == .camera ? "wait for it to end; a still asked for meanwhile is one of its frames"
-                                                              : "wait for it to end, then ask again")
+    /// Runs `body` as the one API recording on `device`, or throws `busy`.
+    public func recordingAlone<T: Sendable>(on device: DeviceKey, _ body: () async throws -> T) async throws -> T {
+        guard recording.withLock({ $0.insert(device).inserted }) else {
+            let subject = device.name == KitConfiguration.defaultDeviceName ? device.capability.rawValue : "\(device.capability) \(device.name)"
+            throw FieldHALError(.busy, subject: subject, detail: "a recording asked for through the API is in progress",
+                                advice: device.capability == .camera ? "wait for it to end; a still asked for meanwhile is one of its frames"
+                                                                     : "wait for it to end, then ask again")
         }
-        defer { _ = recording.withLock { $0.remove(capability) } }
+        defer { _ = recording.withLock { $0.remove(device) } }
         return try await body()
     }
+
+    /// The NFC chips other than the default one, by device name, each taken in turns like the
+    /// default (`nfc`): a reader and an emulator of the same name are one chip.
+    private let namedNFC = Mutex<[String: NFCTurns]>([:])
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation
     /// The NFC chip, shared by turns; its devices are replaced on reload.
@@ -99,6 +105,7 @@ public final class APIHost: Sendable {
         let status = capabilities.capabilities.first { $0.capability == .location }
         await sharedLocation.replace(with: try? held.location(), reason: status?.reason ?? "location is not available")
         nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
+        replaceNamedNFC(from: held)
         let (before, oldKit) = state.withLock { state in
             defer {
                 state.identity = identity
@@ -173,6 +180,14 @@ public final class APIHost: Sendable {
         }
         if !changed.isDisjoint(with: [.nfcReader, .nfcEmulator]) {
             nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
+            replaceNamedNFC(from: held)
+        }
+    }
+
+    /// The named chips follow the held kit: each gets the devices of its name now, or none.
+    private func replaceNamedNFC(from held: Kit?) {
+        for (name, chip) in namedNFC.withLock({ $0 }) {
+            chip.replace(reader: try? held?.nfcReader(named: name), emulator: try? held?.nfcEmulator(named: name))
         }
     }
 
@@ -215,19 +230,55 @@ public final class APIHost: Sendable {
                             advice: "see `fieldhal status`; the daemon tries again when reloaded (SIGHUP)")
     }
 
+    /// The location provider `name` names (nil: the default one, whose fixes every client
+    /// shares through one watch).
+    public func locationProvider(named name: String?) throws -> any LocationProvider {
+        let kit = try heldKit()
+        let key = try kit.key(.location, named: name)
+        if key.name == kit.status(of: .location).name { return try locationProvider() }
+        return try kit.location(named: key.name)
+    }
+
+    /// The NFC chip `name` names (nil: the default one), taken in turns.
+    public func nfc(named name: String?) throws -> NFCTurns {
+        guard let name else { return nfc }
+        let kit = try heldKit()
+        let isReader = kit.status(of: .nfcReader, named: name) != nil
+        let isEmulator = kit.status(of: .nfcEmulator, named: name) != nil
+        guard isReader || isEmulator else {
+            _ = try kit.key(.nfcReader, named: name)  // throws the error that lists the kit's readers
+            return nfc
+        }
+        if name == kit.status(of: .nfcReader).name || name == kit.status(of: .nfcEmulator).name { return nfc }
+        return namedNFC.withLock { chips in
+            if let chip = chips[name] { return chip }
+            let chip = NFCTurns(reader: try? kit.nfcReader(named: name), emulator: try? kit.nfcEmulator(named: name))
+            chips[name] = chip
+            return chip
+        }
+    }
+
+    /// Every configured device of the kit the daemon holds, with its state: `GET /v1/devices`.
+    public var devices: [CapabilityStatus] { state.withLock { $0.held?.devices } ?? [] }
+
+    /// The key of the device `name` names (nil: the default one), or `noSuchDevice`.
+    public func device(_ capability: Capability, named name: String?) throws -> DeviceKey {
+        try heldKit().key(capability, named: name)
+    }
+
     /// The haptics and the speaker the daemon holds. Their plugins play one pattern or clip
     /// at a time on the device's own thread, so callers simply take turns there.
-    public func haptics() throws -> any HapticsEngine { try heldKit().haptics() }
-    public func speaker() throws -> any Speaker { try heldKit().speaker() }
+    public func haptics(named name: String? = nil) throws -> any HapticsEngine { try heldKit().haptics(named: name) }
+    public func speaker(named name: String? = nil) throws -> any Speaker { try heldKit().speaker(named: name) }
 
-    /// The camera and the microphone the daemon holds: its duress capture records on them,
+    /// The cameras and the microphones the daemon holds: its duress capture records on them,
     /// and a still asked for during a recording is taken from the recording's stream.
-    public func camera() throws -> any Camera { try heldKit().camera() }
-    public func microphone() throws -> any Microphone { try heldKit().microphone() }
+    public func camera(named name: String? = nil) throws -> any Camera { try heldKit().camera(named: name) }
+    public func microphone(named name: String? = nil) throws -> any Microphone { try heldKit().microphone(named: name) }
 
     /// The fingerprint sensor: fprintd claims it per scan or enrollment, so holding it open
     /// keeps nobody else out.
-    public func biometrics() throws -> any BiometricAuthenticator { try heldKit().biometrics() }
+    public func biometrics(named name: String? = nil) throws -> any BiometricAuthenticator { try heldKit().biometrics(named: name) }
 
     private func heldKit() throws -> Kit {
         guard let kit = state.withLock({ $0.held }) else {
@@ -260,6 +311,7 @@ public final class APIHost: Sendable {
         await sharedLocation.close()
         await tags.close()
         nfc.replace(reader: nil, emulator: nil)
+        replaceNamedNFC(from: nil)
         await kit?.close()
         capabilityChanges.finish()
         flowChanges.finish()

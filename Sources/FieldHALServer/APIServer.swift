@@ -97,7 +97,7 @@ public struct APIServer: Sendable {
     /// The scope each route needs, for the gate's refusals (the routes check the same).
     /// `events` without `types` asks for fixes first.
     static let routeScopes: [String: APIScope] = [
-        "status": .status, "capabilities": .status, "location": .location, "events": .location,
+        "status": .status, "capabilities": .status, "devices": .status, "location": .location, "events": .location,
         "nfc/read": .nfcRead, "nfc/write": .nfcWrite, "nfc/emulate": .nfcEmulate,
         "haptics/play": .haptics, "speaker/play": .speaker,
         "camera/photo": .camera, "camera/formats": .camera, "camera/record": .camera, "microphone/record": .microphone,
@@ -203,9 +203,11 @@ public struct APIServer: Sendable {
         }
         v1.get("location") { request, context in
             try host.authorise(.location, try await context.caller(host), doing: "GET /v1/location")
-            let fixRequest = try Self.fixRequest(request.uri.queryParameters)
+            let query = try Self.query(request, taking: ["device", "timeout_ms", "max_age_ms", "accuracy_m"])
+            let fixRequest = try Self.fixRequest(query)
+            let provider = try host.locationProvider(named: try Self.deviceName(query))
             do {
-                return try json(try await host.locationProvider().currentFix(fixRequest))
+                return try json(try await provider.currentFix(fixRequest))
             } catch var error as FieldHALError where error.kind == .noFix {
                 // The core's advice speaks of the request; a caller of the API has parameters.
                 error.advice = "check the antenna has a view of the sky, or raise timeout_ms or max_age_ms, or ask for less with accuracy_m"
@@ -233,6 +235,7 @@ public struct APIServer: Sendable {
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
             return try events(kinds, on: context.channel)
         }
+        addDeviceRoutes(to: v1)
         addNFCRoutes(to: v1)
         addFeedbackRoutes(to: v1)
         addCameraRoutes(to: v1)
@@ -464,7 +467,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     /// Each route's method: the router answers another method on a route with 404, which
     /// would tell a client the route does not exist.
     static let routes: [String: [HTTPRequest.Method]] = [
-        "status": [.get], "capabilities": [.get], "location": [.get], "events": [.get],
+        "status": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/formats": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],

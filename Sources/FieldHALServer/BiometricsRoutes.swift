@@ -9,16 +9,16 @@ import NIOCore
 /// it after, so two callers simply take turns (a second at once is told `busy`).
 extension APIServer {
     func addBiometricsRoutes(to v1: RouterGroup<APIRequestContext>) {
-        v1.get("biometrics") { _, context in
+        v1.get("biometrics") { request, context in
             try host.authorise(.biometrics, try await context.caller(host), doing: "GET /v1/biometrics")
-            let sensor = try host.biometrics()
+            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             return try Self.json(try await Self.whileConnected(context.channel) { try await sensor.availability() })
         }
         v1.post("biometrics/verify") { request, context in
             try host.authorise(.biometrics, try await context.caller(host), doing: "POST /v1/biometrics/verify")
             let body = try await APIRequestBody.decode(APIBiometricVerify.self, request, fields: ["timeoutMs"], empty: APIBiometricVerify())
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
-            let sensor = try host.biometrics()
+            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             return try Self.json(APIBiometricResult(try await Self.whileConnected(context.channel) { try await sensor.verify(timeout: timeout) }))
         }
         v1.post("biometrics/enroll") { request, context in
@@ -29,7 +29,7 @@ extension APIServer {
                 throw FieldHALError(.invalidArgument, subject: "finger", detail: "no finger \"\(name)\"",
                                     advice: "the fingers are " + Finger.allCases.map(\.rawValue).joined(separator: ", "))
             }
-            let sensor = try host.biometrics()
+            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             let channel = context.channel
             // Each stage as the sensor reports it, one JSON line each: a person is touching
             // the sensor and the client shows them how it goes.

@@ -3,20 +3,22 @@ import FieldHALAPI
 import Hummingbird
 import NIOCore
 
-/// `GET /v1/camera/photo`: a still from the camera the daemon holds, as `image/jpeg`. During
+/// `GET /v1/camera/photo?device=`: a still from a camera the daemon holds (default: the default one), as `image/jpeg`. During
 /// a recording on the same camera (the daemon's evidence video) the still is the
 /// recording's next frame, at the recording's size: a client sees a photo either way.
 /// `GET /v1/camera/formats`: what the camera offers, as `fieldhal camera formats` lists it.
 extension APIServer {
     func addCameraRoutes(to v1: RouterGroup<APIRequestContext>) {
-        v1.get("camera/formats") { _, context in
+        v1.get("camera/formats") { request, context in
             try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/formats")
-            return try Self.json(APICameraFormats(formats: try await host.camera().formats()))
+            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            return try Self.json(APICameraFormats(formats: try await host.camera(named: name).formats()))
         }
         v1.get("camera/photo") { request, context in
             try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/photo")
-            let photoRequest = try Self.photoRequest(request.uri.queryParameters)
-            let camera = try host.camera()
+            let query = try Self.query(request, taking: ["device", "width", "height", "quality"])
+            let photoRequest = try Self.photoRequest(query)
+            let camera = try host.camera(named: try Self.deviceName(query))
             let photo = try await Self.whileConnected(context.channel) { try await camera.captureStill(photoRequest) }
             return Response(status: .ok,
                             headers: [.contentType: "image/jpeg", .cacheControl: "no-store"],

@@ -10,7 +10,7 @@ extension APIServer {
             try host.authorise(.haptics, try await context.caller(host), doing: "POST /v1/haptics/play")
             let body = try await APIRequestBody.decode(APIHapticsPlay.self, request, fields: ["pattern"])
             let pattern = try body.named()
-            let haptics = try host.haptics()
+            let haptics = try host.haptics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
             return try Self.json(APIHapticsPlayed(body.pattern, pattern))
         }
@@ -18,7 +18,7 @@ extension APIServer {
             try host.authorise(.speaker, try await context.caller(host), doing: "POST /v1/speaker/play")
             let body = try await APIRequestBody.decode(APISoundPlay.self, request, fields: ["sound"])
             let clip = try body.clip()
-            let speaker = try host.speaker()
+            let speaker = try host.speaker(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             try await Self.whileConnected(context.channel) { try await speaker.play(clip) }
             return try Self.json(APISoundPlayed(clip))
         }

@@ -14,8 +14,9 @@ extension APIServer {
             try host.authorise(.nfcRead, caller, doing: "POST /v1/nfc/read")
             let body = try await APIRequestBody.decode(APINFCRead.self, request, fields: ["timeoutMs"], empty: APINFCRead())
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
+            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             let label = "a tag read (\(caller.label))"
-            let tag = try await Self.whileConnected(context.channel) { try await host.nfc.readTag(timeout: timeout, for: label) }
+            let tag = try await Self.whileConnected(context.channel) { try await chip.readTag(timeout: timeout, for: label) }
             return try Self.json(APITag(tag))
         }
         nfc.post("write") { request, context in
@@ -24,8 +25,9 @@ extension APIServer {
             let body = try await APIRequestBody.message(request)
             let message = try body.message()
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
+            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             let label = "a tag write (\(caller.label))"
-            let tag = try await Self.whileConnected(context.channel) { try await host.nfc.write(message, timeout: timeout, for: label) }
+            let tag = try await Self.whileConnected(context.channel) { try await chip.write(message, timeout: timeout, for: label) }
             return try Self.json(APITag(tag))
         }
         nfc.post("emulate") { request, context in
@@ -34,9 +36,10 @@ extension APIServer {
             let body = try await APIRequestBody.message(request)
             let message = try body.message()
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 30_000)
+            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
             let label = "a tag emulation (\(caller.label))"
             let outcome = try await Self.whileConnected(context.channel) {
-                try await host.nfc.emulate(message, timeout: timeout, for: label)
+                try await chip.emulate(message, timeout: timeout, for: label)
             }
             return try Self.json(outcome)
         }

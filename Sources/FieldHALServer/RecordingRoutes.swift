@@ -26,10 +26,12 @@ extension APIServer {
             let recording = RecordingRequest(duration: try Self.recordingLength(body.durationMs),
                                              sampleRate: try Self.within(body.sampleRate ?? 44_100, "sampleRate", 8_000...192_000),
                                              channels: try Self.within(body.channels ?? 1, "channels", 1...8))
-            let microphone = try host.microphone()
+            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let microphone = try host.microphone(named: name)
+            let device = try host.device(.microphone, named: name)
             let file = try Self.scratchFile(scratchBase, "wav")
             do {
-                var report = try await host.recordingAlone(on: .microphone) {
+                var report = try await host.recordingAlone(on: device) {
                     try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
                 }
                 report.path = ""
@@ -47,10 +49,12 @@ extension APIServer {
                                      height: try Self.within(body.height ?? 480, "height", 16...4096),
                                      framesPerSecond: try Self.within(body.fps ?? 30, "fps", 1...120),
                                      quality: try Self.within(body.quality ?? 80, "quality", 1...100))
-            let camera = try host.camera()
+            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let camera = try host.camera(named: name)
+            let device = try host.device(.camera, named: name)
             let file = try Self.scratchFile(scratchBase, "avi")
             do {
-                var report = try await host.recordingAlone(on: .camera) {
+                var report = try await host.recordingAlone(on: device) {
                     try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
                 }
                 report.path = ""

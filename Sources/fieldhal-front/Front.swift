@@ -104,7 +104,7 @@ extension GPSFixCommand: ServedCommand {
         let request = try request()
         guard Self.fitsTheAPI(request) else { return false }
         do {
-            guard let reading = try context.socket.call("GET", "location", query: Self.query(request), waiting: request.timeout,
+            guard let reading = try context.socket.call("GET", "location", query: Self.query(request) + target.query, waiting: request.timeout,
                                                         as: LocationReading.self) else { return false }
             try emit(reading)
             return true
@@ -117,7 +117,7 @@ extension GPSFixCommand: ServedCommand {
 extension NFCReadCommand: ServedCommand {
     func serve(_ context: ServedContext) throws -> Bool {
         let wait = try wait()
-        guard let tag = try context.socket.call("POST", "nfc/read", body: APINFCRead(timeoutMs: Int(FieldHALAPI.milliseconds(wait))),
+        guard let tag = try context.socket.call("POST", "nfc/read", query: target.query, body: APINFCRead(timeoutMs: Int(FieldHALAPI.milliseconds(wait))),
                                                 waiting: wait, as: APITag.self) else { return false }
         try emit(tag)
         return true
@@ -128,7 +128,7 @@ extension NFCWriteCommand: ServedCommand {
     func serve(_ context: ServedContext) throws -> Bool {
         let record = try content.record()
         let wait = try wait()
-        guard let tag = try context.socket.call("POST", "nfc/write", body: APINFCMessage(records: [record], timeoutMs: Int(FieldHALAPI.milliseconds(wait))),
+        guard let tag = try context.socket.call("POST", "nfc/write", query: target.query, body: APINFCMessage(records: [record], timeoutMs: Int(FieldHALAPI.milliseconds(wait))),
                                                 waiting: wait, as: APITag.self) else { return false }
         try emit(tag)
         return true
@@ -146,7 +146,7 @@ extension LockStatusCommand: ServedCommand {
 extension HapticsPlayCommand: ServedCommand {
     func serve(_ context: ServedContext) throws -> Bool {
         _ = try APIHapticsPlay(pattern: pattern).named()
-        guard let played = try context.socket.call("POST", "haptics/play", body: APIHapticsPlay(pattern: pattern), waiting: .seconds(30),
+        guard let played = try context.socket.call("POST", "haptics/play", query: target.query, body: APIHapticsPlay(pattern: pattern), waiting: .seconds(30),
                                                    as: APIHapticsPlayed.self) else { return false }
         try emit(played)
         return true
@@ -156,7 +156,7 @@ extension HapticsPlayCommand: ServedCommand {
 extension SoundPlayCommand: ServedCommand {
     func serve(_ context: ServedContext) throws -> Bool {
         _ = try APISoundPlay(sound: sound).clip()
-        guard let played = try context.socket.call("POST", "speaker/play", body: APISoundPlay(sound: sound), waiting: .seconds(30),
+        guard let played = try context.socket.call("POST", "speaker/play", query: target.query, body: APISoundPlay(sound: sound), waiting: .seconds(30),
                                                    as: APISoundPlayed.self) else { return false }
         try emit(played)
         return true
@@ -165,7 +165,7 @@ extension SoundPlayCommand: ServedCommand {
 
 extension BioStatusCommand: ServedCommand {
     func serve(_ context: ServedContext) throws -> Bool {
-        guard let availability = try context.socket.call("GET", "biometrics", as: BiometricAvailability.self) else { return false }
+        guard let availability = try context.socket.call("GET", "biometrics", query: target.query, as: BiometricAvailability.self) else { return false }
         try emit(availability)
         return true
     }

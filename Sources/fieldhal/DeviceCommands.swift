@@ -13,6 +13,7 @@ struct CameraCommand: AsyncParsableCommand {
     struct Snap: FieldHALSubcommand {
         static let configuration = CommandConfiguration(commandName: "snap", abstract: "Capture one still to a JPEG file.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @Option(name: .shortAndLong, help: "The JPEG file to write.") var output: String
         @Option(help: "Width in pixels.") var width = 640
         @Option(help: "Height in pixels.") var height = 480
@@ -25,12 +26,12 @@ struct CameraCommand: AsyncParsableCommand {
             // Through the daemon when it runs (it holds the camera: during its evidence video
             // the still comes from the recording), else here.
             var photo = try await environment.throughDaemon { daemon -> Photo in
-                let jpeg = try await daemon.photo(width: width, height: height, quality: quality)
+                let jpeg = try await daemon.photo(width: width, height: height, quality: quality, device: target.device)
                 let size = JPEGSize.of(jpeg) ?? (width, height)
                 return Photo(jpeg: jpeg, width: size.width, height: size.height, capturedAt: Date())
             }
             if photo == nil {
-                photo = try await environment.withKit(for: .camera) { kit in try await kit.camera().captureStill(request) }
+                photo = try await environment.withKit(for: .camera) { kit in try await kit.camera(named: target.device).captureStill(request) }
             }
             guard let photo else { return }
             try output.writeAtomically(photo.jpeg)
@@ -49,6 +50,7 @@ extension CameraCommand {
             discussion: "The camera picks the nearest size and rate it offers; the report says what it recorded. "
                 + "Frames are streamed to disk; the file appears only when the recording is complete.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @Option(help: "Length of the recording in seconds.") var seconds: Double
         @Option(name: .shortAndLong, help: "The AVI file to write.") var output: String
         @Option(help: "Width in pixels.") var width = 640
@@ -64,8 +66,8 @@ extension CameraCommand {
             // A running daemon holds the camera (a still meanwhile is this recording's frame).
             let asked = APIVideoRecord(durationMs: Int((seconds * 1000).rounded()), width: width, height: height, fps: fps, quality: quality)
             let video = try await ProgressLine.whileRunning("recording video", seconds: seconds, json: global.json, asked: progress.progress) {
-                if let served = try await environment.throughDaemon({ try await $0.recordVideo(asked, to: path) }) { return served }
-                return try await environment.withKit(for: .camera) { kit in try await kit.camera().recordVideo(request, to: path) }
+                if let served = try await environment.throughDaemon({ try await $0.recordVideo(asked, to: path, device: target.device) }) { return served }
+                return try await environment.withKit(for: .camera) { kit in try await kit.camera(named: target.device).recordVideo(request, to: path) }
             }
             try Output.emit(video, json: global.json) {
                 var line = String(format: "%@: %dx%d Motion-JPEG AVI, %d frames in %.2f s (%.1f fps), %d bytes", video.path,
@@ -82,14 +84,15 @@ extension CameraCommand {
     struct Formats: FieldHALSubcommand {
         static let configuration = CommandConfiguration(commandName: "formats", abstract: "List the formats, sizes and frame rates the camera offers.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
 
         func execute(_ environment: Environment) async throws {
             // With a daemon, the camera it holds (opening it here would find it busy).
             let formats: [CameraFormat]
-            if let served = try await environment.throughDaemon({ try await $0.cameraFormats() }) {
+            if let served = try await environment.throughDaemon({ try await $0.cameraFormats(device: target.device) }) {
                 formats = served
             } else {
-                formats = try await environment.withKit(for: .camera) { kit in try await kit.camera().formats() }
+                formats = try await environment.withKit(for: .camera) { kit in try await kit.camera(named: target.device).formats() }
             }
             try Output.emit(formats, json: global.json) {
                 formats.map { format in
@@ -107,6 +110,7 @@ struct MicCommand: AsyncParsableCommand {
     struct Record: FieldHALSubcommand {
         static let configuration = CommandConfiguration(commandName: "record", abstract: "Record to a WAV file and report its levels.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @Option(help: "Length of the recording in seconds.") var seconds: Double
         @Option(name: .shortAndLong, help: "The WAV file to write.") var output: String
         @Option(help: "Sample rate in Hz.") var rate = 44_100
@@ -118,8 +122,8 @@ struct MicCommand: AsyncParsableCommand {
             let path = output.absolutePath
             let asked = APIAudioRecord(durationMs: Int((seconds * 1000).rounded()), sampleRate: rate, channels: channels)
             let recording = try await ProgressLine.whileRunning("recording sound", seconds: seconds, json: global.json, asked: progress.progress) {
-                if let served = try await environment.throughDaemon({ try await $0.recordAudio(asked, to: path) }) { return served }
-                return try await environment.withKit(for: .microphone) { kit in try await kit.microphone().record(request, to: path) }
+                if let served = try await environment.throughDaemon({ try await $0.recordAudio(asked, to: path, device: target.device) }) { return served }
+                return try await environment.withKit(for: .microphone) { kit in try await kit.microphone(named: target.device).record(request, to: path) }
             }
             try Output.emit(recording, json: global.json) {
                 String(format: "%@: %.2f s, %d Hz, %d channel(s), peak %.1f dBFS, RMS %.1f dBFS", recording.path,
@@ -150,15 +154,16 @@ struct BioCommand: AsyncParsableCommand {
             abstract: "Wait for a finger and compare it with the enrolled prints.",
             discussion: "Exits 0 on a match, 1 on no match, 75 when the scan must be retried or timed out.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @Option(help: "Seconds to wait for a finger.") var timeout: Double = 10
 
         struct Report: Encodable { let result: String }
 
         func execute(_ environment: Environment) async throws {
             let wait = try duration(seconds: timeout, option: "--timeout")
-            var scanned = try await environment.throughDaemon { try await $0.verifyFinger(timeout: wait) }
+            var scanned = try await environment.throughDaemon { try await $0.verifyFinger(timeout: wait, device: target.device) }
             if scanned == nil {
-                scanned = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().verify(timeout: wait) }
+                scanned = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics(named: target.device).verify(timeout: wait) }
             }
             guard let result = scanned else { return }
             let report: Report = switch result {
@@ -181,6 +186,7 @@ struct BioCommand: AsyncParsableCommand {
             abstract: "Enroll a finger: touch the sensor until it reports the enrollment complete.",
             discussion: "Prints each stage as the sensor reports it. Fingers: \(Finger.allCases.map(\.rawValue).joined(separator: ", ")).")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @Option(help: "The finger to enroll.") var finger: String = Finger.rightIndex.rawValue
 
         func validate() throws {
@@ -205,8 +211,8 @@ struct BioCommand: AsyncParsableCommand {
                 // Each stage shows while the person is still at the sensor.
                 Output.streamLine(line)
             }
-            if try await environment.throughDaemon({ try await $0.enroll(chosen, progress: show) }) == nil {
-                try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().enroll(chosen, progress: show) }
+            if try await environment.throughDaemon({ try await $0.enroll(chosen, device: target.device, progress: show) }) == nil {
+                try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics(named: target.device).enroll(chosen, progress: show) }
             }
         }
     }
@@ -218,9 +224,9 @@ extension SoundPlayCommand: FieldHALSubcommand {
     public func execute(_ environment: Environment) async throws {
         let clip = try APISoundPlay(sound: sound).clip()
         // Through the daemon when it runs (it holds the speaker), else here.
-        var played = try await environment.throughDaemon { try await $0.playSound(sound) }
+        var played = try await environment.throughDaemon { try await $0.playSound(sound, device: target.device) }
         if played == nil {
-            try await environment.withKit(for: .speaker) { kit in try await kit.speaker().play(clip) }
+            try await environment.withKit(for: .speaker) { kit in try await kit.speaker(named: target.device).play(clip) }
             played = APISoundPlayed(clip)
         }
         guard let played else { return }
@@ -234,9 +240,9 @@ extension HapticsPlayCommand: FieldHALSubcommand {
     public func execute(_ environment: Environment) async throws {
         let named = try APIHapticsPlay(pattern: pattern).named()
         // Through the daemon when it runs (it holds the haptics), else here.
-        var played = try await environment.throughDaemon { try await $0.playHaptics(pattern) }
+        var played = try await environment.throughDaemon { try await $0.playHaptics(pattern, device: target.device) }
         if played == nil {
-            try await environment.withKit(for: .haptics) { kit in try await kit.haptics().play(named) }
+            try await environment.withKit(for: .haptics) { kit in try await kit.haptics(named: target.device).play(named) }
             played = APIHapticsPlayed(pattern, named)
         }
         guard let played else { return }
@@ -248,9 +254,9 @@ extension BioStatusCommand: FieldHALSubcommand {
     public func run() async throws { try await runReportingFailures() }
 
     public func execute(_ environment: Environment) async throws {
-        var availability = try await environment.throughDaemon { try await $0.biometrics() }
+        var availability = try await environment.throughDaemon { try await $0.biometrics(device: target.device) }
         if availability == nil {
-            availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+            availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics(named: target.device).availability() }
         }
         guard let availability else { return }
         try emit(availability)

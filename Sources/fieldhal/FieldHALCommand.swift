@@ -21,7 +21,7 @@ struct FieldHALCommand: AsyncParsableCommand {
         (try again); 78 configuration rejected.
         """,
         version: FieldHALVersion.current,
-        subcommands: [PluginsCommand.self, PluginCommand.self, DetectCommand.self, StatusCommand.self, DaemonCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
+        subcommands: [PluginsCommand.self, PluginCommand.self, DetectCommand.self, StatusCommand.self, DevicesCommand.self, DaemonCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, SoundCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
                       LocationCommand.self, LockCommand.self, AuditCommand.self, VaultCommand.self, TenantCommand.self, SignInCommand.self,
                       SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self]

@@ -60,14 +60,14 @@ extension GPSFixCommand: FieldHALSubcommand {
         let request = try request()
         let reading: LocationReading
         if Self.fitsTheAPI(request), let served = try await environment.throughDaemon({ daemon in
-            try await Self.fix(request, from: daemon)
+            try await Self.fix(request, from: daemon, device: target.device)
         }) {
             // The daemon's receiver is warm: a recent fix comes from its cache at once.
             reading = served
         } else {
             do {
                 reading = try await environment.withKit(for: .location) { kit in
-                    try await kit.location().currentFix(request)
+                    try await kit.location(named: target.device).currentFix(request)
                 }
             } catch var error as FieldHALError where error.kind == .noFix {
                 error.advice = Self.noFixAdvice  // the core speaks of the request; this command has flags
@@ -77,9 +77,9 @@ extension GPSFixCommand: FieldHALSubcommand {
         try emit(reading)
     }
 
-    static func fix(_ request: FixRequest, from daemon: FieldHALClient) async throws -> LocationReading {
+    static func fix(_ request: FixRequest, from daemon: FieldHALClient, device: String? = nil) async throws -> LocationReading {
         do {
-            return try await daemon.location(timeout: request.timeout, maxAge: request.maxAge, accuracy: request.requiredAccuracy)
+            return try await daemon.location(timeout: request.timeout, maxAge: request.maxAge, accuracy: request.requiredAccuracy, device: device)
         } catch let problem as APIProblem {
             throw inTheCommandsWords(problem)
         }

@@ -25,6 +25,45 @@ extension StatusCommand: FieldHALSubcommand {
     }
 }
 
+/// `fieldhal devices`: every device the configuration names, with its name, roles and state:
+/// the names `--device` and the API's `?device=` take.
+struct DevicesCommand: FieldHALSubcommand {
+    static let configuration = CommandConfiguration(
+        commandName: "devices",
+        abstract: "List every configured device: its capability, name, state, plugin and roles.",
+        discussion: "A capability may have several devices ([camera.front], [camera.rear]); the default one (marked *) is what a command without --device uses.")
+    @OptionGroup var global: GlobalOptions
+
+    func execute(_ environment: Environment) async throws {
+        let devices: [CapabilityStatus]
+        if let served = try await environment.throughDaemon({ try await $0.devices() }) {
+            devices = served
+        } else {
+            let kit = await environment.loadKit()
+            devices = kit.devices
+            await kit.close()
+        }
+        let configured = devices.filter { $0.name != nil }
+        try Output.emit(configured, json: global.json) {
+            guard !configured.isEmpty else { return "no devices configured in \(environment.configuration.file)" }
+            let rows = configured.map { status -> [String] in
+                let state = switch status.state {
+                case .available: "available"
+                case .unavailable: "UNAVAILABLE"
+                case .notConfigured: "not loaded"
+                }
+                let roles = (status.roles ?? []).map(\.rawValue).joined(separator: ",")
+                return [status.capability.rawValue, (status.name ?? "") + (status.isDefault == true ? " *" : ""), state,
+                        status.plugin ?? "", roles.isEmpty ? "-" : roles, status.isAvailable ? status.device ?? "" : status.reason ?? ""]
+            }
+            let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
+            return rows.map { row in
+                (0..<5).map { row[$0] + String(repeating: " ", count: widths[$0] - row[$0].count) }.joined(separator: "  ") + "  " + row[5]
+            }.joined(separator: "\n")
+        }
+    }
+}
+
 /// `fieldhal detect`: what this machine has, per capability, as the built-in plugins find
 /// it — and a configuration for it. The devices are asked (a V4L2 QUERYCAP, an ALSA card's
 /// info, gpsd's DEVICES), never claimed.

@@ -14,16 +14,17 @@ struct NFCCommand: AsyncParsableCommand {
             abstract: "Present an NFC Forum Type 4 tag holding a Text or URI record until a reader reads it.",
             discussion: "Exits 0 when a reader read the whole message, 75 when the timeout passed first.")
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var target: DeviceOption
         @OptionGroup var content: NFCMessageOptions
         @Option(help: "Seconds to wait for a reader.") var timeout: Double = 30
 
         func execute(_ environment: Environment) async throws {
             let record = try content.record()
             let wait = try duration(seconds: timeout, option: "--timeout")
-            var outcome = try await environment.throughDaemon { try await $0.emulateTag([record], timeout: wait) }
+            var outcome = try await environment.throughDaemon { try await $0.emulateTag([record], timeout: wait, device: target.device) }
             if outcome == nil {
                 outcome = try await environment.withKit(for: .nfcEmulator) { kit in
-                    try await kit.nfcEmulator().emulate(try APINFCMessage(records: [record]).message(), timeout: wait)
+                    try await kit.nfcEmulator(named: target.device).emulate(try APINFCMessage(records: [record]).message(), timeout: wait)
                 }
             }
             guard let outcome else { return }
@@ -40,9 +41,9 @@ extension NFCReadCommand: FieldHALSubcommand {
 
     public func execute(_ environment: Environment) async throws {
         let wait = try wait()
-        var tag = try await environment.throughDaemon { try await $0.readTag(timeout: wait) }
+        var tag = try await environment.throughDaemon { try await $0.readTag(timeout: wait, device: target.device) }
         if tag == nil {
-            tag = APITag(try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader().readTag(timeout: wait) })
+            tag = APITag(try await environment.withKit(for: .nfcReader) { kit in try await kit.nfcReader(named: target.device).readTag(timeout: wait) })
         }
         guard let tag else { return }
         try emit(tag)
@@ -55,10 +56,10 @@ extension NFCWriteCommand: FieldHALSubcommand {
     public func execute(_ environment: Environment) async throws {
         let record = try content.record()
         let wait = try wait()
-        var tag = try await environment.throughDaemon { try await $0.writeTag([record], timeout: wait) }
+        var tag = try await environment.throughDaemon { try await $0.writeTag([record], timeout: wait, device: target.device) }
         if tag == nil {
             tag = APITag(try await environment.withKit(for: .nfcReader) { kit in
-                try await kit.nfcReader().write(try APINFCMessage(records: [record]).message(), timeout: wait)
+                try await kit.nfcReader(named: target.device).write(try APINFCMessage(records: [record]).message(), timeout: wait)
             })
         }
         guard let tag else { return }

@@ -18,6 +18,51 @@ struct CLITests {
         }
     }
 
+    /// A kit with two cameras and two receivers: `fieldhal devices` lists them, `--device`
+    /// picks one, and a name the kit lacks is a usage error (64), alone and through the daemon.
+    @Test(arguments: CLIWay.allCases)
+    func deviceNamesTheOneOfSeveral(_ way: CLIWay) async throws {
+        let config = scratch("two-of-each.toml")
+        try """
+            [camera.front]
+            plugin = "fake"
+            [camera.rear]
+            plugin = "fake"
+            roles = []
+            [gps.receiver1]
+            plugin = "fake"
+            track = [ { lat = 52.52, lon = 13.40, acc = 4.0 } ]
+            [gps.receiver2]
+            plugin = "fake"
+            track = [ { lat = -33.87, lon = 151.21, acc = 4.0 } ]
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let options = ["--config", config, "--state-dir", scratch("state")]
+        try await eachWay(way) {
+            let listed = try await CLI.run(["devices", "--json"] + options)
+            #expect(listed.status == 0, "\(listed.stderr)")
+            let devices = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+            #expect(devices.map { "\($0["capability"]!).\($0["name"]!)" } == ["gps.receiver1", "gps.receiver2", "camera.front", "camera.rear"])
+            #expect(devices.map { $0["isDefault"] as? Bool } == [true, false, true, false])
+            #expect(devices.map { $0["roles"] as? [String] } == [[], [], ["evidence"], []])
+            let table = try await CLI.run(["devices"] + options)
+            #expect(table.stdout.contains("camera  front *") && table.stdout.contains("camera  rear "), "\(table.stdout)")
+
+            let second = try await CLI.run(["gps", "fix", "--json", "--device", "receiver2"] + options)
+            #expect(second.status == 0 && second.stdout.contains("-33.87"), "\(second.stdout)\(second.stderr)")
+            let first = try await CLI.run(["gps", "fix", "--json"] + options)
+            #expect(first.status == 0 && first.stdout.contains("52.52"), "the default is the first: \(first.stdout)\(first.stderr)")
+            let photo = scratch("rear.jpg")
+            let snap = try await CLI.run(["camera", "snap", "-o", photo, "--width", "64", "--height", "48", "--device", "rear"] + options)
+            #expect(snap.status == 0 && snap.stdout.contains("64x48"), "\(snap.stdout)\(snap.stderr)")
+
+            let missing = try await CLI.run(["camera", "formats", "--device", "side"] + options)
+            #expect(missing.status == 64, "\(missing.stderr)")
+            #expect(missing.stderr.contains("no camera device named \"side\"") && missing.stderr.contains("front, rear"), "\(missing.stderr)")
+            let malformed = try await CLI.run(["camera", "formats", "--device", "a b"] + options)
+            #expect(malformed.status == 64 && malformed.stderr.contains("cannot name a device"), "\(malformed.stderr)")
+        }
+    }
+
     @Test func pluginsListsOnlyWhatIsBuilt() async throws {
         let result = try await CLI.run(["plugins", "--json"])
         #expect(result.status == 0)

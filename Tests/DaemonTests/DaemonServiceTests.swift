@@ -168,6 +168,51 @@ struct DaemonServiceTests {
         try await kit.stop()
     }
 
+    /// Two cameras: each listed with its name, each its own recording (one busy does not
+    /// refuse the other), and a name the kit lacks or a misspelt parameter is the caller's error.
+    @Test func twoCamerasRecordAtOnceAndEachRouteNamesItsDevice() async throws {
+        let kit = try await Running.start(configuration: """
+            [camera.front]
+            plugin = "fake"
+            realtime = true
+            [camera.rear]
+            plugin = "fake"
+            realtime = true
+            roles = []
+            """)
+        let client = kit.client
+        let cameras = try await client.devices().filter { $0.capability == .camera }
+        #expect(cameras.map(\.name) == ["front", "rear"])
+        #expect(cameras.map(\.isDefault) == [true, false])
+        #expect(cameras.map(\.roles) == [[.evidence], []])
+        let allAvailable = cameras.allSatisfy { $0.isAvailable }
+        #expect(allAvailable)
+
+        let front = Task { try await client.recordVideo(APIVideoRecord(durationMs: 1_500, width: 160, height: 120, fps: 10), to: kit.state + "/front.avi", device: "front") }
+        let rear = Task { try await client.recordVideo(APIVideoRecord(durationMs: 1_500, width: 320, height: 240, fps: 10), to: kit.state + "/rear.avi", device: "rear") }
+        let (frontClip, rearClip) = (try await front.value, try await rear.value)
+        #expect(frontClip.width == 160 && frontClip.frames > 0 && rearClip.width == 320 && rearClip.frames > 0, "\(frontClip) \(rearClip)")
+
+        do {
+            _ = try await client.cameraFormats(device: "side")
+            Issue.record("a camera the kit lacks answered")
+        } catch let problem as APIProblem {
+            #expect(problem.status == 404 && problem.kind == "noSuchDevice" && problem.advice == "its camera devices: front, rear", "\(problem)")
+        }
+        for (device, expected) in [("bad name", "cannot name a device"), ("-x", "cannot name a device")] {
+            do {
+                _ = try await client.cameraFormats(device: device)
+                Issue.record("\(device) answered")
+            } catch let problem as APIProblem {
+                #expect(problem.status == 400 && problem.detail.contains(expected), "\(problem)")
+            }
+        }
+        #expect(try await !client.cameraFormats(device: "rear").isEmpty)
+        let still = try await client.photo(width: 64, height: 48, device: "rear")
+        #expect(JPEGSize.of(still)?.width == 64)
+        try await kit.stop()
+    }
+
     /// The services' other waits are on the same clock: a session check waits its interval
     /// on it, and a stop ends every wait at once, however far its deadline.
     @Test func everyServiceWaitsOnTheKitsClockAndStopsAtOnce() async throws {
