@@ -188,11 +188,9 @@ extension Environment {
             client: try transrifyClient(), sessions: try sessionStore(), device: Environment.deviceInfo, settings: settings,
             queue: { await environment.evidenceQueue() },
             captureDevices: {
-                if let shared {
-                    return .init(.init(camera: shared.camera, microphone: shared.microphone, location: shared.location))
-                }
+                if let shared { return .init(shared.capture) }
                 let kit = await environment.loadKit(only: [.camera, .microphone, .location])
-                return .init(.init(camera: try? kit.camera(), microphone: try? kit.microphone(), location: try? kit.location())) {
+                return .init(.init(evidenceOf: kit)) {
                     await kit.close()
                 }
             },
@@ -208,12 +206,11 @@ extension Environment {
 /// The devices the daemon holds for everyone, as the work after a sign-in uses them.
 public struct SharedDevices: Sendable {
     public var tag: (any NFCTagEmulator)?
-    public var camera: (any Camera)?
-    public var microphone: (any Microphone)?
-    public var location: (any LocationProvider)?
+    /// What a duress capture records: every evidence camera and microphone, and the location.
+    public var capture: AfterAuthenticationWork.CaptureDevices
 
-    public init(tag: (any NFCTagEmulator)?, camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
-        (self.tag, self.camera, self.microphone, self.location) = (tag, camera, microphone, location)
+    public init(tag: (any NFCTagEmulator)?, capture: AfterAuthenticationWork.CaptureDevices) {
+        (self.tag, self.capture) = (tag, capture)
     }
 }
 

@@ -133,8 +133,9 @@ public final class Daemon: Sendable {
     /// What the work after a sign-in uses: the daemon's own devices.
     private var shared: SharedDevices {
         let host = api.value
-        return SharedDevices(tag: sharedTag, camera: try? host?.camera(), microphone: try? host?.microphone(),
-                             location: try? host?.locationProvider())
+        let cameras = host?.evidenceCameras() ?? [], microphones = host?.evidenceMicrophones() ?? []
+        return SharedDevices(tag: sharedTag, capture: .init(camera: cameras.first, microphone: microphones.first, location: try? host?.locationProvider(),
+                                                            moreCameras: Array(cameras.dropFirst()), moreMicrophones: Array(microphones.dropFirst())))
     }
     /// The fingerprint sensor the daemon holds (or, while it reloads, one opened for `body`).
     func withSensor<T>(_ body: (any BiometricAuthenticator) async throws -> T) async throws -> T {

@@ -48,11 +48,25 @@ public struct AfterAuthenticationWork: Sendable {
         public var camera: (any Camera)?
         public var microphone: (any Microphone)?
         public var location: (any LocationProvider)?
+        /// The kit's other evidence cameras and microphones, each recorded as well.
+        public var moreCameras: [any Camera]
+        public var moreMicrophones: [any Microphone]
 
-        public init(camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?) {
+        public init(camera: (any Camera)?, microphone: (any Microphone)?, location: (any LocationProvider)?,
+                    moreCameras: [any Camera] = [], moreMicrophones: [any Microphone] = []) {
             self.camera = camera
             self.microphone = microphone
             self.location = location
+            self.moreCameras = moreCameras
+            self.moreMicrophones = moreMicrophones
+        }
+
+        /// A kit's evidence devices: every camera and microphone with the `evidence` role
+        /// (the default first, its photo the capture's), and its location.
+        public init(evidenceOf kit: Kit) {
+            let cameras = kit.evidenceCameras(), microphones = kit.evidenceMicrophones()
+            self.init(camera: cameras.first, microphone: microphones.first, location: try? kit.location(),
+                      moreCameras: Array(cameras.dropFirst()), moreMicrophones: Array(microphones.dropFirst()))
         }
     }
 
@@ -167,6 +181,8 @@ public struct AfterAuthenticationWork: Sendable {
         let lease = await captureDevices()
         var capture = EvidenceCapture(queue: queue, camera: lease.device.camera, microphone: lease.device.microphone,
                                       location: lease.device.location)
+        capture.moreCameras = lease.device.moreCameras
+        capture.moreMicrophones = lease.device.moreMicrophones
         capture.audioDuration = settings.audio
         capture.video = settings.video
         capture.silent = true

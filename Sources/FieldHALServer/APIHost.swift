@@ -276,6 +276,11 @@ public final class APIHost: Sendable {
     public func camera(named name: String? = nil) throws -> any Camera { try heldKit().camera(named: name) }
     public func microphone(named name: String? = nil) throws -> any Microphone { try heldKit().microphone(named: name) }
 
+    /// The cameras and microphones the daemon's duress capture records (role `evidence`),
+    /// the default first.
+    public func evidenceCameras() -> [any Camera] { (try? heldKit().evidenceCameras()) ?? [] }
+    public func evidenceMicrophones() -> [any Microphone] { (try? heldKit().evidenceMicrophones()) ?? [] }
+
     /// The fingerprint sensor: fprintd claims it per scan or enrollment, so holding it open
     /// keeps nobody else out.
     public func biometrics(named name: String? = nil) throws -> any BiometricAuthenticator { try heldKit().biometrics(named: name) }

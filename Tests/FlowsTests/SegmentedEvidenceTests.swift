@@ -111,6 +111,53 @@ struct SegmentedEvidenceTests {
         await location.close()
     }
 
+    /// A kit with three cameras, one opted out (`roles = []`): the capture records the two
+    /// evidence cameras at once, each its own chain under its own recording id, and the
+    /// manifest lists both; the opted-out camera records nothing.
+    @Test func everyEvidenceCameraRecordsItsOwnChain() async throws {
+        let state = scratchDirectory("cameras")
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let configuration = try KitConfiguration.parse("""
+            [camera.front]
+            plugin = "fake"
+            realtime = true
+            [camera.rear]
+            plugin = "fake"
+            realtime = true
+            [camera.dash]
+            plugin = "fake"
+            realtime = true
+            roles = []
+            [microphone]
+            plugin = "fake"
+            """, file: "three-cameras.toml", directory: state, registry: PluginRegistry([FakePlugin.descriptor]))
+        let kit = await Kit.load(configuration, registry: PluginRegistry([FakePlugin.descriptor]),
+                                 context: PluginContext(configDirectory: state, stateDirectory: state))
+        let devices = AfterAuthenticationWork.CaptureDevices(evidenceOf: kit)
+        #expect(devices.camera != nil && devices.moreCameras.count == 1 && devices.microphone != nil && devices.moreMicrophones.isEmpty)
+        var capture = EvidenceCapture(queue: try openQueue(state), camera: devices.camera, microphone: devices.microphone, location: nil)
+        capture.moreCameras = devices.moreCameras
+        capture.audioDuration = .milliseconds(1500)
+        capture.video = VideoRequest(duration: .milliseconds(1500), width: 160, height: 120, framesPerSecond: 10)
+        let items = await capture.captureInSegments(incidentId: "incident-2", note: "two cameras", segmentLength: .seconds(1))
+        let videos = items.filter { $0.kind == .video }
+        let recordings = Dictionary(grouping: videos) { $0.segment?.recording ?? "" }
+        #expect(recordings.count == 2, "two video recordings: \(videos.map { $0.segment?.recording ?? "-" })")
+        for (_, segments) in recordings {
+            #expect(segments.map { $0.segment?.sequence } == [0, 1])
+            #expect(segments.last?.segment?.previousSHA256 == segments.first?.sha256)
+        }
+        #expect(items.filter { $0.kind == .audio }.count == 2)
+        #expect(items.allSatisfy { $0.failedKind == nil }, "\(items.filter { $0.failedKind != nil })")
+        let manifest = try #require(items.last)
+        let path = state + "/manifest.json"
+        try capture.queue.decrypt(manifest, to: path)
+        let listed = try JSONDecoder().decode(EvidenceManifest.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+        #expect(listed.items.filter { $0.kind == .video }.count == 4, "both chains in the manifest")
+        #expect(listed.items.map(\.sha256) == items.dropLast().map(\.sha256))
+        await kit.close()
+    }
+
     /// The scan the tests above rely on finds what the old pipeline left: a recording in a
     /// scratch file, as the fake devices write it.
     @Test func thePlaintextScanFindsARecordingOnDisk() async throws {

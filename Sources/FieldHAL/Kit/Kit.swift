@@ -251,6 +251,23 @@ public final class Kit: Sendable {
         devices.filter { $0.capability == capability && $0.isAvailable && ($0.roles ?? []).contains(role) }
     }
 
+    /// The names of the devices a flow uses for `role`: those available that carry it, the
+    /// default device first when it is one of them.
+    public func names(of capability: Capability, withRole role: DeviceRole) -> [String] {
+        let found = available(capability, withRole: role)
+        return (found.filter { $0.isDefault == true } + found.filter { $0.isDefault != true }).compactMap(\.name)
+    }
+
+    /// The cameras a duress capture records (role `evidence`), the default first.
+    public func evidenceCameras() -> [any Camera] {
+        names(of: .camera, withRole: .evidence).compactMap { try? camera(named: $0) }
+    }
+
+    /// The microphones a duress capture records (role `evidence`), the default first.
+    public func evidenceMicrophones() -> [any Microphone] {
+        names(of: .microphone, withRole: .evidence).compactMap { try? microphone(named: $0) }
+    }
+
     /// This kit with `capabilities`' default devices as `other` has them (devices that came
     /// back, opened on their own), and the providers this kit had for them, for the caller to
     /// close. Only the providers taken move: `other` must not be closed as a whole afterwards.

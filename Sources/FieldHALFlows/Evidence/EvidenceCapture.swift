@@ -10,6 +10,12 @@ public struct EvidenceCapture: Sendable {
     public var camera: (any Camera)?
     public var microphone: (any Microphone)?
     public var location: (any LocationProvider)?
+    /// The kit's other cameras and microphones with the `evidence` role: in segments, each
+    /// records beside the first as a chain of its own (its own recording id) under the same
+    /// incident, listed in the same manifest. The photo and the whole-file pipeline use the
+    /// first only.
+    public var moreCameras: [any Camera] = []
+    public var moreMicrophones: [any Microphone] = []
     public var audioDuration: Duration = .seconds(10)
     /// The VIDEO clip: Motion-JPEG AVI at the size and rate the camera offers nearest to these.
     public var video = VideoRequest(duration: .seconds(10))
@@ -111,9 +117,17 @@ public struct EvidenceCapture: Sendable {
                 return (1, camera)
             }
             group.addTask { (2, await recordInSegments(.audio, incidentId: incidentId, segmentLength: segmentLength)) }
+            // The other evidence devices, each its own recording, at the same time.
+            for (index, camera) in moreCameras.enumerated() {
+                group.addTask { (3 + index, await recordInSegments(.video, incidentId: incidentId, segmentLength: segmentLength, camera: camera)) }
+            }
+            for (index, microphone) in moreMicrophones.enumerated() {
+                let place = 3 + moreCameras.count + index
+                group.addTask { (place, await recordInSegments(.audio, incidentId: incidentId, segmentLength: segmentLength, microphone: microphone)) }
+            }
             return await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
         }
-        items += (0...2).flatMap { parts[$0] ?? [] }
+        items += (0..<(3 + moreCameras.count + moreMicrophones.count)).flatMap { parts[$0] ?? [] }
         if let manifest = try? await closingManifest(incidentId: incidentId, listing: items) {
             queued(manifest)
             items.append(manifest)
@@ -180,7 +194,10 @@ public struct EvidenceCapture: Sendable {
 
     /// One kind recorded in segments; a failure ends it with an error item after the
     /// segments already queued (a kind whose device is missing gets only the error item).
-    private func recordInSegments(_ kind: EvidenceKind, incidentId: String, segmentLength: Duration) async -> [EvidenceItem] {
+    /// `camera` and `microphone`: another of the kit's evidence devices than the first.
+    private func recordInSegments(_ kind: EvidenceKind, incidentId: String, segmentLength: Duration,
+                                  camera: (any Camera)? = nil, microphone: (any Microphone)? = nil) async -> [EvidenceItem] {
+        let camera = camera ?? self.camera, microphone = microphone ?? self.microphone
         let contentType: String
         let record: @Sendable (Duration, RecordingFinish, @escaping @Sendable (SegmentedRecording.Closed) -> Void) async throws -> Void
         switch kind {
