@@ -309,7 +309,7 @@ let package = Package(
                                                        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                                                        .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
-        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
@@ -318,6 +318,6 @@ let package = Package(
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
-        .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
+        .target(name: "TestSupport", dependencies: ["FieldHALProcess"], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
     ]
 )

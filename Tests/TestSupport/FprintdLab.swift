@@ -1,3 +1,4 @@
+import FieldHALProcess
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -108,21 +109,42 @@ public final class FprintdLab: @unchecked Sendable {
         return answer?.contains("true") == true
     }
 
-    /// Runs gdbus on the lab's bus; throws when it fails.
+    /// Runs gdbus on the lab's bus; throws when it fails or takes over 10 s.
+    ///
+    /// Through `ChildProcess` (close-on-exec pipes, posix_spawn with closefrom), not
+    /// Foundation's `Process`: Foundation's pipe is inherited by a program started in the same
+    /// instant (a daemon of the same test), which then holds its write end for its whole life,
+    /// and reading gdbus's answer to its end never ended (a CI run froze in
+    /// BiometricsCLITests so, 2026-11-28).
     @discardableResult
     public func gdbus(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/gdbus")
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": busAddress]) { $1 }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw GPSFakeError("gdbus \(arguments.joined(separator: " ")) failed") }
-        return text
+        let environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": busAddress]) { $1 }
+        let child = try ChildProcess("/usr/bin/gdbus", arguments, environment: environment, output: .pipe, errors: .discard)
+        let output = child.standardOutput!
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = ContinuousClock.now + .seconds(10)
+        reading: while true {
+            var entry = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else {
+                child.kill()
+                child.waitForExit()
+                throw GPSFakeError("gdbus \(arguments.joined(separator: " ")) took over 10 s")
+            }
+            guard poll(&entry, 1, 100) >= 0 || errno == EINTR else { break }
+            guard entry.revents != 0 else { continue }
+            let count = read(output, &buffer, buffer.count)
+            switch count {
+            case 0: break reading
+            case ..<0 where errno == EAGAIN || errno == EINTR: continue
+            case ..<0: break reading
+            default: text += buffer[0..<count]
+            }
+        }
+        child.waitForExit()
+        guard child.terminationStatus == 0 else { throw GPSFakeError("gdbus \(arguments.joined(separator: " ")) failed") }
+        return String(decoding: text, as: UTF8.self)
     }
 
     private func start(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> Process {
