@@ -22,6 +22,9 @@ public struct APIAuthorisation: Sendable {
 
         public var who: Who
         public var scopes: Set<APIScope>
+        /// The devices the grant is limited to (`camera.front`, `nfc.bench1`), for the
+        /// capabilities they name; nil: every device. A kiosk allowed only the front reader.
+        public var devices: Set<String>?
     }
 
     /// The daemon's own user: it may do everything its own CLI may.
@@ -47,7 +50,10 @@ public struct APIAuthorisation: Sendable {
 
     /// The `[api]` section's `group` and `grants`; a grant that names an unknown scope, user
     /// or group is a configuration error (`ConfigError`, exit 78) naming the file and key, never a grant quietly dropped.
-    public init(settings: PluginParameters?, configurationFile: String, serviceUID: UInt32 = UInt32(getuid())) throws {
+    /// `configuredDevices`: the configuration's devices (`camera.front`), which a grant's
+    /// `devices` must name; nil checks only their form.
+    public init(settings: PluginParameters?, configurationFile: String, serviceUID: UInt32 = UInt32(getuid()),
+                configuredDevices: Set<String>? = nil) throws {
         self.init(serviceUID: serviceUID, controlGroup: settings?.string("group") ?? Self.defaultControlGroup,
                   configurationFile: configurationFile)
         for (index, record) in (settings?.records("grants") ?? []).enumerated() {
@@ -76,7 +82,22 @@ public struct APIAuthorisation: Sendable {
                 }
                 scopes.insert(scope)
             }
-            grants.append(Grant(who: who, scopes: scopes))
+            var devices: Set<String>?
+            if let named = record.strings("devices") {
+                devices = []
+                for device in named {
+                    let parts = device.split(separator: ".", omittingEmptySubsequences: false)
+                    guard parts.count == 2, Capability(rawValue: String(parts[0])) != nil,
+                          KitConfiguration.problem(withDeviceName: String(parts[1])) == nil else {
+                        throw refuse("\"\(TerminalText.escaped(device))\" is not a device: write it as capability.name, such as \"camera.front\" or \"nfc.default\"")
+                    }
+                    if let configuredDevices, !configuredDevices.contains(device) {
+                        throw refuse("no device \(device) in this configuration; its devices: " + configuredDevices.sorted().joined(separator: ", "))
+                    }
+                    devices!.insert(device)
+                }
+            }
+            grants.append(Grant(who: who, scopes: scopes, devices: devices))
         }
     }
 
@@ -88,6 +109,7 @@ public struct APIAuthorisation: Sendable {
             ParameterSpec("user", .string, help: "a user name or uid"),
             ParameterSpec("group", .string, help: "a group name or gid"),
             ParameterSpec("allow", .strings, required: true, help: "scopes: " + APIScope.allCases.map(\.rawValue).joined(separator: ", ")),
+            ParameterSpec("devices", .strings, help: "only these devices, as capability.name (camera.front); default: every device"),
         ]), help: "what other users and groups may do, e.g. { user = \"kiosk\", allow = [\"status\", \"location\"] }"),
     ]
 
@@ -96,22 +118,33 @@ public struct APIAuthorisation: Sendable {
         peer.uid == 0 || peer.uid == serviceUID || controlGroupID.map(peer.isMember(of:)) == true
     }
 
-    /// Everything the peer may do.
+    /// Everything the peer may do (on some device, where its grants name devices).
     public func scopes(for peer: PeerCredentials) -> Set<APIScope> {
         if isTrusted(peer) { return Set(APIScope.allCases) }
-        var scopes: Set<APIScope> = []
-        for grant in grants {
-            switch grant.who {
-            case .user(let uid, _) where uid == peer.uid: scopes.formUnion(grant.scopes)
-            case .group(let gid, _) where peer.isMember(of: gid): scopes.formUnion(grant.scopes)
-            default: break
-            }
-        }
-        return scopes
+        return grants(of: peer).reduce(into: []) { $0.formUnion($1.scopes) }
     }
 
-    /// Nil when allowed; else the refusal, naming the two ways to change it.
-    public func refusal(_ scope: APIScope, for peer: PeerCredentials, doing what: String) -> APIProblem? {
+    /// The grants that name the peer, by user or by one of its groups.
+    private func grants(of peer: PeerCredentials) -> [Grant] {
+        grants.filter { grant in
+            switch grant.who {
+            case .user(let uid, _): uid == peer.uid
+            case .group(let gid, _): peer.isMember(of: gid)
+            }
+        }
+    }
+
+    /// Nil when allowed; else the refusal, naming the two ways to change it. With `device`,
+    /// a grant limited to other devices of its capability does not allow it.
+    public func refusal(_ scope: APIScope, for peer: PeerCredentials, doing what: String, device: DeviceKey? = nil) -> APIProblem? {
+        if let device, !isTrusted(peer), scopes(for: peer).contains(scope) {
+            if grants(of: peer).contains(where: { $0.scopes.contains(scope) && $0.covers(device) }) { return nil }
+            let (who, grantee) = Self.named(peer)
+            return APIProblem(
+                kind: APIProblem.forbidden, subject: what, detail: "\(who) may use \(scope.rawValue) on other devices, not \(device)",
+                advice: "grant it: { \(grantee), allow = [\"\(scope.rawValue)\"], devices = [\"\(device)\"] } in [api] grants of \(configurationFile), then reload the daemon",
+                status: 403)
+        }
         if scopes(for: peer).contains(scope) { return nil }
         let (who, grantee) = Self.named(peer)
         return APIProblem(
@@ -148,5 +181,15 @@ public struct APIAuthorisation: Sendable {
     static func groupID(_ text: String) -> UInt32? {
         if let number = UInt32(text) { return number }
         return getgrnam(text).map { UInt32($0.pointee.gr_gid) }
+    }
+}
+
+extension APIAuthorisation.Grant {
+    /// Whether the grant reaches `device`: it names no devices, none of `device`'s capability,
+    /// or this one.
+    func covers(_ device: DeviceKey) -> Bool {
+        guard let devices else { return true }
+        let prefix = device.capability.rawValue + "."
+        return devices.contains(device.description) || !devices.contains { $0.hasPrefix(prefix) }
     }
 }

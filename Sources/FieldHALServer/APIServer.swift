@@ -202,10 +202,13 @@ public struct APIServer: Sendable {
             return try json(host.capabilities)
         }
         v1.get("location") { request, context in
-            try host.authorise(.location, try await context.caller(host), doing: "GET /v1/location")
+            let caller = try await context.caller(host)
+            try host.authorise(.location, caller, doing: "GET /v1/location")
             let query = try Self.query(request, taking: ["device", "timeout_ms", "max_age_ms", "accuracy_m"])
             let fixRequest = try Self.fixRequest(query)
-            let provider = try host.locationProvider(named: try Self.deviceName(query))
+            let named = try Self.deviceName(query)
+            try host.checkGrant(.location, named: named, scope: .location, caller, doing: "GET /v1/location")
+            let provider = try host.locationProvider(named: named)
             do {
                 return try json(try await provider.currentFix(fixRequest))
             } catch var error as FieldHALError where error.kind == .noFix {
@@ -428,6 +431,30 @@ extension APIHost {
     /// Throws the refusal when `caller` may not use `scope`.
     func authorise(_ scope: APIScope, _ caller: PeerCredentials, doing what: String) throws {
         if let refusal = authorisation.refusal(scope, for: caller, doing: what) { throw refusal }
+    }
+
+    /// The device `query`'s `?device=` names for `capability` (the default one when none),
+    /// once the caller's grant is found to cover it: a kiosk granted the front reader is
+    /// refused the others.
+    func device(_ capability: Capability, _ query: Parameters, scope: APIScope, _ caller: PeerCredentials,
+                doing what: String) throws -> String {
+        let key = try device(capability, named: try APIServer.deviceName(query))
+        if let refusal = authorisation.refusal(scope, for: caller, doing: what, device: key) { throw refusal }
+        return key.name
+    }
+
+    /// The same check for routes whose devices are shared (the location watch, the NFC chips):
+    /// a name the kit lacks is `noSuchDevice`; no name, the default device's grant, when the
+    /// kit has one (otherwise the route says what is missing).
+    func checkGrant(_ capability: Capability, named name: String?, scope: APIScope, _ caller: PeerCredentials, doing what: String) throws {
+        let key: DeviceKey
+        if let name {
+            key = try device(capability, named: name)
+        } else {
+            guard let found = try? device(capability, named: nil) else { return }
+            key = found
+        }
+        if let refusal = authorisation.refusal(scope, for: caller, doing: what, device: key) { throw refusal }
     }
 }
 

@@ -10,26 +10,32 @@ import NIOCore
 extension APIServer {
     func addBiometricsRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.get("biometrics") { request, context in
-            try host.authorise(.biometrics, try await context.caller(host), doing: "GET /v1/biometrics")
-            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let caller = try await context.caller(host)
+            try host.authorise(.biometrics, caller, doing: "GET /v1/biometrics")
+            let sensor = try host.biometrics(named: try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller,
+                                                                    doing: "GET /v1/biometrics"))
             return try Self.json(try await Self.whileConnected(context.channel) { try await sensor.availability() })
         }
         v1.post("biometrics/verify") { request, context in
-            try host.authorise(.biometrics, try await context.caller(host), doing: "POST /v1/biometrics/verify")
+            let caller = try await context.caller(host)
+            try host.authorise(.biometrics, caller, doing: "POST /v1/biometrics/verify")
             let body = try await APIRequestBody.decode(APIBiometricVerify.self, request, fields: ["timeoutMs"], empty: APIBiometricVerify())
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
-            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let sensor = try host.biometrics(named: try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller,
+                                                                    doing: "POST /v1/biometrics/verify"))
             return try Self.json(APIBiometricResult(try await Self.whileConnected(context.channel) { try await sensor.verify(timeout: timeout) }))
         }
         v1.post("biometrics/enroll") { request, context in
-            try host.authorise(.biometrics, try await context.caller(host), doing: "POST /v1/biometrics/enroll")
+            let caller = try await context.caller(host)
+            try host.authorise(.biometrics, caller, doing: "POST /v1/biometrics/enroll")
             let body = try await APIRequestBody.decode(APIBiometricEnroll.self, request, fields: ["finger"], empty: APIBiometricEnroll())
             let name = body.finger ?? Finger.rightIndex.rawValue
             guard let finger = Finger(rawValue: name) else {
                 throw FieldHALError(.invalidArgument, subject: "finger", detail: "no finger \"\(name)\"",
                                     advice: "the fingers are " + Finger.allCases.map(\.rawValue).joined(separator: ", "))
             }
-            let sensor = try host.biometrics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let sensor = try host.biometrics(named: try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller,
+                                                                    doing: "POST /v1/biometrics/enroll"))
             let channel = context.channel
             // Each stage as the sensor reports it, one JSON line each: a person is touching
             // the sensor and the client shows them how it goes.

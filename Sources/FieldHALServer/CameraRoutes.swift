@@ -10,15 +10,17 @@ import NIOCore
 extension APIServer {
     func addCameraRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.get("camera/formats") { request, context in
-            try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/formats")
-            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let caller = try await context.caller(host)
+            try host.authorise(.camera, caller, doing: "GET /v1/camera/formats")
+            let name = try host.device(.camera, try Self.query(request, taking: ["device"]), scope: .camera, caller, doing: "GET /v1/camera/formats")
             return try Self.json(APICameraFormats(formats: try await host.camera(named: name).formats()))
         }
         v1.get("camera/photo") { request, context in
-            try host.authorise(.camera, try await context.caller(host), doing: "GET /v1/camera/photo")
+            let caller = try await context.caller(host)
+            try host.authorise(.camera, caller, doing: "GET /v1/camera/photo")
             let query = try Self.query(request, taking: ["device", "width", "height", "quality"])
             let photoRequest = try Self.photoRequest(query)
-            let camera = try host.camera(named: try Self.deviceName(query))
+            let camera = try host.camera(named: try host.device(.camera, query, scope: .camera, caller, doing: "GET /v1/camera/photo"))
             let photo = try await Self.whileConnected(context.channel) { try await camera.captureStill(photoRequest) }
             return Response(status: .ok,
                             headers: [.contentType: "image/jpeg", .cacheControl: "no-store"],

@@ -7,18 +7,22 @@ import Hummingbird
 extension APIServer {
     func addFeedbackRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.post("haptics/play") { request, context in
-            try host.authorise(.haptics, try await context.caller(host), doing: "POST /v1/haptics/play")
+            let caller = try await context.caller(host)
+            try host.authorise(.haptics, caller, doing: "POST /v1/haptics/play")
             let body = try await APIRequestBody.decode(APIHapticsPlay.self, request, fields: ["pattern"])
             let pattern = try body.named()
-            let haptics = try host.haptics(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let haptics = try host.haptics(named: try host.device(.haptics, try Self.query(request, taking: ["device"]), scope: .haptics, caller,
+                                                                  doing: "POST /v1/haptics/play"))
             try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
             return try Self.json(APIHapticsPlayed(body.pattern, pattern))
         }
         v1.post("speaker/play") { request, context in
-            try host.authorise(.speaker, try await context.caller(host), doing: "POST /v1/speaker/play")
+            let caller = try await context.caller(host)
+            try host.authorise(.speaker, caller, doing: "POST /v1/speaker/play")
             let body = try await APIRequestBody.decode(APISoundPlay.self, request, fields: ["sound"])
             let clip = try body.clip()
-            let speaker = try host.speaker(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let speaker = try host.speaker(named: try host.device(.speaker, try Self.query(request, taking: ["device"]), scope: .speaker, caller,
+                                                                  doing: "POST /v1/speaker/play"))
             try await Self.whileConnected(context.channel) { try await speaker.play(clip) }
             return try Self.json(APISoundPlayed(clip))
         }

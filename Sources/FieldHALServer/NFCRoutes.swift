@@ -14,7 +14,9 @@ extension APIServer {
             try host.authorise(.nfcRead, caller, doing: "POST /v1/nfc/read")
             let body = try await APIRequestBody.decode(APINFCRead.self, request, fields: ["timeoutMs"], empty: APINFCRead())
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
-            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let named = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let chip = try host.nfc(named: named)
+            try host.checkGrant(.nfcReader, named: named, scope: .nfcRead, caller, doing: "POST /v1/nfc/read")
             let label = "a tag read (\(caller.label))"
             let tag = try await Self.whileConnected(context.channel) { try await chip.readTag(timeout: timeout, for: label) }
             return try Self.json(APITag(tag))
@@ -25,7 +27,9 @@ extension APIServer {
             let body = try await APIRequestBody.message(request)
             let message = try body.message()
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
-            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let named = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let chip = try host.nfc(named: named)
+            try host.checkGrant(.nfcReader, named: named, scope: .nfcWrite, caller, doing: "POST /v1/nfc/write")
             let label = "a tag write (\(caller.label))"
             let tag = try await Self.whileConnected(context.channel) { try await chip.write(message, timeout: timeout, for: label) }
             return try Self.json(APITag(tag))
@@ -36,7 +40,9 @@ extension APIServer {
             let body = try await APIRequestBody.message(request)
             let message = try body.message()
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 30_000)
-            let chip = try host.nfc(named: try Self.deviceName(try Self.query(request, taking: ["device"])))
+            let named = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let chip = try host.nfc(named: named)
+            try host.checkGrant(.nfcEmulator, named: named, scope: .nfcEmulate, caller, doing: "POST /v1/nfc/emulate")
             let label = "a tag emulation (\(caller.label))"
             let outcome = try await Self.whileConnected(context.channel) {
                 try await chip.emulate(message, timeout: timeout, for: label)

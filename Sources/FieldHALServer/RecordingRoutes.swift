@@ -21,12 +21,14 @@ extension APIServer {
 
     func addRecordingRoutes(to v1: RouterGroup<APIRequestContext>) {
         v1.post("microphone/record") { request, context in
-            try host.authorise(.microphone, try await context.caller(host), doing: "POST /v1/microphone/record")
+            let caller = try await context.caller(host)
+            try host.authorise(.microphone, caller, doing: "POST /v1/microphone/record")
             let body = try await APIRequestBody.decode(APIAudioRecord.self, request, fields: ["durationMs", "sampleRate", "channels"])
             let recording = RecordingRequest(duration: try Self.recordingLength(body.durationMs),
                                              sampleRate: try Self.within(body.sampleRate ?? 44_100, "sampleRate", 8_000...192_000),
                                              channels: try Self.within(body.channels ?? 1, "channels", 1...8))
-            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let name = try host.device(.microphone, try Self.query(request, taking: ["device"]), scope: .microphone, caller,
+                                       doing: "POST /v1/microphone/record")
             let microphone = try host.microphone(named: name)
             let device = try host.device(.microphone, named: name)
             let file = try Self.scratchFile(scratchBase, "wav")
@@ -42,14 +44,15 @@ extension APIServer {
             }
         }
         v1.post("camera/record") { request, context in
-            try host.authorise(.camera, try await context.caller(host), doing: "POST /v1/camera/record")
+            let caller = try await context.caller(host)
+            try host.authorise(.camera, caller, doing: "POST /v1/camera/record")
             let body = try await APIRequestBody.decode(APIVideoRecord.self, request, fields: ["durationMs", "width", "height", "fps", "quality"])
             let video = VideoRequest(duration: try Self.recordingLength(body.durationMs),
                                      width: try Self.within(body.width ?? 640, "width", 16...4096),
                                      height: try Self.within(body.height ?? 480, "height", 16...4096),
                                      framesPerSecond: try Self.within(body.fps ?? 30, "fps", 1...120),
                                      quality: try Self.within(body.quality ?? 80, "quality", 1...100))
-            let name = try Self.deviceName(try Self.query(request, taking: ["device"]))
+            let name = try host.device(.camera, try Self.query(request, taking: ["device"]), scope: .camera, caller, doing: "POST /v1/camera/record")
             let camera = try host.camera(named: name)
             let device = try host.device(.camera, named: name)
             let file = try Self.scratchFile(scratchBase, "avi")
