@@ -80,6 +80,48 @@ struct GpsdPluginTests {
         }
     }
 
+    /// Two receivers on one gpsd (gpsfake, a pty each), configured as two devices of the kit
+    /// bound by gpsd's paths: each keeps to its own receiver (Berlin's log and Sydney's).
+    @Test(arguments: Way.allCases) func twoReceiversOnOneGpsdEachKeepToItsOwn(way: Way) async throws {
+        let gpsd = try await GPSFake.start(logs: [GPSFake.logPath("moving-3d.nmea"), GPSFake.logPath("fix-2d.nmea")])
+        defer { gpsd.kill() }
+        let paths = try await gpsd.devicePaths()
+        try #require(paths.count == 2, "\(paths)")
+        var hemispheres: [Bool] = []
+        if way == .inProcess {
+            // As a technician configures it: two named sections, loaded by the kit.
+            let registry = PluginRegistry([try #require(GpsdPlugin.descriptor)])
+            let configuration = try KitConfiguration.parse("""
+                [gps.receiver1]
+                plugin = "gpsd"
+                port = \(gpsd.port)
+                device = "\(paths[0])"
+                [gps.receiver2]
+                plugin = "gpsd"
+                port = \(gpsd.port)
+                device = "\(paths[1])"
+                """, file: "two-receivers.toml", directory: "/tmp", registry: registry)
+            let kit = await Kit.load(configuration, registry: registry, context: Self.context)
+            for name in ["receiver1", "receiver2"] {
+                let fixes = try await collect(try kit.location(named: name)) { $0.filter(\.hasPosition).count >= 5 }
+                let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }
+                #expect(Set(north).count == 1, "\(name) mixed the receivers: \(fixes.compactMap(\.latitude))")
+                hemispheres.append(north[0])
+            }
+            await kit.close()
+        } else {
+            for path in paths {
+                let gps = try await open(port: gpsd.port, ["device": .string(path)], way: way)
+                let fixes = try await collect(gps) { $0.filter(\.hasPosition).count >= 5 }
+                let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }
+                #expect(Set(north).count == 1, "\(path) mixed the receivers: \(fixes.compactMap(\.latitude))")
+                hemispheres.append(north[0])
+                await gps.close()
+            }
+        }
+        #expect(Set(hemispheres) == [true, false], "one receiver each: \(hemispheres)")
+    }
+
     @Test(arguments: Way.allCases) func twoDimensionalFixHasNoAltitude(way: Way) async throws {
         let gpsd = try await startGpsd("fix-2d.nmea")
         defer { gpsd.kill() }

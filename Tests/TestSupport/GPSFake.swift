@@ -9,7 +9,9 @@ import Glibc
 /// is killed or crashes: no goodbye on the socket.
 public final class GPSFake: @unchecked Sendable {
     public let port: Int
-    public let log: String
+    /// The logs replayed, one receiver (pty) each.
+    public let logs: [String]
+    public var log: String { logs[0] }
     private let process = Process()
 
     /// The directory of the test logs (Tests/GpsdPluginTests/Logs).
@@ -22,13 +24,13 @@ public final class GPSFake: @unchecked Sendable {
 
     /// Starts gpsfake. `once`: play the log once, then gpsd drops the receiver; otherwise
     /// loop. `cycle`: seconds between sentences.
-    public init(log: String, port: Int? = nil, once: Bool = false, cycle: Double = 0.02) throws {
+    public init(logs: [String], port: Int? = nil, once: Bool = false, cycle: Double = 0.02) throws {
         self.port = try port ?? Self.freePort()
-        self.log = log
+        self.logs = logs
         process.executableURL = URL(fileURLWithPath: "/usr/bin/gpsfake")
         var arguments = ["-p", "-q", "-c", String(cycle), "-P", String(self.port)]
         if once { arguments.append("-1") }
-        process.arguments = arguments + [log]
+        process.arguments = arguments + logs
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -40,9 +42,14 @@ public final class GPSFake: @unchecked Sendable {
     /// sometimes leaves its gpsd without the device (it hands gpsd the pty over a control
     /// socket); such a gpsd listens but never reports. Up to three fresh starts.
     public static func start(log: String, port: Int? = nil, once: Bool = false, cycle: Double = 0.02) async throws -> GPSFake {
+        try await start(logs: [log], port: port, once: once, cycle: cycle)
+    }
+
+    /// Starts gpsfake with one receiver per log, all on one gpsd.
+    public static func start(logs: [String], port: Int? = nil, once: Bool = false, cycle: Double = 0.02) async throws -> GPSFake {
         var lastError: any Error = GPSFakeError("gpsfake did not start")
         for _ in 0..<3 {
-            let gpsd = try GPSFake(log: log, port: port, once: once, cycle: cycle)
+            let gpsd = try GPSFake(logs: logs, port: port, once: once, cycle: cycle)
             do {
                 try await gpsd.waitUntilListening()
                 try await gpsd.waitUntilReporting()
@@ -53,6 +60,49 @@ public final class GPSFake: @unchecked Sendable {
             }
         }
         throw lastError
+    }
+
+    /// The receivers' paths as gpsd names them (its DEVICES report), once it has all of the
+    /// logs' receivers: gpsfake hands each pty to gpsd in turn.
+    public func devicePaths(timeout: Duration = .seconds(15)) async throws -> [String] {
+        let port = self.port, wanted = logs.count
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let paths = try await offPool { Self.devices(port: port) }
+            if paths.count >= wanted { return paths }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw GPSFakeError("gpsd on port \(port) did not list \(wanted) receivers within \(timeout)")
+    }
+
+    /// The paths in the DEVICES report gpsd sends when a watch begins.
+    static func devices(port: Int) -> [String] {
+        guard let descriptor = Loopback.socket(port: port, connect) else { return [] }
+        defer { close(descriptor) }
+        let watch = "?WATCH={\"enable\":true,\"json\":true};\n"
+        _ = watch.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        let deadline = ContinuousClock.now + .seconds(3)
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            // Whole lines only (a report may arrive in pieces), split as bytes: gpsd ends them
+            // with CR LF, which a String keeps as one character.
+            let whole = received.lastIndex(of: 0x0A).map { Array(received[...$0]) } ?? []
+            for bytes in whole.split(separator: 0x0A) {
+                let line = String(decoding: bytes, as: UTF8.self)
+                guard line.hasPrefix("{\"class\":\"DEVICES\"") else { continue }
+                guard let report = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                      let devices = report["devices"] as? [[String: Any]] else { return [] }
+                return devices.compactMap { $0["path"] as? String }
+            }
+            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 200) >= 0 else { return [] }
+            guard entry.revents != 0 else { continue }
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count <= 0 { return [] }
+            received += buffer[0..<count]
+        }
+        return []
     }
 
     /// Waits for gpsd's first TPV report, on a connection of the helper's own.
