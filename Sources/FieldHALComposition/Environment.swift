@@ -57,10 +57,10 @@ public struct Environment: Sendable {
     public func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }
 
     /// Loads the kit, opening only `capabilities` when given.
-    public func loadKit(only capabilities: Set<Capability>? = nil) async -> Kit {
+    public func loadKit(only capabilities: Set<Capability>? = nil, devices: Set<DeviceKey>? = nil) async -> Kit {
         await Kit.load(configuration, registry: registry,
                        context: PluginContext(configDirectory: configuration.directory, stateDirectory: stateDirectory.path),
-                       only: capabilities)
+                       only: capabilities, devices: devices)
     }
 
     /// The kit's GPS, camera and microphone for evidence in real time: the configured kit, or
@@ -77,7 +77,7 @@ public struct Environment: Sendable {
     }
 
     /// Where the configured devices are now, for the daemon's following of them (hotplug).
-    public func devicePresence() async -> [Capability: DevicePresence] {
+    public func devicePresence() async -> [DeviceKey: DevicePresence] {
         await registry.presence(in: configuration,
                                 context: PluginContext(configDirectory: configuration.directory, stateDirectory: stateDirectory.path))
     }

@@ -93,7 +93,9 @@ public enum Acknowledgement {
         let acknowledgement = try flow(environment, haptics: haptics)
         if let shared { return try await acknowledgement.byNFC(reader: shared, expecting: expected, timeout: timeout) }
         return try await environment.withKit(for: .nfcReader) { kit in
-            try await acknowledgement.byNFC(reader: try kit.nfcReader(), expecting: expected, timeout: timeout)
+            // The first tag on any reader with the `ack` role; the default's error when none opened.
+            let readers = kit.names(of: .nfcReader, withRole: .ack).compactMap { try? kit.nfcReader(named: $0) }
+            return try await acknowledgement.byNFC(reader: try FirstTagReader.of(readers) ?? kit.nfcReader(), expecting: expected, timeout: timeout)
         }
     }
 
@@ -197,7 +199,9 @@ extension Environment {
             tagEmulator: {
                 if let shared { return .init(shared.tag) }
                 let kit = await environment.loadKit(only: [.nfcEmulator])
-                return .init(try? kit.nfcEmulator()) { await kit.close() }
+                // The emulator with the duress-tag role (by default the default one), if any.
+                let offering = kit.names(of: .nfcEmulator, withRole: .duressTag).first.flatMap { try? kit.nfcEmulator(named: $0) }
+                return .init(offering) { await kit.close() }
             },
             takeDuressUses: { try environment.lockService().takeDuressEvents() })
     }
@@ -224,7 +228,8 @@ extension Environment {
     /// Who may use the API: checked when the daemon starts and on every reload, so that a
     /// grant naming a user this machine does not have stops the change, not the API.
     public func apiAuthorisation() throws -> APIAuthorisation {
-        try APIAuthorisation(settings: configuration.settings["api"], configurationFile: configuration.file)
+        try APIAuthorisation(settings: configuration.settings["api"], configurationFile: configuration.file,
+                             configuredDevices: Set(configuration.allDevices.map { "\($0.capability).\($0.name)" }))
     }
 
     public func apiIdentity(startedAt: Date) -> APIHost.Identity {

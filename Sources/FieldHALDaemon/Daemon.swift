@@ -95,7 +95,7 @@ public final class Daemon: Sendable {
         }
         let environment = current
         let host = await APIHost.start(identity: environment.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
-            await environment.loadKit(only: only)
+            await environment.loadKit(devices: only)
         }
         host.flows = DaemonFlows(daemon: self)
         api.withLock { $0 = host }
@@ -127,8 +127,9 @@ public final class Daemon: Sendable {
     /// The daemon's NFC chip as the duress tag's background turn, and as a reader for an
     /// alert's acknowledgement (which goes first).
     private var sharedTag: (any NFCTagEmulator)? {
-        guard let host = api.value, host.nfc.hasEmulator else { return nil }  // no [nfc_emulator]: nothing to offer
-        return host.nfc.emulator(for: "the kit's tag offer", priority: .background)
+        // No [nfc_emulator], or none with the duress-tag role: nothing to offer.
+        guard let chip = api.value?.duressTagChip() else { return nil }
+        return chip.emulator(for: "the kit's tag offer", priority: .background)
     }
     /// What the work after a sign-in uses: the daemon's own devices.
     private var shared: SharedDevices {
@@ -143,7 +144,12 @@ public final class Daemon: Sendable {
         return try await current.withKit(for: .biometrics) { kit in try await body(try kit.biometrics()) }
     }
 
-    var sharedReader: (any NFCReader)? { api.value?.nfc.reader(for: "an alert acknowledgement by NFC") }
+    /// The first tag on any reader with the `ack` role (each its chip's turn).
+    var sharedReader: (any NFCReader)? {
+        guard let host = api.value else { return nil }
+        return FirstTagReader.of(host.ackReaders(for: "an alert acknowledgement by NFC"))
+            ?? NoReader(reason: "no reader has the ack role (roles = [\"ack\"] in an [nfc] section)")
+    }
 
     private func offerTag(_ offer: @escaping AfterAuthenticationWork.TagOffer) {
         tagOffers.continuation.yield(offer)
@@ -168,7 +174,7 @@ public final class Daemon: Sendable {
                 logger.info("configuration reloaded")
                 if let host = api.value {
                     await host.reload(identity: fresh.apiIdentity(startedAt: startedAt), authorisation: authorisation) { only in
-                        await fresh.loadKit(only: only)
+                        await fresh.loadKit(devices: only)
                     }
                 }
             } catch {
@@ -185,15 +191,15 @@ public final class Daemon: Sendable {
         guard let monitor = hotplug.value else { return }
         defer { monitor.stop() }
         let follower = DeviceFollower(host: host, locate: { await self.current.devicePresence() },
-                                      load: { only in await self.current.loadKit(only: only) })
+                                      load: { only in await self.current.loadKit(devices: only) })
         await follower.follow(monitor.events, started: { [logger] in
             logger.info("following devices as they come and go (\(monitor.source == .udev ? "udev's" : "the kernel's") events)")
         }) { [logger] change in
             let status = change.status
             if status.isAvailable {
-                logger.notice("\(status.capability): \(change.node ?? status.device ?? "its device") is back (\(status.plugin ?? "?") plugin); available")
+                logger.notice("\(status.subject): \(change.node ?? status.device ?? "its device") is back (\(status.plugin ?? "?") plugin); available")
             } else {
-                logger.warning("\(status.capability): unavailable: \(status.reason ?? "unknown")")
+                logger.warning("\(status.subject): unavailable: \(status.reason ?? "unknown")")
             }
         }
     }

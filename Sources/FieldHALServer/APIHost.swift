@@ -27,8 +27,8 @@ public final class APIHost: Sendable {
         }
     }
 
-    /// Loads the kit the way the daemon does: all of it (`nil`) or some capabilities.
-    public typealias KitLoader = @Sendable (_ only: Set<Capability>?) async -> Kit
+    /// Loads the kit the way the daemon does: all of it (`nil`) or some devices.
+    public typealias KitLoader = @Sendable (_ only: Set<DeviceKey>?) async -> Kit
 
     private struct State {
         var identity: Identity
@@ -77,9 +77,6 @@ public final class APIHost: Sendable {
     /// Tags found and lost, looked for only while someone follows `tag` events.
     public let tags: TagPresence
 
-    /// What the daemon holds open for everyone.
-    static let held: Set<Capability> = [.location, .nfcReader, .nfcEmulator, .haptics, .speaker, .camera, .microphone, .biometrics]
-
     private init(_ state: State, kit: Kit) {
         self.state = Mutex(state)
         sharedLocation = SharedLocation(try? kit.location())
@@ -121,54 +118,52 @@ public final class APIHost: Sendable {
         }
     }
 
-    /// A device that went away (hotplug): its capability's device is closed and reported
-    /// unavailable with `reason` until `attach` opens it again; other capabilities carry on.
-    /// Returns the new status, or nil when the capability was not available anyway.
+    /// A device that went away (hotplug): it is closed and reported unavailable with `reason`
+    /// until `attach` opens it again; the other devices, of its kind or not, carry on.
+    /// Returns its new status, or nil when it was not available anyway.
     @discardableResult
-    public func detach(_ capability: Capability, reason: String) async -> CapabilityStatus? {
+    public func detach(_ device: DeviceKey, reason: String) async -> CapabilityStatus? {
         await changes.run {
             let removed = state.withLock { state -> (CapabilityProvider?, CapabilityStatus)? in
-                guard let held = state.held, held.status(of: capability).isAvailable else { return nil }
-                let (kit, provider) = held.removing(capability, reason: reason)
+                guard let held = state.held, held.status(of: device)?.isAvailable == true else { return nil }
+                let (kit, provider) = held.removing(device, reason: reason)
                 state.held = kit
-                state.capabilities = APICapabilities(capabilities: state.capabilities.capabilities.map { $0.capability == capability ? kit.status(of: capability) : $0 },
-                                                     loadedAt: state.capabilities.loadedAt)
-                return (provider, kit.status(of: capability))
+                state.capabilities = APICapabilities(capabilities: kit.statuses, loadedAt: state.capabilities.loadedAt)
+                return (provider, kit.status(of: device)!)
             }
             guard let (provider, status) = removed else { return nil }
-            await letGo(of: [capability], reason: reason)
+            await letGo(of: [device.capability], reason: reason)
             await provider?.device.close()
             capabilityChanges.yield(status)
             return status
         }
     }
 
-    /// Devices that came (back): `load` opens just these capabilities, and each that opened
-    /// replaces what the kit had for it. Returns their statuses, whether they opened or not.
-    public func attach(_ capabilities: Set<Capability>, load: KitLoader) async -> [CapabilityStatus] {
-        guard !capabilities.isEmpty else { return [] }
+    /// Devices that came (back): `load` opens just these, and each that opened replaces what
+    /// the kit had for it. Returns their statuses, whether they opened or not.
+    public func attach(_ devices: Set<DeviceKey>, load: KitLoader) async -> [CapabilityStatus] {
+        guard !devices.isEmpty else { return [] }
         return await changes.run {
-            let fresh = await load(capabilities)
-            let opened = capabilities.filter { fresh.status(of: $0).isAvailable }
-            let swapped = state.withLock { state -> (replaced: [CapabilityProvider], before: [CapabilityStatus])? in
+            let fresh = await load(devices)
+            let opened = devices.filter { fresh.status(of: $0)?.isAvailable == true }
+            let swapped = state.withLock { state -> (replaced: [CapabilityProvider], before: Kit)? in
                 guard let held = state.held else { return nil }
                 let (kit, replaced) = held.replacing(opened, from: fresh)
-                let before = state.capabilities.capabilities
                 state.held = kit
-                state.capabilities = APICapabilities(capabilities: before.map { opened.contains($0.capability) ? kit.status(of: $0.capability) : $0 },
-                                                     loadedAt: state.capabilities.loadedAt)
-                return (replaced, before)
+                state.capabilities = APICapabilities(capabilities: kit.statuses, loadedAt: state.capabilities.loadedAt)
+                return (replaced, held)
             }
             guard let (replaced, before) = swapped else {
                 await fresh.close()  // the daemon is stopping: nothing took these devices
                 return []
             }
-            await letGo(of: opened, reason: nil)
+            await fresh.closing(allBut: opened)
+            await letGo(of: Set(opened.map(\.capability)), reason: nil)
             for provider in replaced { await provider.device.close() }
-            for capability in opened where !before.contains(fresh.status(of: capability)) {
-                capabilityChanges.yield(fresh.status(of: capability))
+            for device in opened.sorted() {
+                if let status = fresh.status(of: device), status != before.status(of: device) { capabilityChanges.yield(status) }
             }
-            return capabilities.sorted().map { fresh.status(of: $0) }
+            return devices.sorted().compactMap { fresh.status(of: $0) }
         }
     }
 
@@ -191,20 +186,20 @@ public final class APIHost: Sendable {
         }
     }
 
+    /// How one device stands in the held kit now.
+    public func status(of device: DeviceKey) -> CapabilityStatus? {
+        state.withLock { $0.held?.status(of: device) }
+    }
+
     /// How `capability` stands in the held kit now.
     public func status(of capability: Capability) -> CapabilityStatus? {
         state.withLock { $0.capabilities.capabilities.first { $0.capability == capability } }
     }
 
     private static func probe(_ load: KitLoader) async -> (APICapabilities, Kit) {
-        // Only what the daemon does not hold: opening a held device again could find it busy.
-        let probe = await load(Set(Capability.allCases).subtracting(Self.held))
-        let statuses = probe.statuses
-        await probe.close()
-        let held = await load(Self.held)
-        // What the probe saw, except for the capabilities held: their state is the held ones'.
-        let merged = statuses.map { Self.held.contains($0.capability) ? held.status(of: $0.capability) : $0 }
-        return (APICapabilities(capabilities: merged, loadedAt: Date()), held)
+        // The daemon holds every device it has (`held`): what it reports is what it holds.
+        let held = await load(nil)
+        return (APICapabilities(capabilities: held.statuses, loadedAt: Date()), held)
     }
 
     public var identity: Identity { state.withLock { $0.identity } }
@@ -256,6 +251,24 @@ public final class APIHost: Sendable {
             chips[name] = chip
             return chip
         }
+    }
+
+    /// The readers an alert's acknowledgement reads (role `ack`), each on its chip in turns,
+    /// the default first; the default chip's when the kit names no reader at all (it then
+    /// says so when asked).
+    public func ackReaders(for label: String) -> [any NFCReader] {
+        guard let kit = try? heldKit() else { return [] }
+        let names = kit.names(of: .nfcReader, withRole: .ack)
+        if kit.names(of: .nfcReader).isEmpty { return [nfc.reader(for: label)] }
+        return names.compactMap { name in try? nfc(named: name).reader(for: label) }
+    }
+
+    /// The chip that offers the duress tag: the emulator with the `duress-tag` role (by
+    /// default the default one), or nil when none has it or its chip has no emulator.
+    public func duressTagChip() -> NFCTurns? {
+        guard let kit = try? heldKit(), let name = kit.names(of: .nfcEmulator, withRole: .duressTag).first,
+              let chip = try? nfc(named: name), chip.hasEmulator else { return nil }
+        return chip
     }
 
     /// Every configured device of the kit the daemon holds, with its state: `GET /v1/devices`.

@@ -10,15 +10,15 @@ import FieldHALHotplug
 /// first device of its kind), as each plugin's `locate` resolves it to a node now, never by
 /// a `/dev/videoN` number: udev's events name nodes, and a replugged camera may get another.
 public final class DeviceFollower: Sendable {
-    /// A capability whose device went or came, as the daemon logs it.
+    /// A device that went or came, as the daemon logs it.
     public struct Change: Sendable, Equatable {
         public var status: CapabilityStatus
         /// The node that went away, or the one the device came back on.
         public var node: String?
     }
 
-    /// Where each followed capability's device is now (the current configuration's).
-    public typealias Locate = @Sendable () async -> [Capability: DevicePresence]
+    /// Where each followed device is now (the current configuration's).
+    public typealias Locate = @Sendable () async -> [DeviceKey: DevicePresence]
 
     private let host: APIHost
     private let locate: Locate
@@ -73,53 +73,55 @@ public final class DeviceFollower: Sendable {
 
     /// One batch: what went is detached, what came (or came back) attached. Returns where
     /// the followed devices are now.
-    func handle(_ batch: [HotplugEvent], known: [Capability: DevicePresence],
-                report: @Sendable (Change) -> Void) async -> [Capability: DevicePresence] {
+    func handle(_ batch: [HotplugEvent], known: [DeviceKey: DevicePresence],
+                report: @Sendable (Change) -> Void) async -> [DeviceKey: DevicePresence] {
         let subsystems = Set(batch.map(\.subsystem))
         let removed = Set(batch.filter { $0.action == .remove }.compactMap(\.node))
         let now = await locate()
-        var reopen: Set<Capability> = []
-        for (capability, presence) in now.sorted(by: { $0.key < $1.key }) where !presence.subsystems.isDisjoint(with: subsystems) {
-            guard let status = host.status(of: capability), status.state != .notConfigured else { continue }
-            let before = known[capability]?.node
+        var reopen: Set<DeviceKey> = []
+        // Each device on its own: one camera of two unplugged leaves the other open.
+        for (device, presence) in now.sorted(by: { $0.key < $1.key }) where !presence.subsystems.isDisjoint(with: subsystems) {
+            guard let status = host.status(of: device), status.state != .notConfigured else { continue }
+            let before = known[device]?.node
             // Gone: the configured device resolves to nothing now, or the node it was open on
             // was removed (a replug within the batch comes back on a new or the same node).
             let went = presence.node == nil || before.map(removed.contains) == true
             if status.isAvailable, went {
                 let what = before ?? status.device ?? "its device"
-                if let detached = await host.detach(capability, reason: "\(what) went away; available again when it is plugged back in") {
+                if let detached = await host.detach(device, reason: "\(what) went away; available again when it is plugged back in") {
                     report(Change(status: detached, node: before))
                 }
             }
-            if presence.node != nil, went || !status.isAvailable { reopen.insert(capability) }
+            if presence.node != nil, went || !status.isAvailable { reopen.insert(device) }
         }
         if !reopen.isEmpty { await attach(reopen, at: now, report: report) }
         return now
     }
 
-    /// Opens `capabilities` again, retrying those that do not open yet for `retryFor`.
-    private func attach(_ capabilities: Set<Capability>, at presence: [Capability: DevicePresence],
+    /// Opens `devices` again, retrying those that do not open yet for `retryFor`.
+    private func attach(_ devices: Set<DeviceKey>, at presence: [DeviceKey: DevicePresence],
                         report: @Sendable (Change) -> Void) async {
-        var left = capabilities
+        var left = devices
         let deadline = ContinuousClock.now + retryFor
-        var lastFailure: [Capability: CapabilityStatus] = [:]
+        var lastFailure: [DeviceKey: CapabilityStatus] = [:]
         while !left.isEmpty, !Task.isCancelled {
             for status in await host.attach(left, load: load) {
+                let device = DeviceKey(status.capability, status.name ?? "")
                 if status.isAvailable {
-                    left.remove(status.capability)
-                    report(Change(status: status, node: presence[status.capability]?.node))
+                    left.remove(device)
+                    report(Change(status: status, node: presence[device]?.node))
                 } else {
-                    lastFailure[status.capability] = status
+                    lastFailure[device] = status
                 }
             }
             guard !left.isEmpty, ContinuousClock.now + retryEvery < deadline else { break }
             try? await Task.sleep(for: retryEvery)
         }
         // Still not open: said once, with the plugin's reason; the next event tries again.
-        for capability in left.sorted() {
-            if var status = lastFailure[capability] {
-                status.reason = "\(presence[capability]?.node ?? "the device") appeared but did not open: \(status.reason ?? "unknown")"
-                report(Change(status: status, node: presence[capability]?.node))
+        for device in left.sorted() {
+            if var status = lastFailure[device] {
+                status.reason = "\(presence[device]?.node ?? "the device") appeared but did not open: \(status.reason ?? "unknown")"
+                report(Change(status: status, node: presence[device]?.node))
             }
         }
     }

@@ -28,7 +28,7 @@ struct DeviceFollowerLabTests {
             let registry = BuiltinPlugins.registry
             let configuration = try KitConfiguration.parse(configurationText, file: "hotplug.toml", directory: "/tmp", registry: registry)
             let context = KernelLab.context
-            let load: APIHost.KitLoader = { only in await Kit.load(configuration, registry: registry, context: context, only: only) }
+            let load: APIHost.KitLoader = { only in await Kit.load(configuration, registry: registry, context: context, devices: only) }
             host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "hotplug.toml"),
                                        authorisation: APIAuthorisation(configurationFile: "hotplug.toml"), load: load)
             let changes = host.capabilityEvents()

@@ -15,11 +15,13 @@ struct DeviceFollowerTests {
     /// A fake kit with a camera and haptics, and where their devices are (scripted).
     struct Rig {
         let host: APIHost
-        let whereabouts = LockedValue<[Capability: DevicePresence]>([
-            .camera: DevicePresence(subsystems: ["video4linux"], node: "/dev/video0"),
-            .haptics: DevicePresence(subsystems: ["input"], node: "/dev/input/event3"),
+        let whereabouts = LockedValue<[DeviceKey: DevicePresence]>([
+            Rig.camera: DevicePresence(subsystems: ["video4linux"], node: "/dev/video0"),
+            DeviceKey(.haptics, "default"): DevicePresence(subsystems: ["input"], node: "/dev/input/event3"),
         ])
-        let opens = LockedValue<[Set<Capability>]>([])
+        static let camera = DeviceKey(.camera, "default")
+        static let front = DeviceKey(.camera, "front"), rear = DeviceKey(.camera, "rear")
+        let opens = LockedValue<[Set<DeviceKey>]>([])
         /// Opening fails while this is set (udev not done with the node yet).
         let refuse = LockedValue(false)
         let follower: DeviceFollower
@@ -27,7 +29,16 @@ struct DeviceFollowerTests {
         let udev: AsyncStream<HotplugEvent>.Continuation
         let changes = LockedValue<[DeviceFollower.Change]>([])
 
-        init() async throws {
+        /// `twoCameras`: `[camera.front]` on /dev/video0 and `[camera.rear]` on /dev/video2
+        /// instead of one `[camera]`.
+        init(twoCameras: Bool = false) async throws {
+            if twoCameras {
+                whereabouts.withLock {
+                    $0[Rig.camera] = nil
+                    $0[Rig.front] = DevicePresence(subsystems: ["video4linux"], node: "/dev/video0")
+                    $0[Rig.rear] = DevicePresence(subsystems: ["video4linux"], node: "/dev/video2")
+                }
+            }
             // The fake plugin, refusing the camera while `refuse` is set.
             let refuse = refuse
             var flaky = FakePlugin.descriptor
@@ -39,9 +50,9 @@ struct DeviceFollowerTests {
                 return try await open(capability, parameters, context)
             }
             let registry = PluginRegistry([flaky])
+            let cameras = twoCameras ? "[camera.front]\nplugin = \"fake\"\n[camera.rear]\nplugin = \"fake\"" : "[camera]\nplugin = \"fake\""
             let configuration = try KitConfiguration.parse("""
-                [camera]
-                plugin = "fake"
+                \(cameras)
                 [haptics]
                 plugin = "fake"
                 [gps]
@@ -51,7 +62,7 @@ struct DeviceFollowerTests {
             let opens = opens, whereabouts = whereabouts
             let load: APIHost.KitLoader = { only in
                 if let only { opens.withLock { $0.append(only) } }
-                return await Kit.load(configuration, registry: registry, context: context, only: only)
+                return await Kit.load(configuration, registry: registry, context: context, devices: only)
             }
             host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "follow.toml"),
                                        authorisation: APIAuthorisation(configurationFile: "follow.toml"), load: load)
@@ -73,7 +84,7 @@ struct DeviceFollowerTests {
 
         /// The camera unplugged: its node gone, udev's remove, and the capability unavailable.
         func unplugCamera() async throws {
-            whereabouts.withLock { $0[.camera]?.node = nil }
+            whereabouts.withLock { $0[Rig.camera]?.node = nil }
             udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
             try await waitFor("the camera unavailable") { state(.camera) == .unavailable }
         }
@@ -110,11 +121,11 @@ struct DeviceFollowerTests {
         #expect(rig.state(.haptics) == .available, "another capability carries on")
 
         // Back, on another node: opened again.
-        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video2" }
+        rig.whereabouts.withLock { $0[Rig.camera]?.node = "/dev/video2" }
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video2"))
         try await rig.waitFor("the camera available again") { rig.state(.camera) == .available }
         _ = try rig.host.camera()
-        #expect(rig.opens.value == [[.camera]], "only the camera was opened again")
+        #expect(rig.opens.value == [[Rig.camera]], "only the camera was opened again")
         try await rig.waitFor("two capability events") { seen.value.count >= 2 }
         #expect(seen.value.map(\.state) == [.unavailable, .available])
         try await rig.waitFor("both changes reported") { rig.changes.value.count >= 2 }
@@ -126,6 +137,32 @@ struct DeviceFollowerTests {
         await rig.host.close()
     }
 
+    /// One camera of two unplugged: only it is unavailable, the other goes on recording, and
+    /// when it comes back it alone is opened again, never the camera the daemon holds.
+    @Test func oneCameraOfTwoGoesAndComesBackAlone() async throws {
+        let rig = try await Rig(twoCameras: true)
+        let following = try await rig.follow()
+        #expect(rig.host.status(of: Rig.front)?.isAvailable == true && rig.host.status(of: Rig.rear)?.isAvailable == true)
+        let rearCamera = try rig.host.camera(named: "rear")
+
+        rig.whereabouts.withLock { $0[Rig.front]?.node = nil }
+        rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
+        try await rig.waitFor("the front camera unavailable") { rig.host.status(of: Rig.front)?.state == .unavailable }
+        #expect(rig.host.status(of: Rig.rear)?.isAvailable == true, "the rear camera carries on")
+        #expect(throws: FieldHALError.self) { try rig.host.camera(named: "front") }
+        let still = try await rig.host.camera(named: "rear").captureStill(PhotoRequest(width: 64, height: 48))
+        #expect(still.width == 64)
+        try await rig.waitFor("the change reported") { !rig.changes.value.isEmpty }
+        #expect(rig.changes.value.first?.status.name == "front" && rig.changes.value.first?.status.subject == "camera front")
+
+        rig.whereabouts.withLock { $0[Rig.front]?.node = "/dev/video4" }
+        rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video4"))
+        try await rig.waitFor("the front camera back") { rig.host.status(of: Rig.front)?.isAvailable == true }
+        #expect(rig.opens.value == [[Rig.front]], "only the front camera was opened again: \(rig.opens.value)")
+        #expect(try rig.host.camera(named: "rear") as AnyObject === rearCamera as AnyObject, "the rear camera is the one held before")
+        await rig.stop(following)
+    }
+
     @Test func aReplugWithinOneBatchReopensTheDeviceOnItsNode() async throws {
         let rig = try await Rig()
         let following = try await rig.follow()
@@ -133,7 +170,7 @@ struct DeviceFollowerTests {
         // The same node removed and added again: the old descriptor is dead, so it is reopened.
         rig.udev.yield(HotplugEvent(action: .remove, subsystem: "video4linux", node: "/dev/video0"))
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
-        try await rig.waitFor("the camera reopened") { rig.opens.value == [[.camera]] && rig.state(.camera) == .available }
+        try await rig.waitFor("the camera reopened") { rig.opens.value == [[Rig.camera]] && rig.state(.camera) == .available }
         #expect(try rig.host.camera() as AnyObject !== before as AnyObject, "a new device, not the dead one")
         await rig.stop(following)
     }
@@ -159,7 +196,7 @@ struct DeviceFollowerTests {
 
         // It comes back, but opening fails for a while (permissions not yet set): tried again until it opens.
         rig.refuse.withLock { $0 = true }
-        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video0" }
+        rig.whereabouts.withLock { $0[Rig.camera]?.node = "/dev/video0" }
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
         try await rig.waitFor("two attempts") { rig.opens.value.count >= 2 }
         rig.refuse.withLock { $0 = false }
@@ -168,7 +205,7 @@ struct DeviceFollowerTests {
         // Comes and will not open at all: said once, with the plugin's reason, and left unavailable.
         try await rig.unplugCamera()
         rig.refuse.withLock { $0 = true }
-        rig.whereabouts.withLock { $0[.camera]?.node = "/dev/video0" }
+        rig.whereabouts.withLock { $0[Rig.camera]?.node = "/dev/video0" }
         rig.udev.yield(HotplugEvent(action: .add, subsystem: "video4linux", node: "/dev/video0"))
         // The detach's own report may arrive after the test moved on: look for this one among all.
         let appeared: @Sendable () -> DeviceFollower.Change? = {

@@ -22,7 +22,7 @@ struct EventStreamPathsTests {
         let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
         let host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "events.toml"),
                                        authorisation: APIAuthorisation(configurationFile: "events.toml"),
-                                       load: { only in await Kit.load(configuration, registry: registry, context: context, only: only) })
+                                       load: { only in await Kit.load(configuration, registry: registry, context: context, devices: only) })
         let directory = NSTemporaryDirectory() + "fieldhal-events-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var server = APIServer(socketPath: directory + "/api.sock", host: host, scratchBase: directory + "/scratch")

@@ -28,15 +28,15 @@ public struct DevicePresence: Sendable, Equatable {
 }
 
 extension PluginRegistry {
-    /// Where each configured, enabled capability's device is now, for those whose plugin can
-    /// tell (`PluginDescriptor.locate`); a plugin whose own service follows its devices
-    /// (gpsd, fprintd) or the fake says nothing, and its capabilities are left out.
-    public func presence(in configuration: KitConfiguration, context: PluginContext) async -> [Capability: DevicePresence] {
-        var found: [Capability: DevicePresence] = [:]
-        for (capability, section) in configuration.sections where section.isEnabled {
+    /// Where each configured, enabled device is now, for those whose plugin can tell
+    /// (`PluginDescriptor.locate`); a plugin whose own service follows its devices (gpsd,
+    /// fprintd) or the fake says nothing, and its devices are left out.
+    public func presence(in configuration: KitConfiguration, context: PluginContext) async -> [DeviceKey: DevicePresence] {
+        var found: [DeviceKey: DevicePresence] = [:]
+        for section in configuration.allDevices where section.isEnabled {
             guard let locate = plugin(named: section.plugin)?.locate,
-                  let presence = await locate(capability, section.parameters, context) else { continue }
-            found[capability] = presence
+                  let presence = await locate(section.capability, section.parameters, context) else { continue }
+            found[DeviceKey(section.capability, section.name)] = presence
         }
         return found
     }

@@ -91,8 +91,11 @@ public final class Kit: Sendable {
     /// Opens every enabled device of `configuration`, concurrently, each within
     /// `openTimeout`. `only` restricts loading to some capabilities (a CLI command that
     /// needs the camera does not open the NFC reader).
+    /// `devices` restricts it to those devices (one that came back, opened alone, never its
+    /// siblings the daemon holds).
     public static func load(_ configuration: KitConfiguration, registry: PluginRegistry, context: PluginContext,
-                            only: Set<Capability>? = nil, openTimeout: Duration = Kit.openTimeout) async -> Kit {
+                            only: Set<Capability>? = nil, devices: Set<DeviceKey>? = nil,
+                            openTimeout: Duration = Kit.openTimeout) async -> Kit {
         var statuses: [DeviceKey: CapabilityStatus] = [:]
         var providers: [DeviceKey: CapabilityProvider] = [:]
         var order: [DeviceKey] = []
@@ -112,7 +115,7 @@ public final class Kit: Sendable {
                     let unloaded = CapabilityStatus(capability: capability, plugin: section.plugin, device: nil, state: .notConfigured,
                                                     reason: nil, name: section.name, roles: section.roles.sorted(),
                                                     isDefault: section.name == defaultName)
-                    guard section.isEnabled, only?.contains(capability) ?? true else {
+                    guard section.isEnabled, only?.contains(capability) ?? true, devices?.contains(key) ?? true else {
                         var status = unloaded
                         status.reason = section.isEnabled ? "not loaded for this command" : "enabled = false in \(configuration.file)"
                         statuses[key] = status
@@ -251,10 +254,10 @@ public final class Kit: Sendable {
         devices.filter { $0.capability == capability && $0.isAvailable && ($0.roles ?? []).contains(role) }
     }
 
-    /// The names of the devices a flow uses for `role`: those available that carry it, the
-    /// default device first when it is one of them.
+    /// The names of the devices a flow uses for `role`: those configured that carry it
+    /// (available or not: an unavailable one then says why), the default first when it is one.
     public func names(of capability: Capability, withRole role: DeviceRole) -> [String] {
-        let found = available(capability, withRole: role)
+        let found = devices.filter { $0.capability == capability && $0.state != .notConfigured && ($0.roles ?? []).contains(role) }
         return (found.filter { $0.isDefault == true } + found.filter { $0.isDefault != true }).compactMap(\.name)
     }
 
@@ -268,37 +271,47 @@ public final class Kit: Sendable {
         names(of: .microphone, withRole: .evidence).compactMap { try? microphone(named: $0) }
     }
 
-    /// This kit with `capabilities`' default devices as `other` has them (devices that came
-    /// back, opened on their own), and the providers this kit had for them, for the caller to
-    /// close. Only the providers taken move: `other` must not be closed as a whole afterwards.
-    public func replacing(_ capabilities: Set<Capability>, from other: Kit) -> (kit: Kit, replaced: [CapabilityProvider]) {
+    /// The status of one configured device, or nil when the configuration has none such.
+    public func status(of device: DeviceKey) -> CapabilityStatus? {
+        devices.first { $0.capability == device.capability && $0.name == device.name }
+    }
+
+    /// This kit with `keys`' devices as `other` has them (devices that came back, opened on
+    /// their own), and the providers this kit had for them, for the caller to close. Only the
+    /// providers taken move: `other` must not be closed as a whole afterwards.
+    public func replacing(_ keys: Set<DeviceKey>, from other: Kit) -> (kit: Kit, replaced: [CapabilityProvider]) {
         var providers = self.providers
         var replaced: [CapabilityProvider] = []
         var devices = self.devices
-        for capability in capabilities {
-            let mine = status(of: capability), theirs = other.status(of: capability)
-            let key = DeviceKey(capability, mine.name ?? "")
+        for key in keys {
+            guard let theirs = other.status(of: key),
+                  let index = devices.firstIndex(where: { $0.capability == key.capability && $0.name == key.name }) else { continue }
             if let old = providers.removeValue(forKey: key) { replaced.append(old) }
-            providers[key] = other.providers[DeviceKey(capability, theirs.name ?? "")]
-            if let index = devices.firstIndex(where: { $0.capability == capability && $0.name == mine.name }) { devices[index] = theirs }
+            providers[key] = other.providers[key]
+            devices[index] = theirs
         }
         return (Kit(providers: providers, devices: devices, configurationFile: configurationFile), replaced)
     }
 
-    /// This kit without `capability`'s default device, unavailable for `reason` (a device
-    /// that went away), and the provider it had, for the caller to close.
-    public func removing(_ capability: Capability, reason: String) -> (kit: Kit, removed: CapabilityProvider?) {
-        let mine = status(of: capability)
+    /// This kit without `key`'s device, unavailable for `reason` (a device that went away),
+    /// and the provider it had, for the caller to close.
+    public func removing(_ key: DeviceKey, reason: String) -> (kit: Kit, removed: CapabilityProvider?) {
         var providers = self.providers
-        let removed = providers.removeValue(forKey: DeviceKey(capability, mine.name ?? ""))
+        let removed = providers.removeValue(forKey: key)
         let devices = self.devices.map { status in
-            guard status.capability == capability, status.name == mine.name else { return status }
+            guard status.capability == key.capability, status.name == key.name else { return status }
             var gone = status
             gone.state = .unavailable
             gone.reason = reason
             return gone
         }
         return (Kit(providers: providers, devices: devices, configurationFile: configurationFile), removed)
+    }
+
+    /// The providers of `other` that `replacing` did not take, closed: `keys` are the ones
+    /// it took.
+    public func closing(allBut keys: Set<DeviceKey>) async {
+        for (key, provider) in providers where !keys.contains(key) { await provider.device.close() }
     }
 
     /// Closes every opened device.
