@@ -169,7 +169,8 @@ struct DaemonServiceTests {
     }
 
     /// Two cameras: each listed with its name, each its own recording (one busy does not
-    /// refuse the other), and a name the kit lacks or a misspelt parameter is the caller's error.
+    /// refuse the other), and a name the kit lacks (404) or that cannot be a name (400) is the
+    /// caller's error.
     @Test func twoCamerasRecordAtOnceAndEachRouteNamesItsDevice() async throws {
         let kit = try await Running.start(configuration: """
             [camera.front]
