@@ -72,7 +72,6 @@ let package = Package(
         // it arrives and evidence is uploaded as it is decrypted; redirects left to us.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // SHA-256 of evidence at hardware speed (BoringSSL's SHA-NI/AVX2 code); libsodium's is portable C.
-        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // The daemon: graceful shutdown on signals, and logging (both already built for Hummingbird).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -93,7 +92,9 @@ let package = Package(
         // Secrets at rest, over libsodium (a hard dependency: no trait).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         // The vault, and every cipher and hash the product uses (the flows hold none).
-        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALProcess", "CSodium", .product(name: "Crypto", package: "swift-crypto")],
+        // OpenSSL's libcrypto, for the evidence's SHA-256 only (the CPU's SHA extensions).
+        .systemLibrary(name: "CLibcrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALProcess", "CSodium", "CLibcrypto"],
                 swiftSettings: strictSwift),
         // The kit's lock: PIN (argon2id), duress PIN, lockouts, relock, audit log.
         .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),

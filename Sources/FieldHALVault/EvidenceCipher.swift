@@ -1,12 +1,11 @@
 import CSodium
-import Crypto
 import FieldHAL
 import Foundation
 
 /// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per
 /// message, the last one tagged FINAL (so a truncated file is detected). While
-/// sealing, it hashes the plaintext with SHA-256 (swift-crypto: BoringSSL uses the CPU's
-/// SHA extensions, three times libsodium's portable code here) — the digest the server will check — so a
+/// sealing, it hashes the plaintext with SHA-256 (libcrypto: it uses the CPU's SHA
+/// extensions, three times libsodium's portable code here) — the digest the server will check — so a
 /// file of any size is read once, with memory bounded by one chunk. In the vault, beside the
 /// other ciphers, so that the flows hold no crypto library of their own.
 public enum EvidenceCipher {
@@ -44,7 +43,7 @@ public enum EvidenceCipher {
         defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
         guard withKey(key, { crypto_secretstream_xchacha20poly1305_init_push(&state, &header, $0) }) != nil else { throw noKey(output.path) }
         try output.write(header)
-        var hash = SHA256()
+        let hash = SHA256Digest()
         var size: Int64 = 0
         var cipher = [UInt8](repeating: 0, count: chunkSize + overhead)
         func push(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
@@ -61,7 +60,7 @@ public enum EvidenceCipher {
         while true {
             let chunk = try read()
             if chunk.isEmpty { break }
-            hash.update(data: chunk)
+            hash.update(chunk)
             size += Int64(chunk.count)
             buffer += chunk
             while buffer.count > chunkSize {
@@ -70,7 +69,7 @@ public enum EvidenceCipher {
             }
         }
         try push(buffer[...], final: true)
-        return Sealed(size: size, sha256: hex(Array(hash.finalize())))
+        return Sealed(size: size, sha256: hex(hash.finish()))
     }
 
     /// Opens a sealed file chunk by chunk, handing each plaintext chunk to `write`.
@@ -165,17 +164,17 @@ public enum EvidenceCipher {
     }
 }
 
-/// SHA-256 over bytes as they pass (swift-crypto), written as the server writes it: the
-/// digest every evidence item is checked by.
+/// SHA-256 over bytes as they pass (libcrypto), written as the server writes it: the
+/// digest every evidence item is checked by. One owner: a copy shares the running digest.
 public struct ContentHash {
-    private var hash = SHA256()
+    private let hash = SHA256Digest()
 
     public init() {}
 
-    public mutating func update(_ bytes: [UInt8]) { hash.update(data: bytes) }
+    public mutating func update(_ bytes: [UInt8]) { hash.update(bytes) }
 
     /// The digest in lowercase hex; the hash is spent.
-    public func hex() -> String { EvidenceCipher.hex(Array(hash.finalize())) }
+    public func hex() -> String { EvidenceCipher.hex(hash.finish()) }
 }
 
 public enum Randomness {
