@@ -222,8 +222,9 @@ extension APIProblem {
 
 /// One Server-Sent Event of `GET /v1/events`: `event: <type>` and one `data:` line of JSON.
 public enum APIEvent: Sendable, Equatable {
-    /// A fix from the kit's location capability (scope `location`).
-    case fix(Fix)
+    /// A fix from one of the kit's receivers (scope `location`), with the receiver's name
+    /// (nil from a daemon older than named devices).
+    case fix(Fix, device: String? = nil)
     /// A capability's state (scope `status`): each one once when the stream opens, then on
     /// every change.
     case capability(CapabilityStatus)
@@ -269,9 +270,9 @@ public enum APIEvent: Sendable, Equatable {
     /// The event as it goes on the wire, with its blank line. A stream passes its own
     /// `encoder`, made once: making one per event showed in a fix's latency.
     public func serverSentEvent(encoder: JSONEncoder = FieldHALAPI.encoder) throws -> String {
-        if case .fix(let fix) = self { return "event: fix\ndata: \(try fix.apiJSON(encoder: encoder))\n\n" }
+        if case .fix(let fix, let device) = self { return "event: fix\ndata: \(try fix.apiJSON(device: device, encoder: encoder))\n\n" }
         let data: Data = switch self {
-        case .fix(let fix): try encoder.encode(fix)
+        case .fix(let fix, let device): try encoder.encode(FixEventData(fix: fix, device: device))
         case .capability(let status): try encoder.encode(status)
         case .alert(let alert): try encoder.encode(alert)
         case .lock(let status): try encoder.encode(status)
@@ -284,7 +285,9 @@ public enum APIEvent: Sendable, Equatable {
     /// (a newer daemon may send more).
     public init?(kind: String, data: Data, decoder: JSONDecoder = FieldHALAPI.decoder) throws {
         switch Kind(rawValue: kind) {
-        case .fix: self = .fix(try Fix(apiJSON: data, decoder: decoder))
+        case .fix:
+            let (fix, device) = try Fix.apiEvent(data, decoder: decoder)
+            self = .fix(fix, device: device)
         case .capability: self = .capability(try decoder.decode(CapabilityStatus.self, from: data))
         case .alert: self = .alert(try decoder.decode(APIAlert.self, from: data))
         case .lock: self = .lock(try decoder.decode(APILockStatus.self, from: data))

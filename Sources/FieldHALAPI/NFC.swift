@@ -109,10 +109,13 @@ public struct APITagEvent: Sendable, Codable, Equatable {
 
     public var state: State
     public var tag: APITag
+    /// The reader's name in the configuration (nil from a daemon older than named devices).
+    public var device: String?
 
-    public init(state: State, tag: APITag) {
+    public init(state: State, tag: APITag, device: String? = nil) {
         self.state = state
         self.tag = tag
+        self.device = device
     }
 }
 

@@ -55,10 +55,11 @@ public struct FieldHALClient: Sendable {
 
     /// `GET /v1/events`: events until the daemon ends the stream (it stops) or the caller
     /// stops iterating. Types this client does not know are skipped.
-    /// `kinds`: nil for every type this caller may see.
-    public func events(_ kinds: [APIEvent.Kind]? = nil) -> AsyncThrowingStream<APIEvent, any Error> {
+    /// `kinds`: nil for every type this caller may see. `devices`: the receivers and readers
+    /// whose fixes and tags to follow, by name (empty: each capability's default device).
+    public func events(_ kinds: [APIEvent.Kind]? = nil, devices: [String] = []) -> AsyncThrowingStream<APIEvent, any Error> {
         let (stream, continuation) = AsyncThrowingStream<APIEvent, any Error>.makeStream()
-        let subscription = follow(kinds, { continuation.yield($0) }, end: { error in
+        let subscription = follow(kinds, devices: devices, { continuation.yield($0) }, end: { error in
             if let error { continuation.finish(throwing: error) } else { continuation.finish() }
         })
         continuation.onTermination = { _ in subscription.cancel() }
@@ -71,9 +72,10 @@ public struct FieldHALClient: Sendable {
     /// 20). `end` is called once: nil when the daemon ended the stream, else why it failed;
     /// not after `cancel()`. Both must return quickly and not block: while they run, the
     /// next event waits.
-    public func follow(_ kinds: [APIEvent.Kind]? = nil, _ handler: @escaping @Sendable (APIEvent) -> Void,
+    public func follow(_ kinds: [APIEvent.Kind]? = nil, devices: [String] = [], _ handler: @escaping @Sendable (APIEvent) -> Void,
                        end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
-        let path = route("events", query: kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? [])
+        let types = kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? []
+        let path = route("events", query: types + devices.map { ("device", $0) })
         let socketPath = socketPath
         let stop: WakeupEvent
         do {

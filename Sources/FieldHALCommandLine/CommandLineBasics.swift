@@ -42,6 +42,28 @@ public struct DeviceOption: ParsableArguments, Sendable {
     public var query: [(String, String)] { device.map { [("device", $0)] } ?? [] }
 }
 
+/// `--device NAME …` or `--all`: the devices a watch follows at once (`gps watch`,
+/// `nfc watch`), for a lab bench with several of a kind.
+public struct WatchedDevices: ParsableArguments, Sendable {
+    @Option(name: .customLong("device"), help: ArgumentHelp("A device to follow, by its name in the configuration; repeat it for several (default: the first).",
+                                                             valueName: "name"))
+    public var names: [String] = []
+    @Flag(name: .customLong("all"), help: "Follow every configured device of its kind.") public var all = false
+
+    public init() {}
+
+    public func validate() throws {
+        if all, !names.isEmpty { throw ValidationError("give --device or --all, not both") }
+        for name in names { if let problem = KitConfiguration.problem(withDeviceName: name) { throw ValidationError("--device: \(problem)") } }
+    }
+
+    /// The names to follow given the configured ones, in the file's order (empty: the default).
+    public func chosen(from configured: [String]) -> [String] { all ? configured : names }
+
+    /// Whether lines must say which device they come from.
+    public func several(from configured: [String]) -> Bool { chosen(from: configured).count > 1 }
+}
+
 /// The embedded fake kit, used when asked for by name (`--config fake`) and by `fieldhal demo`.
 public enum BuiltinConfiguration {
     public static let label = "built-in fake kit"

@@ -72,6 +72,11 @@ public final class APIHost: Sendable {
     private let namedNFC = Mutex<[String: NFCTurns]>([:])
     /// Every client's fixes, from whichever provider is loaded: watchers outlive reloads.
     private let sharedLocation: SharedLocation
+    /// The receivers other than the default one, by device name, each one watch shared by
+    /// every client like the default's; made when a client first follows one.
+    private let namedLocations = Mutex<[String: SharedLocation]>([:])
+    /// Tags found and lost on the readers other than the default one, by device name.
+    private let namedTags = Mutex<[String: TagPresence]>([:])
     /// The NFC chip, shared by turns; its devices are replaced on reload.
     public let nfc: NFCTurns
     /// Tags found and lost, looked for only while someone follows `tag` events.
@@ -101,6 +106,7 @@ public final class APIHost: Sendable {
         let (capabilities, held) = await APIHost.probe(load)
         let status = capabilities.capabilities.first { $0.capability == .location }
         await sharedLocation.replace(with: try? held.location(), reason: status?.reason ?? "location is not available")
+        await replaceNamedLocations(from: held)
         nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
         replaceNamedNFC(from: held)
         let (before, oldKit) = state.withLock { state in
@@ -172,6 +178,7 @@ public final class APIHost: Sendable {
         guard let held = state.withLock({ $0.held }) else { return }
         if changed.contains(.location) {
             await sharedLocation.replace(with: try? held.location(), reason: reason ?? "location is not available")
+            await replaceNamedLocations(from: held, reason: reason)
         }
         if !changed.isDisjoint(with: [.nfcReader, .nfcEmulator]) {
             nfc.replace(reader: try? held.nfcReader(), emulator: try? held.nfcEmulator())
@@ -183,6 +190,16 @@ public final class APIHost: Sendable {
     private func replaceNamedNFC(from held: Kit?) {
         for (name, chip) in namedNFC.withLock({ $0 }) {
             chip.replace(reader: try? held?.nfcReader(named: name), emulator: try? held?.nfcEmulator(named: name))
+        }
+    }
+
+    /// The named receivers' watches follow the held kit: each gets its receiver now, or none
+    /// (its followers hear why, as the default's do).
+    private func replaceNamedLocations(from held: Kit?, reason: String? = nil) async {
+        for (name, shared) in namedLocations.withLock({ $0 }) {
+            let provider = try? held?.location(named: name)
+            let why = reason ?? held?.status(of: .location, named: name)?.reason ?? "location \(name) is not available"
+            await shared.replace(with: provider, reason: why)
         }
     }
 
@@ -232,6 +249,43 @@ public final class APIHost: Sendable {
         let key = try kit.key(.location, named: name)
         if key.name == kit.status(of: .location).name { return try locationProvider() }
         return try kit.location(named: key.name)
+    }
+
+    /// The shared watch of the receiver `name` names (nil: the default one) and its name, or
+    /// why there is none: `noSuchDevice` for a name the kit lacks, `unavailable` for a
+    /// receiver that is not open.
+    public func location(named name: String?) throws -> (name: String, watch: SharedLocation) {
+        let kit = try heldKit()
+        let key = try kit.key(.location, named: name)
+        if key.name == kit.status(of: .location).name { return (key.name, try location()) }
+        let provider = try kit.location(named: key.name)
+        let watch = namedLocations.withLock { watches in
+            if let watch = watches[key.name] { return watch }
+            let watch = SharedLocation(provider)
+            watches[key.name] = watch
+            return watch
+        }
+        return (key.name, watch)
+    }
+
+    /// The tag presence watch of the reader `name` names (nil: the default one) and its
+    /// name, or why there is none.
+    public func tagPresence(named name: String?) throws -> (name: String, watch: TagPresence) {
+        let kit = try heldKit()
+        let key = try kit.key(.nfcReader, named: name)
+        if key.name == kit.status(of: .nfcReader).name { return (key.name, try tagPresence()) }
+        let chip = try nfc(named: key.name)
+        guard chip.hasReader else {
+            throw FieldHALError(.unavailable, subject: "\(Capability.nfcReader) \(key.name)",
+                                detail: kit.status(of: key)?.reason ?? "the reader is not open",
+                                advice: "see `fieldhal devices`; it is opened again when it is plugged back in or the daemon is reloaded")
+        }
+        return (key.name, namedTags.withLock { watches in
+            if let watch = watches[key.name] { return watch }
+            let watch = TagPresence(chip)
+            watches[key.name] = watch
+            return watch
+        })
     }
 
     /// The NFC chip `name` names (nil: the default one), taken in turns.
@@ -298,7 +352,7 @@ public final class APIHost: Sendable {
     /// keeps nobody else out.
     public func biometrics(named name: String? = nil) throws -> any BiometricAuthenticator { try heldKit().biometrics(named: name) }
 
-    private func heldKit() throws -> Kit {
+    func heldKit() throws -> Kit {
         guard let kit = state.withLock({ $0.held }) else {
             throw FieldHALError(.unavailable, subject: "daemon", detail: "the daemon is stopping")
         }
@@ -328,6 +382,8 @@ public final class APIHost: Sendable {
         }
         await sharedLocation.close()
         await tags.close()
+        for watch in namedLocations.withLock({ $0.values }) { await watch.close() }
+        for watch in namedTags.withLock({ $0.values }) { await watch.close() }
         nfc.replace(reader: nil, emulator: nil)
         replaceNamedNFC(from: nil)
         await kit?.close()

@@ -37,9 +37,9 @@ public struct APIServer: Sendable {
     /// event loop: the path a stream takes when its connection cannot be taken over, kept
     /// testable by this.
     public var writesEventsDirectly = true
-    /// The last fix event written, so that a fix fanned out to a hundred streams is
-    /// encoded once, not a hundred times, on the receiver's thread.
-    private let lastFixEvent = LockedValue<(fix: Fix, text: String, chunk: [UInt8])?>(nil)
+    /// The last fix event written per receiver, so that a fix fanned out to a hundred
+    /// streams is encoded once, not a hundred times, on the receiver's thread.
+    private let lastFixEvents = LockedValue<[String: (fix: Fix, text: String, chunk: [UInt8])]>([:])
 
     /// Where recordings are made before they are streamed: private to the daemon's user
     /// (`PrivateScratch.base`: the unit's RuntimeDirectory, or inside the state directory).
@@ -219,8 +219,9 @@ public struct APIServer: Sendable {
         }
         v1.get("events") { request, context in
             let caller = try await context.caller(host)
-            var kinds = try Self.eventKinds(request.uri.queryParameters)
-            if request.uri.queryParameters.get("types") == nil {
+            let query = try Self.query(request, taking: ["types", "device"])
+            var kinds = try Self.eventKinds(query)
+            if query.get("types") == nil {
                 // Without `types`: every type this caller may see (a kiosk granted location
                 // gets fixes), and a refusal only when it may see none.
                 let allowed = kinds.filter { host.authorisation.scopes(for: caller).contains($0.scope) }
@@ -236,7 +237,8 @@ public struct APIServer: Sendable {
                 if !present.isEmpty { kinds = present }
             }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
-            return try events(kinds, on: context.channel)
+            let sources = try host.eventSources(kinds, named: try Self.deviceNames(query), caller)
+            return try events(kinds, sources, on: context.channel)
         }
         addDeviceRoutes(to: v1)
         addNFCRoutes(to: v1)
@@ -277,6 +279,18 @@ public struct APIServer: Sendable {
         return FixRequest(timeout: .milliseconds(timeout), maxAge: maxAge == 0 ? nil : .milliseconds(maxAge), requiredAccuracy: accuracy)
     }
 
+    /// Every `device=NAME` of the query, in order, each a name that can be one (400 otherwise).
+    static func deviceNames(_ query: Parameters) throws -> [String] {
+        var names: [String] = []
+        for name in query.getAll("device") {
+            if let problem = KitConfiguration.problem(withDeviceName: name) {
+                throw FieldHALError(.invalidArgument, subject: "device", detail: problem)
+            }
+            if !names.contains(name) { names.append(name) }
+        }
+        return names
+    }
+
     /// `types=fix,capability,alert,lock` (default: all).
     static func eventKinds(_ query: Parameters) throws -> [APIEvent.Kind] {
         guard let text = query.get("types") else { return APIEvent.Kind.allCases }
@@ -303,38 +317,37 @@ public struct APIServer: Sendable {
     /// over (its device thread) and written from there, so it wakes no other thread in the
     /// daemon. When the connection cannot be taken over, events are queued to the loop,
     /// which writes them.
-    private func events(_ kinds: [APIEvent.Kind], on channel: any Channel) throws -> Response {
-        // Before the response starts: a missing location is a plain error, not a stream that ends.
-        let location = kinds.contains(.fix) ? try host.location() : nil
+    private func events(_ kinds: [APIEvent.Kind], _ sources: EventSources, on channel: any Channel) throws -> Response {
         let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
         let initial = kinds.contains(.capability) ? host.capabilities.capabilities : []
         let flowKinds = Set(kinds).intersection([.alert, .lock])
         let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
         // The lock's state first, as the capabilities': a client starts from where it stands.
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
-        let tags = kinds.contains(.tag) ? try host.tagPresence() : nil
         let keepAlive = keepAlive
         let writesEventsDirectly = writesEventsDirectly
         let executor = EventLoopTaskExecutor(channel.eventLoop)
-        let lastFixEvent = lastFixEvent
-        /// A fix as an event, encoded once for every stream that follows it.
-        let fixEvent = { @Sendable (fix: Fix) -> (text: String, chunk: [UInt8])? in
-            if let cached = lastFixEvent.withLock({ $0?.fix == fix ? $0 : nil }) { return (cached.text, cached.chunk) }
-            guard let text = try? APIEvent.fix(fix).serverSentEvent(encoder: FieldHALAPI.encoder) else { return nil }
+        let lastFixEvents = lastFixEvents
+        /// A receiver's fix as an event, encoded once for every stream that follows it.
+        let fixEvent = { @Sendable (fix: Fix, device: String) -> (text: String, chunk: [UInt8])? in
+            if let cached = lastFixEvents.withLock({ $0[device].flatMap { $0.fix == fix ? $0 : nil } }) { return (cached.text, cached.chunk) }
+            guard let text = try? APIEvent.fix(fix, device: device).serverSentEvent(encoder: FieldHALAPI.encoder) else { return nil }
             let chunk = EventStreamSocket.chunk(text)
-            lastFixEvent.withLock { $0 = (fix, text, chunk) }
+            lastFixEvents.withLock { $0[device] = (fix, text, chunk) }
             return (text, chunk)
         }
         let body = ResponseBody { writer in
             try await withTaskExecutorPreference(executor) {
-                let tagWatch = tags?.watch()
+                let tagWatches = sources.readers.map { (name: $0.name, watch: $0.watch.watch()) }
                 // The state to start from, through SwiftNIO; the stream always opens with a
                 // comment, so that the head is out before the stream is handed over.
                 try await writer.write(ByteBuffer(string: ": events\n\n"))
                 for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
                 if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
-                if let present = tagWatch?.present {
-                    try await writer.write(ByteBuffer(string: try APIEvent.tag(APITagEvent(state: .found, tag: APITag(present))).serverSentEvent()))
+                for tags in tagWatches {
+                    guard let present = tags.watch.present else { continue }
+                    let event = APITagEvent(state: .found, tag: APITag(present), device: tags.name())
+                    try await writer.write(ByteBuffer(string: try APIEvent.tag(event).serverSentEvent()))
                 }
                 // The rest goes out from where each event arises (a fix: the receiver's
                 // thread) when the connection can be written directly, else through
@@ -349,11 +362,13 @@ public struct APIServer: Sendable {
                 let ended: @Sendable () -> Void = {
                     if let direct { direct.end(cleanly: true) } else { sink.finish() }
                 }
-                let fixes = location?.follow({ fix in
-                    guard let event = fixEvent(fix) else { return }
-                    if let direct { direct.send(chunk: event.chunk) } else { sink.yield(event.text) }
-                }, end: { _ in ended() })
-                defer { fixes?.cancel() }
+                let fixes = sources.receivers.map { receiver in
+                    receiver.watch.follow({ fix in
+                        guard let event = fixEvent(fix, receiver.name()) else { return }
+                        if let direct { direct.send(chunk: event.chunk) } else { sink.yield(event.text) }
+                    }, end: { _ in ended() })
+                }
+                defer { for subscription in fixes { subscription.cancel() } }
                 // The client gone: SwiftNIO read its end and closed the connection.
                 if let direct { channel.closeFuture.whenComplete { _ in direct.end(cleanly: false) } }
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -369,10 +384,12 @@ public struct APIServer: Sendable {
                             for try await event in flowChanges where flowKinds.contains(event.kind) { send(try event.serverSentEvent()) }
                         }
                     }
-                    if let changes = tagWatch?.changes {
+                    for tags in tagWatches {
                         group.addTask {
                             defer { ended() }
-                            for try await change in changes { send(try APIEvent.tag(APITagEvent(change)).serverSentEvent()) }
+                            for try await change in tags.watch.changes {
+                                send(try APIEvent.tag(APITagEvent(change, device: tags.name())).serverSentEvent())
+                            }
                         }
                     }
                     group.addTask {
@@ -408,11 +425,67 @@ public struct APIServer: Sendable {
 }
 
 extension APITagEvent {
-    init(_ change: TagPresence.Change) {
+    /// A change of a reader's field as the API says it.
+    public init(_ change: TagPresence.Change, device: String) {
         switch change {
-        case .found(let tag): self.init(state: .found, tag: APITag(tag))
-        case .lost(let tag): self.init(state: .lost, tag: APITag(tag))
+        case .found(let tag): self.init(state: .found, tag: APITag(tag), device: device)
+        case .lost(let tag): self.init(state: .lost, tag: APITag(tag), device: device)
         }
+    }
+}
+
+/// The receivers and readers an event stream follows, each with its name: read as each
+/// event goes out, because the default device's watch follows whichever device is the
+/// default after a reload.
+struct EventSources: Sendable {
+    var receivers: [(name: @Sendable () -> String, watch: SharedLocation)] = []
+    var readers: [(name: @Sendable () -> String, watch: TagPresence)] = []
+}
+
+extension APIHost {
+    /// What a stream of `kinds` follows: for fixes the receivers `names` names, for tags the
+    /// readers (a type whose capability has none of the names: its default device). A name
+    /// that is neither is `noSuchDevice`; each device is checked against the caller's grant.
+    /// Before the response starts, so that a missing device is a plain error, not a stream
+    /// that ends.
+    func eventSources(_ kinds: [APIEvent.Kind], named names: [String], _ caller: PeerCredentials) throws -> EventSources {
+        let kit = try heldKit()
+        var sources = EventSources()
+        var used = Set<String>()
+        func pick(_ capability: Capability) -> [String?] {
+            let have = Set(kit.names(of: capability))
+            let picked = names.filter { have.contains($0) }
+            used.formUnion(picked)
+            return picked.isEmpty ? [nil] : picked
+        }
+        /// A named device keeps its name; the default one is whichever is the default now.
+        func label(_ capability: Capability, _ name: String?, _ found: String) -> @Sendable () -> String {
+            guard name == nil || name == kit.status(of: capability).name else { return { found } }
+            return { [self] in status(of: capability)?.name ?? found }
+        }
+        if kinds.contains(.fix) {
+            for name in pick(.location) {
+                try checkGrant(.location, named: name, scope: .location, caller, doing: "GET /v1/events?types=fix")
+                let receiver = try location(named: name)
+                sources.receivers.append((label(.location, name, receiver.name), receiver.watch))
+            }
+        }
+        if kinds.contains(.tag) {
+            for name in pick(.nfcReader) {
+                try checkGrant(.nfcReader, named: name, scope: .nfcRead, caller, doing: "GET /v1/events?types=tag")
+                let reader = try tagPresence(named: name)
+                sources.readers.append((label(.nfcReader, name, reader.name), reader.watch))
+            }
+        }
+        if let stray = names.first(where: { !used.contains($0) }) {
+            let followed = (kinds.contains(.fix) ? [Capability.location] : []) + (kinds.contains(.tag) ? [Capability.nfcReader] : [])
+            let offered = followed.flatMap { kit.names(of: $0) }
+            throw FieldHALError(.noSuchDevice, subject: "device",
+                                detail: followed.isEmpty ? "only fix and tag events come from a named device"
+                                    : "this kit has no \(followed.map(\.description).joined(separator: " or ")) named \"\(TerminalText.escaped(stray))\"",
+                                advice: offered.isEmpty ? "leave device out" : "its devices for these events: \(offered.joined(separator: ", "))")
+        }
+        return sources
     }
 }
 

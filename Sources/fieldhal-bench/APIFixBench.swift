@@ -174,7 +174,7 @@ struct APIFixBench: AsyncParsableCommand {
         }
         let follower = Task {
             for try await event in daemon.api.events([.fix]) {
-                guard case .fix(let fix) = event else { continue }
+                guard case .fix(let fix, _) = event else { continue }
                 let now = Date().timeIntervalSince1970
                 let key = TPVKey.of(fix.time)
                 overAPI.withLock { $0[key] = $0[key] ?? now }
@@ -182,7 +182,7 @@ struct APIFixBench: AsyncParsableCommand {
         }
         let followed = LockedValue<[String: Double]>([:])
         let following = (followDaemon ?? daemon).api.follow([.fix], { event in
-            guard case .fix(let fix) = event else { return }
+            guard case .fix(let fix, _) = event else { return }
             let now = Date().timeIntervalSince1970
             let key = TPVKey.of(fix.time)
             followed.withLock { $0[key] = $0[key] ?? now }

@@ -14,8 +14,13 @@ struct GPSCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "watch",
             abstract: "Print fixes as they arrive, one per line.",
-            discussion: "With a daemon answering on the configuration's [api] socket, its fix events: one watch of the receiver serves every follower.")
+            discussion: """
+            With a daemon answering on the configuration's [api] socket, its fix events: one watch of each receiver \
+            serves every follower. With several receivers (--device more than once, or --all), each line starts \
+            with the receiver's name; with --json, each line is one fix with its "device".
+            """)
         @OptionGroup var global: GlobalOptions
+        @OptionGroup var watched: WatchedDevices
         @Option(help: "Stop after this many fixes (default: until interrupted).") var count: Int?
 
         func execute(_ environment: Environment) async throws {
@@ -25,29 +30,50 @@ struct GPSCommand: AsyncParsableCommand {
             let timestamps = ISO8601DateFormatter()
             var printed = 0
             /// Prints one fix; true when the count is reached.
-            func show(_ fix: FieldHAL.Fix) throws -> Bool {
+            func show(_ fix: FieldHAL.Fix, from device: String?, several: Bool) throws -> Bool {
                 // Each fix at once, also into a pipe (`| grep`, `| jq`): stdio would hold them back.
                 if global.json {
-                    Output.streamLine(String(decoding: try encoder.encode(fix), as: UTF8.self))
-                } else if fix.hasPosition {
-                    Output.streamLine(String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
-                                             fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
+                    Output.streamLine(String(decoding: try encoder.encode(FixEventData(fix: fix, device: device)), as: UTF8.self))
                 } else {
-                    let reason = fix.sourceProblem.map { " (\($0))" } ?? ""
-                    Output.streamLine("\(timestamps.string(from: fix.time)) no fix\(reason)")
+                    let prefix = several ? "\(device ?? "?"): " : ""
+                    if fix.hasPosition {
+                        Output.streamLine(prefix + String(format: "%@ %@ %.6f, %.6f ±%.1f m", timestamps.string(from: fix.time), fix.mode.rawValue,
+                                                          fix.latitude!, fix.longitude!, fix.horizontalAccuracy ?? .nan))
+                    } else {
+                        let reason = fix.sourceProblem.map { " (\($0))" } ?? ""
+                        Output.streamLine("\(prefix)\(timestamps.string(from: fix.time)) no fix\(reason)")
+                    }
                 }
                 printed += 1
                 return count.map { printed >= $0 } ?? false
             }
-            // With a daemon, its fix events: one watch of the receiver for every follower.
+            // With a daemon, its fix events: one watch of each receiver for every follower.
             let served: Void? = try await environment.throughDaemon { daemon in
-                for try await event in daemon.events([.fix]) {
-                    if case .fix(let fix) = event, try show(fix) { break }
+                let configured = watched.all ? try await daemon.devices().filter { $0.capability == .location }.compactMap(\.name) : []
+                let names = watched.chosen(from: configured)
+                for try await event in daemon.events([.fix], devices: names) {
+                    if case .fix(let fix, let device) = event, try show(fix, from: device, several: names.count > 1) { break }
                 }
             }
             guard served == nil else { return }
             try await environment.withKit(for: .location) { kit in
-                for try await fix in try kit.location().watch() where try show(fix) { break }
+                let chosen = watched.chosen(from: kit.names(of: .location))
+                let names = chosen.isEmpty ? [nil] : chosen.map(Optional.some)
+                let receivers = try names.map { name in (name: try kit.key(.location, named: name).name, provider: try kit.location(named: name)) }
+                let (fixes, sink) = AsyncThrowingStream<(FieldHAL.Fix, String), any Error>.makeStream()
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for receiver in receivers {
+                        group.addTask {
+                            do {
+                                for try await fix in receiver.provider.watch() { sink.yield((fix, receiver.name)) }
+                            } catch {
+                                sink.finish(throwing: error)
+                            }
+                        }
+                    }
+                    for try await (fix, name) in fixes where try show(fix, from: name, several: receivers.count > 1) { break }
+                    group.cancelAll()
+                }
             }
         }
     }

@@ -158,7 +158,7 @@ struct APITests {
         for try await event in kit.events() {
             switch event {
             case .capability: capabilityEvents += 1
-            case .fix(let fix): fixes.append(fix)
+            case .fix(let fix, _): fixes.append(fix)
             case .lock(let status): locks.append(status)
             case .alert(let alert): Issue.record("an alert on a kit nobody signed in to: \(alert)")
             case .tag(let tag): tags.append(tag)
@@ -269,7 +269,7 @@ struct APITests {
         while ContinuousClock.now < deadline, change == nil || fixesAfter < 2, let event = await events.next() {
             switch event {
             case .capability(let status): change = status
-            case .fix(let fix) where change != nil && fix.hasPosition: fixesAfter += 1
+            case .fix(let fix, _) where change != nil && fix.hasPosition: fixesAfter += 1
             case .fix, .alert, .lock, .tag: break
             }
         }

@@ -342,7 +342,7 @@ struct DaemonCLITests {
         let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
         #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
         for try await event in FieldHALClient(socketPath: state + "/api.sock").events([.fix]) {
-            if case .fix(let fix) = event, fix.hasPosition { break }
+            if case .fix(let fix, _) = event, fix.hasPosition { break }
         }
         let warm = try await CLI.run(["gps", "fix", "--timeout", "1", "--config", config, "--state-dir", state])
         #expect(warm.status == 0 && warm.stdout.hasPrefix("52.51") && warm.stdout.contains(" s old)\n"), "\(warm)")
@@ -359,6 +359,66 @@ struct DaemonCLITests {
         let none = try await CLI.run(["gps", "fix", "--timeout", "0.3", "--max-age", "0", "--accuracy", "0.001",
                                       "--config", config, "--state-dir", state])
         #expect(none.status == 75 && none.stderr.contains("raise --timeout / --max-age") && !none.stderr.contains("timeout_ms"), "\(none)")
+        #expect(await daemon.stop().status == 0)
+    }
+
+    /// `gps watch` and `nfc watch` follow several devices at once, each line naming its own,
+    /// the same with no daemon and through one (issue 43); a name the kit lacks is a usage
+    /// error that lists the names it has.
+    @Test func watchesFollowSeveralDevicesAndNameEach() async throws {
+        let state = scratch("watch-devices-state")
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let config = state + ".toml"
+        try """
+        [gps.left]
+        plugin = "fake"
+        interval_ms = 100
+        track = [{ lat = 52.5, lon = 13.4, alt = 34.0, acc = 4.0 }]
+
+        [gps.right]
+        plugin = "fake"
+        interval_ms = 100
+        track = [{ lat = 48.1, lon = 11.6, alt = 520.0, acc = 3.0 }]
+
+        [nfc.front]
+        plugin = "fake"
+        tags = [{ type = "ntag213", uid = "04:01:02:03:04:05:06", text = "front door" }]
+
+        [nfc.back]
+        plugin = "fake"
+        tags = [{ type = "ntag213", uid = "04:0A:0B:0C:0D:0E:0F", text = "back door" }]
+
+        [api]
+        socket = "\(state)/api.sock"
+
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let kit = ["--config", config, "--state-dir", state]
+        func watchBoth(_ way: String) async throws {
+            let fixes = try await CLI.run(["gps", "watch", "--device", "left", "--device", "right", "--count", "8"] + kit)
+            let lines = fixes.stdout.split(separator: "\n")
+            #expect(fixes.status == 0 && lines.count == 8, "\(way): \(fixes)")
+            #expect(lines.contains { $0.hasPrefix("left: ") && $0.contains(" 3d 52.5") }, "\(way): \(fixes.stdout)")
+            #expect(lines.contains { $0.hasPrefix("right: ") && $0.contains(" 3d 48.1") }, "\(way): \(fixes.stdout)")
+            let json = try await CLI.run(["gps", "watch", "--device", "left", "--device", "right", "--count", "8", "--json"] + kit)
+            let devices = Set(json.stdout.split(separator: "\n").compactMap { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["device"] as? String
+            })
+            #expect(json.status == 0 && devices == ["left", "right"], "\(way): \(json)")
+            // --all: every reader the configuration names.
+            let tags = try await CLI.run(["nfc", "watch", "--all", "--count", "2"] + kit)
+            #expect(tags.status == 0, "\(way): \(tags)")
+            #expect(tags.stdout.contains("front: found type2 tag 04:01:02:03:04:05:06: text \"front door\""), "\(way): \(tags.stdout)")
+            #expect(tags.stdout.contains("back: found type2 tag 04:0A:0B:0C:0D:0E:0F: text \"back door\""), "\(way): \(tags.stdout)")
+            let one = try await CLI.run(["nfc", "watch", "--device", "back", "--count", "1", "--json"] + kit)
+            let event = try JSONSerialization.jsonObject(with: Data(one.stdout.utf8)) as? [String: Any]
+            #expect(one.status == 0 && event?["device"] as? String == "back" && event?["state"] as? String == "found", "\(way): \(one)")
+            let missing = try await CLI.run(["gps", "watch", "--device", "middle", "--count", "1"] + kit)
+            #expect(missing.status == 64 && missing.stderr.contains("left, right"), "\(way): \(missing)")
+        }
+        try await watchBoth("no daemon")
+        let daemon = try DaemonProcess(kit)
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        try await watchBoth("through the daemon")
         #expect(await daemon.stop().status == 0)
     }
 

@@ -133,7 +133,7 @@ struct EventStreamReaderTests {
         defer { server.stop() }
         var latitudes: [Double] = []
         for try await event in FieldHALClient(socketPath: server.path).events([.fix]) {
-            if case .fix(let fix) = event { latitudes.append(fix.latitude ?? 0) }
+            if case .fix(let fix, _) = event { latitudes.append(fix.latitude ?? 0) }
         }
         #expect(latitudes == [51.5, 51.5], "the stream ends normally at the last chunk")
         #expect(server.request.value.hasPrefix("GET /v1/events?types=fix HTTP/1.1\r\n"))

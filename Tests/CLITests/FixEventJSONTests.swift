@@ -41,9 +41,11 @@ import TestSupport
         var byHand = 0, readByHand = 0
         for _ in 0..<5000 {
             let fix = Self.randomFix(&random)
-            let foundation = String(decoding: try encoder.encode(fix), as: UTF8.self)
-            #expect(try fix.apiJSON(encoder: encoder) == foundation)
-            if let written = fix.handWritten() {
+            // The receiver's name beside the fix's fields, or none (a daemon before names).
+            let device = [nil, "default", "left", "bench_4"][Int(random.next() % 4)]
+            let foundation = String(decoding: try encoder.encode(FixEventData(fix: fix, device: device)), as: UTF8.self)
+            #expect(try fix.apiJSON(device: device, encoder: encoder) == foundation)
+            if let written = fix.handWritten(device: device) {
                 byHand += 1
                 #expect(written == foundation)
             } else {
@@ -51,17 +53,20 @@ import TestSupport
                         "only a control character sends a fix to Foundation: \(foundation)")
             }
             let data = Data(foundation.utf8)
-            let expected = try decoder.decode(Fix.self, from: data)
-            #expect(try Fix(apiJSON: data, decoder: decoder) == expected)
+            let expected = try decoder.decode(FixEventData.self, from: data)
+            #expect(expected.device == device)
+            #expect(try Fix(apiJSON: data, decoder: decoder) == expected.fix)
+            let event = try Fix.apiEvent(data, decoder: decoder)
+            #expect(event.fix == expected.fix && event.device == device)
             // Read by hand: what the hand writes, except a negative zero (JSON's "-0" is read
             // as the integer 0, which writes back as "0": not the same bytes, so Foundation reads it).
             let negativeZero = [fix.latitude, fix.longitude, fix.altitude, fix.horizontalAccuracy, fix.verticalAccuracy, fix.speed, fix.course]
                 .contains { $0 == 0 && $0?.sign == .minus }
             if let read = Fix.handRead(data) {
                 readByHand += 1
-                #expect(read == expected)
+                #expect(read.fix == expected.fix && read.device == device)
             } else {
-                #expect(fix.handWritten() == nil || negativeZero, "the daemon's own form is read by hand: \(foundation)")
+                #expect(fix.handWritten(device: device) == nil || negativeZero, "the daemon's own form is read by hand: \(foundation)")
             }
         }
         #expect(byHand > 3000 && readByHand > 1000, "written by hand \(byHand), read \(readByHand) of 5000")

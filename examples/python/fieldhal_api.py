@@ -79,7 +79,8 @@ class FieldHAL:
     def _request(self, path: str, query: dict[str, Any] | None = None, stream: bool = False, body: dict | None = None,
                  method: str | None = None):
         query = {k: v for k, v in (query or {}).items() if v is not None}
-        target = "/v1/" + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        # A list is a repeated parameter (`device=left&device=right`).
+        target = "/v1/" + path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         connection = _UnixConnection(self.socket_path, None if stream else self.timeout)
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
         if body is None:
@@ -183,9 +184,12 @@ class FieldHAL:
     def play_sound(self, sound: str = "soft-alert") -> dict:
         return self._json("speaker/play", body={"sound": sound})
 
-    def events(self, types: list[str] | None = None) -> Iterator[Event]:
-        """Server-Sent Events until the daemon ends the stream (it stops)."""
-        connection, response = self._request("events", {"types": ",".join(types) if types else None}, stream=True)
+    def events(self, types: list[str] | None = None, devices: list[str] | None = None) -> Iterator[Event]:
+        """Server-Sent Events until the daemon ends the stream (it stops). `devices`: the
+        receivers and readers to follow by name (default: each one's default device); each
+        fix and tag event names its own in `device`."""
+        connection, response = self._request("events", {"types": ",".join(types) if types else None,
+                                                        "device": devices or None}, stream=True)
         try:
             kind, data = None, []
             for raw in response:
@@ -250,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     events = commands.add_parser("events", help="fixes, capability changes, alerts, the lock's state and tags found and lost, one JSON line each")
     events.add_argument("--types", help="comma-separated: fix, capability, alert, lock, tag")
     events.add_argument("--count", type=int, help="stop after this many events")
+    events.add_argument("--device", action="append", help="a receiver or reader to follow, by name; repeat it for several")
     args = parser.parse_args(argv)
     kit = FieldHAL(args.socket)
     try:
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(call([record], args.timeout_ms), sort_keys=True))
         else:
             seen = 0
-            for event in kit.events(args.types.split(",") if args.types else None):
+            for event in kit.events(args.types.split(",") if args.types else None, args.device):
                 print(json.dumps({"type": event.type, "data": event.data}, sort_keys=True), flush=True)
                 seen += 1
                 if args.count and seen >= args.count:

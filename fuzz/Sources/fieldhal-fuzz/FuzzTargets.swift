@@ -150,6 +150,17 @@ enum FuzzTargets {
            Array(written.utf8) != Array(expected) {
             fatalError("fix-event: written by hand \(written), by Foundation \(String(decoding: expected, as: UTF8.self))")
         }
+        // With the receiver's name beside the fix: the same agreement, both ways.
+        let event = try? Fix.apiEvent(data)
+        let foundationEvent = try? FieldHALAPI.decoder.decode(FixEventData.self, from: data)
+        guard event?.fix == foundationEvent?.fix, event?.device == foundationEvent?.device else {
+            fatalError("fix-event: the event by hand \(String(describing: event)), Foundation \(String(describing: foundationEvent)): \(bytes)")
+        }
+        if let event, let written = try? event.fix.apiJSON(device: event.device),
+           let expected = try? FieldHALAPI.encoder.encode(FixEventData(fix: event.fix, device: event.device)),
+           Array(written.utf8) != Array(expected) {
+            fatalError("fix-event: the event written by hand \(written), by Foundation \(String(decoding: expected, as: UTF8.self))")
+        }
     }
 
     /// A line from a plugin process (or, in the SDK, from the host), as the plugin protocol
