@@ -138,10 +138,11 @@ public final class Daemon: Sendable {
         return SharedDevices(tag: sharedTag, capture: .init(camera: cameras.first, microphone: microphones.first, location: try? host?.locationProvider(),
                                                             moreCameras: Array(cameras.dropFirst()), moreMicrophones: Array(microphones.dropFirst())))
     }
-    /// The fingerprint sensor the daemon holds (or, while it reloads, one opened for `body`).
+    /// The fingerprint sensors the daemon holds, as one that takes a finger on any (or,
+    /// while it reloads, the ones opened for `body`).
     func withSensor<T>(_ body: (any BiometricAuthenticator) async throws -> T) async throws -> T {
-        if let sensor = try? api.value?.biometrics() { return try await body(sensor) }
-        return try await current.withKit(for: .biometrics) { kit in try await body(try kit.biometrics()) }
+        if let sensor = AnySensor.of(api.value?.fingerprintSensors() ?? []) { return try await body(sensor) }
+        return try await current.withKit(for: .biometrics) { kit in try await body(try AnySensor.of(kit.fingerprintSensors()) ?? kit.biometrics()) }
     }
 
     /// The first tag on any reader with the `ack` role (each its chip's turn).

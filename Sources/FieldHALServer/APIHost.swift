@@ -351,6 +351,8 @@ public final class APIHost: Sendable {
     /// The fingerprint sensor: fprintd claims it per scan or enrollment, so holding it open
     /// keeps nobody else out.
     public func biometrics(named name: String? = nil) throws -> any BiometricAuthenticator { try heldKit().biometrics(named: name) }
+    /// Every open fingerprint sensor, for the lock, which takes a finger on any of them.
+    public func fingerprintSensors() -> [any BiometricAuthenticator] { (try? heldKit().fingerprintSensors()) ?? [] }
 
     func heldKit() throws -> Kit {
         guard let kit = state.withLock({ $0.held }) else {

@@ -92,7 +92,9 @@ struct LockCommand: AsyncParsableCommand {
             }
             var availability: BiometricAvailability?
             if biometrics {
-                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+                availability = try await environment.withKit(for: .biometrics) { kit in
+                    try await (AnySensor.of(kit.fingerprintSensors()) ?? kit.biometrics()).availability()
+                }
             }
             let message = try environment.lockService().setup(pin: pin, confirmation: confirmation, duressPIN: duressPIN,
                                                                biometrics: availability, relockAfter: relockAfter, wipeAfterFailures: wipeAfter)
@@ -173,7 +175,8 @@ struct LockCommand: AsyncParsableCommand {
         private func fingerprint(_ lock: LockService, _ environment: Environment) async throws -> UnlockOutcome? {
             let wait = try duration(seconds: scanTimeout, option: "--scan-timeout")
             return try await environment.withKit(for: .biometrics) { kit -> UnlockOutcome? in
-                guard let sensor = try? kit.biometrics() else { return nil }
+                // A finger on any of the kit's sensors.
+                guard let sensor = AnySensor.of(kit.fingerprintSensors()) else { return nil }
                 var last: UnlockOutcome?
                 while try lock.biometricsAllowed() {
                     if !pinStdin { FileHandle.standardError.write(Data("Touch the fingerprint sensor…\n".utf8)) }
@@ -238,7 +241,9 @@ struct LockCommand: AsyncParsableCommand {
             }
             var availability: BiometricAvailability?
             if biometrics == "on" {
-                availability = try await environment.withKit(for: .biometrics) { kit in try await kit.biometrics().availability() }
+                availability = try await environment.withKit(for: .biometrics) { kit in
+                    try await (AnySensor.of(kit.fingerprintSensors()) ?? kit.biometrics()).availability()
+                }
             } else if biometrics == "off" {
                 availability = BiometricAvailability(hasSensor: false, enrolledFingers: [])
             }

@@ -195,6 +195,34 @@ struct LockCLITests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: state).isEmpty)
     }
 
+    /// A kit with two sensors (issue 43): the lock takes a finger on either, and its setup
+    /// sees the fingers enrolled on both.
+    @Test(arguments: CLIWay.allCases)
+    func aFingerOnEitherOfTwoSensorsUnlocks(_ way: CLIWay) async throws {
+        try await eachWay(way) {
+            let environment = ["FIELDHAL_STATE_DIR": scratch("state")]
+            let config = scratch("two-sensors.toml")
+            // Nobody touches the door's sensor; the handset's matches.
+            try """
+            [biometrics.door]
+            plugin = "fake"
+            enrolled = ["left-thumb"]
+            outcomes = ["no-finger"]
+
+            [biometrics.handset]
+            plugin = "fake"
+            outcomes = ["match"]
+            scan_delay_ms = 100
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            let setup = try await CLI.run(["lock", "setup", "--pin-stdin", "--biometrics", "--config", config], environment: environment,
+                                          input: "4821\n4821\n")
+            #expect(setup.status == 0 && setup.stdout == "Lock set up with fingerprint and PIN.\n", "\(setup)")
+            let unlock = try await CLI.run(["lock", "unlock", "--pin-stdin", "--scan-timeout", "20", "--config", config],
+                                           environment: environment, input: "")
+            #expect(unlock.status == 0 && unlock.stdout == "Unlocked.\n", "\(unlock)")
+        }
+    }
+
     #if Fprintd
     @Test(arguments: CLIWay.allCases)
     func unlockWithTheRealFprintdThenPINAfterThreeFailedScans(_ way: CLIWay) async throws {

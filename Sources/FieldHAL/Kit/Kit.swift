@@ -249,6 +249,12 @@ public final class Kit: Sendable {
         return device
     }
 
+    /// Every fingerprint sensor that is open, in the file's order: the lock's fingerprint
+    /// unlock waits on all of them at once.
+    public func fingerprintSensors() -> [any BiometricAuthenticator] {
+        names(of: .biometrics).compactMap { try? biometrics(named: $0) }
+    }
+
     /// The available devices of `capability` that carry `role`, in the file's order.
     public func available(_ capability: Capability, withRole role: DeviceRole) -> [CapabilityStatus] {
         devices.filter { $0.capability == capability && $0.isAvailable && ($0.roles ?? []).contains(role) }
