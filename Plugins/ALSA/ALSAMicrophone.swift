@@ -2,6 +2,7 @@
 import FieldHAL
 import FieldHALMedia
 import Foundation
+import Synchronization
 
 /// Records from an ALSA PCM to WAV on the device's own thread, a period at a time, so
 /// memory stays at one period however long the recording. Overruns are recovered and
@@ -17,6 +18,9 @@ final class ALSAMicrophone: Microphone {
     }
 
     let deviceName: String
+    /// What the card said when the PCM was first opened.
+    private let said = Mutex<DeviceIdentity?>(nil)
+    var identity: DeviceIdentity? { said.withLock { $0 } }
     private let settings: Settings
     private let thread = DeviceThread(name: "fieldhal-alsa-capture")
     private let wakeup: WakeupEvent
@@ -30,9 +34,10 @@ final class ALSAMicrophone: Microphone {
 
     /// Opens the PCM once, so a wrong name or missing permission fails when the kit loads.
     func probe() async throws {
-        try await thread.run { [settings, subject] in
-            _ = try ALSAPCM(name: settings.pcm, direction: .capture, subject: subject)
+        let identity = try await thread.run { [settings, subject] in
+            try ALSAPCM(name: settings.pcm, direction: .capture, subject: subject).identity()
         }
+        said.withLock { $0 = identity }
     }
 
     func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {

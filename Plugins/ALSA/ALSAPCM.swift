@@ -38,6 +38,31 @@ final class ALSAPCM {
 
     deinit { close() }
 
+    /// What the PCM plays or records on: its card's name and driver (ALSA's card info), the
+    /// USB descriptor's vendor and serial, and the card's id-based name, which stays the same
+    /// when cards are numbered differently after a replug or a reboot. Nil for a PCM on no
+    /// card (`default` through a sound server, `null`).
+    func identity() -> DeviceIdentity? {
+        var info: OpaquePointer?
+        guard snd_pcm_info_malloc(&info) == 0, let info else { return nil }
+        defer { snd_pcm_info_free(info) }
+        guard snd_pcm_info(handle, info) == 0 else { return nil }
+        let card = snd_pcm_info_get_card(info), device = snd_pcm_info_get_device(info)
+        guard card >= 0 else { return nil }
+        var control: OpaquePointer?
+        guard snd_ctl_open(&control, "hw:\(card)", 0) == 0, let control else { return nil }
+        defer { snd_ctl_close(control) }
+        var cardInfo: OpaquePointer?
+        guard snd_ctl_card_info_malloc(&cardInfo) == 0, let cardInfo else { return nil }
+        defer { snd_ctl_card_info_free(cardInfo) }
+        guard snd_ctl_card_info(control, cardInfo) == 0 else { return nil }
+        let id = String(cString: snd_ctl_card_info_get_id(cardInfo))
+        // The driver names the vendor only when the bus does not (snd-aloop, a PCI codec).
+        let said = DeviceIdentity(vendor: String(cString: snd_ctl_card_info_get_driver(cardInfo)),
+                                  model: String(cString: snd_ctl_card_info_get_name(cardInfo)), link: "hw:CARD=\(id),DEV=\(device)")
+        return DeviceIdentity.usb(above: "/sys/class/sound/card\(card)/device")?.filled(from: said) ?? said
+    }
+
     func close() {
         guard !closed else { return }
         closed = true

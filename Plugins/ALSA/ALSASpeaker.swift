@@ -1,6 +1,7 @@
 #if ALSA
 import FieldHAL
 import Foundation
+import Synchronization
 
 /// Plays short clips (the alert sound) through an ALSA PCM on its own thread. The PCM is
 /// opened for each clip and closed after it, so the sound device is free between alerts.
@@ -11,6 +12,9 @@ final class ALSASpeaker: Speaker {
     }
 
     let deviceName: String
+    /// What the card said when the PCM was first opened.
+    private let said = Mutex<DeviceIdentity?>(nil)
+    var identity: DeviceIdentity? { said.withLock { $0 } }
     private let settings: Settings
     private let thread = DeviceThread(name: "fieldhal-alsa-playback")
     private let wakeup: WakeupEvent
@@ -23,9 +27,10 @@ final class ALSASpeaker: Speaker {
     }
 
     func probe() async throws {
-        try await thread.run { [settings, subject] in
-            _ = try ALSAPCM(name: settings.pcm, direction: .playback, subject: subject)
+        let identity = try await thread.run { [settings, subject] in
+            try ALSAPCM(name: settings.pcm, direction: .playback, subject: subject).identity()
         }
+        said.withLock { $0 = identity }
     }
 
     func play(_ clip: SoundClip) async throws {

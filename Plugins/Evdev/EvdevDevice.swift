@@ -43,6 +43,22 @@ final class EvdevDevice {
             ? String(decoding: nameBytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : path
     }
 
+    /// What the input device says it is: its name with the bus's vendor and product ids
+    /// (EVIOCGID), its unique id (EVIOCGUNIQ: a serial, when the driver has one), the USB
+    /// descriptor's vendor name, and udev's stable link.
+    func identity() -> DeviceIdentity {
+        var id = input_id()
+        let ids = fieldhal_evdev_id(descriptor, &id) >= 0 ? String(format: "%04x:%04x", id.vendor, id.product) : nil
+        var uniqBytes = [CChar](repeating: 0, count: 256)
+        let uniq = fieldhal_evdev_uniq(descriptor, &uniqBytes, Int32(uniqBytes.count - 1)) >= 0
+            ? String(decoding: uniqBytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+        let node = URL(fileURLWithPath: path).resolvingSymlinksInPath().lastPathComponent
+        let said = DeviceIdentity(vendor: ids.map { String($0.prefix(4)) }, model: ids.map { "\(name) (\($0))" } ?? name, serial: uniq,
+                                  link: DeviceIdentity.stableLink(for: path, in: ["/dev/input/by-id", "/dev/input/by-path"]))
+        guard let usb = DeviceIdentity.usb(above: "/sys/class/input/\(node)/device") else { return said }
+        return DeviceIdentity(vendor: usb.vendor, model: said.model, serial: said.serial ?? usb.serial, link: said.link)
+    }
+
     deinit { Glibc.close(descriptor) }
 
     /// Uploads the step's effect and returns the id the driver gave it.

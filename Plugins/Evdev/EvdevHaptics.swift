@@ -2,6 +2,7 @@
 import CEvdev
 import FieldHAL
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,6 +21,9 @@ final class EvdevHaptics: HapticsEngine {
     }
 
     let deviceName: String
+    /// What the input device said when it was opened.
+    private let said = Mutex<DeviceIdentity?>(nil)
+    var identity: DeviceIdentity? { said.withLock { $0 } }
     private let settings: Settings
     private let thread = DeviceThread(name: "fieldhal-evdev")
     private let wakeup: WakeupEvent
@@ -33,13 +37,15 @@ final class EvdevHaptics: HapticsEngine {
                                 advice: "check the motor's driver is loaded; set device in [haptics] to its /dev/input/eventN")
         }()
         let haptics = try EvdevHaptics(path: path, settings: settings)
-        try await haptics.thread.run { [subject = haptics.subject] in
+        let identity = try await haptics.thread.run { [subject = haptics.subject] in
             let device = try EvdevDevice(path: path, subject: subject)
             guard !device.features.isEmpty else {
                 throw FieldHALError(.unsupported, subject: subject, detail: "\(device.name) has no rumble or periodic force feedback",
                                     advice: "pick the motor's event node (grep -l ff /sys/class/input/event*/device/capabilities/ff)")
             }
+            return device.identity()
         }
+        haptics.said.withLock { $0 = identity }
         return haptics
     }
 

@@ -19,12 +19,15 @@ final class FprintdAuthenticator: BiometricAuthenticator {
     }
 
     let deviceName: String
+    /// The sensor as fprintd names it (libfprint's driver name for the model).
+    let identity: DeviceIdentity?
     private let settings: Settings
     private var subject: String { "biometrics \(deviceName)" }
 
-    private init(settings: Settings, deviceName: String) {
+    private init(settings: Settings, deviceName: String, sensor: String? = nil) {
         self.settings = settings
         self.deviceName = deviceName
+        identity = sensor.map { DeviceIdentity(model: $0, link: "fprintd") }
     }
 
     /// Checks that fprintd answers and has a sensor before the kit reports it available.
@@ -40,7 +43,7 @@ final class FprintdAuthenticator: BiometricAuthenticator {
             throw FieldHALError(.deviceNotFound, subject: "biometrics fprintd", detail: "fprintd sees no fingerprint sensor",
                                 advice: "plug in a sensor libfprint supports (lsusb; see fprint.freedesktop.org/supported-devices)")
         }
-        return FprintdAuthenticator(settings: settings, deviceName: "fprintd \(device)")
+        return FprintdAuthenticator(settings: settings, deviceName: "fprintd \(device)", sensor: device)
     }
 
     func availability() async throws -> BiometricAvailability {

@@ -24,6 +24,10 @@ final class GpsdLocationProvider: LocationProvider {
     }
 
     let deviceName: String
+    /// Where the receiver is: gpsd's endpoint and the receiver's path there (udev's stable
+    /// link to it when there is one). gpsd names its driver only in reports a watch has
+    /// already begun with, so vendor and model are not said here.
+    let identity: DeviceIdentity?
     private let settings: Settings
     private let thread: DeviceThread
     private let wakeup: WakeupEvent
@@ -55,6 +59,8 @@ final class GpsdLocationProvider: LocationProvider {
         var name = "gpsd \(settings.host):\(settings.port)"
         if let device = settings.device { name += " \(device)" }
         deviceName = name
+        let path = settings.device.map { DeviceIdentity.stableLink(for: $0, in: ["/dev/serial/by-id", "/dev/serial/by-path"]) ?? $0 }
+        identity = DeviceIdentity(link: "gpsd://\(settings.host):\(settings.port)" + (path ?? ""))
     }
 
     func watch() -> AsyncThrowingStream<Fix, any Error> {

@@ -32,6 +32,8 @@ final class LibnfcDevice: @unchecked Sendable {
     private struct Gate {
         /// "PN532 v1.6 (pn532_uart:/dev/ttyUSB0)", kept here for other threads.
         var name = ""
+        /// The chip and the connection string it answered on.
+        var identity: DeviceIdentity?
         var device: DevicePointer?
         var call: UInt64 = 0
         var inCall = false
@@ -108,11 +110,32 @@ final class LibnfcDevice: @unchecked Sendable {
         device = opened
         chipName = Self.chip(of: opened)
         let name = chipName.isEmpty ? connstring : "\(chipName) on \(connstring)"
+        let identity = Self.identity(chip: chipName.isEmpty ? String(cString: nfc_device_get_name(opened)) : chipName, connstring: connstring)
         gate.withLock { gate in
             gate.device = DevicePointer(raw: opened)
             gate.name = name
+            gate.identity = identity
         }
     }
+
+    /// What the reader is: its chip, and its connection string with a serial port's path
+    /// replaced by udev's `/dev/serial/by-id` (or `by-path`) link to it when there is one, so
+    /// that the same reader is found after a replug renumbers `/dev/ttyUSB*`.
+    static func identity(chip: String, connstring: String) -> DeviceIdentity {
+        let parts = connstring.split(separator: ":", maxSplits: 1).map(String.init)
+        var link = connstring
+        if parts.count == 2, parts[1].hasPrefix("/dev/"),
+           let stable = DeviceIdentity.stableLink(for: parts[1], in: ["/dev/serial/by-id", "/dev/serial/by-path"]) {
+            link = parts[0] + ":" + stable
+        }
+        let tty = URL(fileURLWithPath: parts.count == 2 ? parts[1] : "").resolvingSymlinksInPath().lastPathComponent
+        let said = DeviceIdentity(model: chip, link: link)
+        guard parts.count == 2, tty.hasPrefix("tty"), let usb = DeviceIdentity.usb(above: "/sys/class/tty/\(tty)/device") else { return said }
+        return DeviceIdentity(vendor: usb.vendor, model: chip, serial: usb.serial, link: link)
+    }
+
+    /// What the reader said it is when it was last opened.
+    var identity: DeviceIdentity? { gate.withLock { $0.identity } }
 
     /// "PN532 v1.6", from the first line of libnfc's device report ("chip: PN532 v1.6").
     static func chip(of device: OpaquePointer) -> String {

@@ -21,6 +21,7 @@ final class LibnfcReader: NFCReader {
     }
 
     var deviceName: String { device.deviceName }
+    var identity: DeviceIdentity? { device.identity }
 
     func readTag(timeout: Duration) async throws -> NFCTag {
         try await device.operation { [self] interrupt in

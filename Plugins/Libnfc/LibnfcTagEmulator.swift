@@ -12,6 +12,7 @@ final class LibnfcTagEmulator: NFCTagEmulator {
     init(device: LibnfcDevice) { self.device = device }
 
     var deviceName: String { device.deviceName }
+    var identity: DeviceIdentity? { device.identity }
 
     /// How long one exchange with an activated reader may take before it counts as gone.
     static let exchangeTimeout = Duration.seconds(1)

@@ -30,6 +30,9 @@ final class V4L2Camera: Camera {
     }
 
     let deviceName: String
+    /// What QUERYCAP and udev said at open.
+    private let said = Mutex<DeviceIdentity?>(nil)
+    var identity: DeviceIdentity? { said.withLock { $0 } }
     private let settings: Settings
     /// While a recording streams: stills asked for meanwhile, served from its next frame.
     private let recordingTap = Mutex<StillTap?>(nil)
@@ -47,7 +50,8 @@ final class V4L2Camera: Camera {
         }()
         let camera = try V4L2Camera(path: path, settings: settings)
         do {
-            try await camera.onThread { handle in try Self.checkCanCapture(handle) }
+            let identity = try await camera.onThread { handle in try Self.checkCanCapture(handle) }
+            camera.said.withLock { $0 = identity }
         } catch {
             await camera.close()
             throw error
@@ -72,7 +76,10 @@ final class V4L2Camera: Camera {
             .filter { path in (try? checkCanCapture(V4L2Handle(path: path))) != nil }
     }
 
-    private static func checkCanCapture(_ handle: V4L2Handle) throws {
+    /// Throws unless the node captures by streaming; returns what it is: the card and bus
+    /// QUERYCAP gives, the USB descriptor's vendor and serial, and udev's stable link.
+    @discardableResult
+    private static func checkCanCapture(_ handle: V4L2Handle) throws -> DeviceIdentity {
         var capability = v4l2_capability()
         try handle.control(FIELDHAL_VIDIOC_QUERYCAP, &capability, doing: "query capabilities")
         let caps = capability.capabilities & UInt32(V4L2_CAP_DEVICE_CAPS) != 0 ? capability.device_caps : capability.capabilities
@@ -80,6 +87,13 @@ final class V4L2Camera: Camera {
             throw FieldHALError(.unsupported, subject: handle.subject, detail: "not a streaming video capture device",
                                 advice: "pick another /dev/video node (v4l2-ctl --list-devices)")
         }
+        func text<T>(_ field: T) -> String {
+            withUnsafeBytes(of: field) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        }
+        let node = URL(fileURLWithPath: handle.path).resolvingSymlinksInPath().lastPathComponent
+        let link = DeviceIdentity.stableLink(for: handle.path, in: ["/dev/v4l/by-id", "/dev/v4l/by-path"])
+        return DeviceIdentity(model: text(capability.card), link: link ?? "v4l2 \(text(capability.bus_info))")
+            .filled(from: DeviceIdentity.usb(above: "/sys/class/video4linux/\(node)/device"))
     }
 
     // MARK: Camera

@@ -12,6 +12,12 @@ static inline int fieldhal_evdev_ff_bits(int fd, unsigned char *bits, int length
 static inline int fieldhal_evdev_name(int fd, char *name, int length) {
     return ioctl(fd, EVIOCGNAME(length), name);
 }
+static inline int fieldhal_evdev_id(int fd, struct input_id *id) {
+    return ioctl(fd, EVIOCGID, id);
+}
+static inline int fieldhal_evdev_uniq(int fd, char *uniq, int length) {
+    return ioctl(fd, EVIOCGUNIQ(length), uniq);
+}
 static inline int fieldhal_evdev_effect_slots(int fd, int *count) {
     return ioctl(fd, EVIOCGEFFECTS, count);
 }

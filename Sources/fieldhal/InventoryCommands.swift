@@ -30,7 +30,7 @@ extension StatusCommand: FieldHALSubcommand {
 struct DevicesCommand: FieldHALSubcommand {
     static let configuration = CommandConfiguration(
         commandName: "devices",
-        abstract: "List every configured device: its capability, name, state, plugin and roles.",
+        abstract: "List every configured device: its capability, name, state, plugin, roles and what it says it is.",
         discussion: "A capability may have several devices ([camera.front], [camera.rear]); the default one (marked *) is what a command without --device uses.")
     @OptionGroup var global: GlobalOptions
 
@@ -53,8 +53,10 @@ struct DevicesCommand: FieldHALSubcommand {
                 case .notConfigured: "not loaded"
                 }
                 let roles = (status.roles ?? []).map(\.rawValue).joined(separator: ",")
+                // Where it is, then what it said it is (model, vendor, serial).
+                let what = status.identity.map(\.summary).flatMap { $0.isEmpty ? nil : " (\($0))" } ?? ""
                 return [status.capability.rawValue, (status.name ?? "") + (status.isDefault == true ? " *" : ""), state,
-                        status.plugin ?? "", roles.isEmpty ? "-" : roles, status.isAvailable ? status.device ?? "" : status.reason ?? ""]
+                        status.plugin ?? "", roles.isEmpty ? "-" : roles, status.isAvailable ? (status.device ?? "") + what : status.reason ?? ""]
             }
             let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
             return rows.map { row in

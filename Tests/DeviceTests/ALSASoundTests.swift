@@ -55,6 +55,13 @@ struct LoopbackSoundTests {
         let player = try KernelLab.start("/usr/bin/aplay", ["-q", "--buffer-time=1000000", "-D", Self.playbackSide, tone])
         try await Task.sleep(for: .milliseconds(500))
         let path = KernelLab.scratch("tone-recorded.wav")
+        if way == .inProcess {
+            // What it is: snd-aloop's card, and its id-based name (the same after renumbering).
+            let microphone = try await openMicrophone(Self.captureSide, way: way)
+            let identity = microphone.identity
+            await microphone.close()
+            #expect(identity?.model == "Loopback" && identity?.link == "hw:CARD=Loopback,DEV=1", "\(String(describing: identity))")
+        }
         let recording: AudioRecording
         do {
             recording = try await openMicrophone(Self.captureSide, way: way)
@@ -91,6 +98,51 @@ struct LoopbackSoundTests {
         let second = samples[(start + 10560)..<(start + 17280)]  // 20–160 ms into the second (after a 40 ms gap)
         #expect(abs(KernelLab.frequency(of: first, sampleRate: 48_000) - 880) < 15)
         #expect(abs(KernelLab.frequency(of: second, sampleRate: 48_000) - 660) < 15)
+    }
+
+    /// Two sound cards in one kit (issue 43), snd-aloop and snd-dummy: each named
+    /// microphone records on its own card at once, and when one card goes away mid-recording
+    /// the other's recording is whole.
+    @Test func twoCardsRecordAtOnceAndOneGoneLeavesTheOther() async throws {
+        let registry = PluginRegistry([try #require(ALSAPlugin.descriptor)])
+        let configuration = try KitConfiguration.parse("""
+            [microphone.loop]
+            plugin = "alsa"
+            pcm = "\(Self.captureSide)"
+            [microphone.dummy]
+            plugin = "alsa"
+            pcm = "hw:Dummy,0,0"
+            read_timeout_ms = 1000
+            """, file: "two-cards.toml", directory: "/tmp", registry: registry)
+        let kit = await Kit.load(configuration, registry: registry, context: KernelLab.context)
+        #expect(kit.devices.compactMap { $0.identity?.link } == ["hw:CARD=Loopback,DEV=1", "hw:CARD=Dummy,DEV=0"], "\(kit.devices)")
+        let loopPath = KernelLab.scratch("two-cards-loop.wav"), dummyPath = KernelLab.scratch("two-cards-dummy.wav")
+        let tone = KernelLab.scratch("two-cards-tone.wav")
+        defer { for path in [loopPath, dummyPath, tone] { try? FileManager.default.removeItem(atPath: path) } }
+        // Something playing into the loopback, so that its capture side has sound to give.
+        try writeTone(tone, frequency: 1000, amplitude: 0.5, seconds: 30)
+        let player = try KernelLab.start("/usr/bin/aplay", ["-q", "--buffer-time=1000000", "-D", Self.playbackSide, tone])
+        let whole: AudioRecording
+        do {
+            let loop = Task { try await kit.microphone(named: "loop").record(RecordingRequest(duration: .seconds(3), sampleRate: 48_000), to: loopPath) }
+            let dummy = Task {
+                try await kit.microphone(named: "dummy").record(RecordingRequest(duration: .seconds(20), sampleRate: 48_000, channels: 2), to: dummyPath)
+            }
+            try await Self.dummyCaptureRuns()
+            try await Task.sleep(for: .milliseconds(500))
+            try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
+            defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
+            let cut = try await dummy.value
+            #expect(cut.endedEarly?.kind == .disconnected, "\(cut)")
+            whole = try await loop.value
+            try await KernelLab.finish(player)
+        } catch {
+            try? await KernelLab.finish(player)
+            throw error
+        }
+        #expect(whole.endedEarly == nil && whole.frames == 3 * 48_000, "\(whole)")
+        await kit.close()
+        #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
     }
 
     /// Unplugged half a second into a 20 s recording: the recording ends early, `disconnected`,

@@ -39,10 +39,11 @@ struct DetectDeviceTests {
         let haptics = try #require(found.first { $0.capability == "haptics" && $0.node == peer.node }, "\(found)")
         #expect(haptics.plugin == "evdev" && haptics.details["effects"]?.contains("rumble") == true)
 
-        // The configuration written for them opens every one (the first of each capability:
-        // vivid is the lab's only camera; the loopback card may come after snd-dummy).
+        // The configuration written for them opens every one (the lab's two vivid instances
+        // each a named camera section; the loopback card may come after snd-dummy).
         let text = try String(contentsOfFile: config, encoding: .utf8)
-        #expect(text.contains("[camera]\nplugin = \"v4l2\"") && text.contains("[haptics]\nplugin = \"evdev\""), "\(text)")
+        #expect(text.range(of: #"\[camera(\.[A-Za-z0-9_-]+)?\]\nplugin = "v4l2""#, options: .regularExpression) != nil
+                && text.range(of: #"\[haptics(\.[A-Za-z0-9_-]+)?\]\nplugin = "evdev""#, options: .regularExpression) != nil, "\(text)")
         let status = try await CLI.run(["status", "--config", config, "--json"])
         #expect(status.status == 0, "\(status.stderr)")
         let states = try JSONDecoder().decode(Status.self, from: Data(status.stdout.utf8)).capabilities

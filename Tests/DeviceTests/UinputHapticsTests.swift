@@ -125,7 +125,13 @@ struct UinputHapticsTests {
     @Test(arguments: Way.allCases) func warningPlaysTheThemesStepsWithTheirTimings(way: Way) async throws {
         try await UinputPeer.with { peer in
             #expect(EvdevHaptics.forceFeedbackDevices().contains(peer.node))
-            try await haptics(peer, ["gain": .float(0.75)], way: way).play(.warning)
+            let engine = try await haptics(peer, ["gain": .float(0.75)], way: way)
+            if way == .inProcess {
+                // What it is, as the peer set it up (UI_DEV_SETUP): its name and ids.
+                #expect(engine.identity?.model == "FieldHAL test rumble pad (1209:f1e1)" && engine.identity?.vendor == "1209",
+                        "\(String(describing: engine.identity))")
+            }
+            try await engine.play(.warning)
             let events = try await peer.waitFor("erase")
             #expect(events.first { $0.name == "gain" }?.int("value") == 49151)
             // One upload for two identical steps: rumble 0.8/0.5 for 150 ms.
@@ -188,6 +194,34 @@ struct UinputHapticsTests {
             }
             #expect(ContinuousClock.now - started < .seconds(2))
             await #expect { try await engine.play(.light) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }
+        }
+    }
+
+    /// Two force-feedback devices in one kit (issue 43): each named section plays on its own
+    /// motor, and when one goes away the other carries on.
+    @Test func twoMotorsPlayEachTheirOwnAndOneGoneLeavesTheOther() async throws {
+        try await UinputPeer.with(["--name", "FieldHAL left motor", "--destroy-after-plays", "1"]) { left in
+            try await UinputPeer.with(["--name", "FieldHAL right motor"]) { right in
+                let registry = PluginRegistry([try #require(EvdevPlugin.descriptor)])
+                let configuration = try KitConfiguration.parse("""
+                    [haptics.left]
+                    plugin = "evdev"
+                    device = "\(left.node)"
+                    [haptics.right]
+                    plugin = "evdev"
+                    device = "\(right.node)"
+                    """, file: "motors.toml", directory: "/tmp", registry: registry)
+                let kit = await Kit.load(configuration, registry: registry, context: KernelLab.context)
+                #expect(kit.devices.compactMap { $0.identity?.model?.components(separatedBy: " (").first } == ["FieldHAL left motor", "FieldHAL right motor"])
+                // The left motor plays once and is gone (the peer destroys it): the right one plays on.
+                await #expect { try await kit.haptics(named: "left").play(.error) } throws: { FieldHALError.Kind.disconnected.matches($0) }
+                try await kit.haptics(named: "right").play(.heavy)
+                let events = try await right.waitFor("erase")
+                // The right motor played the heavy pattern alone (one step, full strength).
+                let uploads = events.filter { $0.name == "upload" }
+                #expect(uploads.count == 1 && uploads.first?.int("strong") == 65535 && uploads.first?.int("length") == 60, "\(uploads)")
+                await kit.close()
+            }
         }
     }
 

@@ -102,6 +102,9 @@ struct GpsdPluginTests {
                 device = "\(paths[1])"
                 """, file: "two-receivers.toml", directory: "/tmp", registry: registry)
             let kit = await Kit.load(configuration, registry: registry, context: Self.context)
+            // Each says where it is: gpsd's endpoint and its own path there.
+            let links = kit.devices.compactMap { $0.identity?.link }
+            #expect(links == paths.map { "gpsd://localhost:\(gpsd.port)\($0)" }, "\(links)")
             for name in ["receiver1", "receiver2"] {
                 let fixes = try await collect(try kit.location(named: name)) { $0.filter(\.hasPosition).count >= 5 }
                 let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }

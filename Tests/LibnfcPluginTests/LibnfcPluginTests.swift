@@ -69,12 +69,45 @@ struct LibnfcPluginTests {
         defer { Task { await nfc.close() } }
         let named = way == .inProcess ? "PN532 v1.6 on \(emulator.connstring())" : "PN532 v1.6 on \(emulator.connstring()) (plugin libnfc-process)"
         #expect(nfc.deviceName == named)
+        if way == .inProcess {
+            // What it is: the chip libnfc reports, and the connection string it answered on
+            // (a pty: no udev link to put in its place).
+            #expect(nfc.identity == DeviceIdentity(model: "PN532 v1.6", link: emulator.connstring()), "\(String(describing: nfc.identity))")
+        }
         let tag = try await nfc.readTag(timeout: .seconds(3))
         #expect(tag.type == .type2)
         #expect(tag.uidString == "04:A1:B2:C3:D4:E5:F6")
         #expect(tag.atqa == 0x0044)
         #expect(tag.sak == 0x00)
         #expect(try tag.ndef?.records.first?.content() == .text("trf:duress:alert-42", language: "en"))
+    }
+
+    /// A bench of two readers, each a PN532 on a pty of its own (issue 43): a kit with two
+    /// named readers reads each one's tag, and when one chip goes away the other carries on.
+    @Test func twoReadersOnABenchEachReadTheirOwnAndOneGoneLeavesTheOther() async throws {
+        let first = try await PN532Emulator.start(["--text", "bench one"])
+        let second = try await PN532Emulator.start(["--text", "bench two"])
+        defer { first.stop(); second.stop() }
+        let registry = PluginRegistry([try #require(LibnfcPlugin.descriptor)])
+        let configuration = try KitConfiguration.parse("""
+            [nfc.one]
+            plugin = "libnfc"
+            connstring = "\(first.connstring())"
+            [nfc.two]
+            plugin = "libnfc"
+            connstring = "\(second.connstring())"
+            """, file: "bench.toml", directory: "/tmp", registry: registry)
+        let kit = await Kit.load(configuration, registry: registry, context: Self.context)
+        #expect(kit.devices.compactMap(\.identity?.link) == [first.connstring(), second.connstring()])
+        async let one = kit.nfcReader(named: "one").readTag(timeout: .seconds(5))
+        async let two = kit.nfcReader(named: "two").readTag(timeout: .seconds(5))
+        #expect(try await one.ndef?.records.first?.content() == .text("bench one", language: "en"))
+        #expect(try await two.ndef?.records.first?.content() == .text("bench two", language: "en"))
+        first.stop()
+        let gone = await failure { _ = try await kit.nfcReader(named: "one").readTag(timeout: .seconds(3)) }
+        #expect(gone != nil && gone?.kind != .timeout, "\(String(describing: gone))")
+        #expect(try await kit.nfcReader(named: "two").readTag(timeout: .seconds(5)).ndef?.records.first?.content() == .text("bench two", language: "en"))
+        await kit.close()
     }
 
     @Test(arguments: Way.allCases) func readsATextRecordSpanningManyPages(way: Way) async throws {

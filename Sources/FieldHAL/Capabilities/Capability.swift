@@ -1,3 +1,5 @@
+import Foundation
+
 /// The kinds of hardware FieldHAL abstracts. The raw value is the configuration
 /// section that chooses the capability's plugin (`[gps]`, `[nfc_emulator]`, …).
 public enum Capability: String, Sendable, Codable, CaseIterable, Comparable, CustomStringConvertible {
@@ -23,8 +25,42 @@ public protocol Device: Sendable {
     /// `pn532_uart:/dev/ttyUSB0`. Used in errors and `fieldhal status`.
     var deviceName: String { get }
 
+    /// What the device is, as it said when it was opened: nil when its backend cannot tell.
+    var identity: DeviceIdentity? { get }
+
     /// Releases the device. Afterwards every call throws. Safe to call twice.
     func close() async
+}
+
+extension Device {
+    public var identity: DeviceIdentity? { nil }
+}
+
+/// What a device is, beyond where it is now: the vendor, model and serial it reports, and
+/// the stable address a replug or a reboot finds it under again (udev's `by-id` or
+/// `by-path` link, a libnfc connstring, gpsd's device path, fprintd's device). Every field
+/// is what the device or its driver said; none is guessed.
+public struct DeviceIdentity: Sendable, Equatable, Codable {
+    public var vendor: String?
+    public var model: String?
+    public var serial: String?
+    public var link: String?
+
+    public init(vendor: String? = nil, model: String? = nil, serial: String? = nil, link: String? = nil) {
+        func said(_ text: String?) -> String? {
+            guard let text = text?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else { return nil }
+            return text
+        }
+        self.vendor = said(vendor)
+        self.model = said(model)
+        self.serial = said(serial)
+        self.link = said(link)
+    }
+
+    /// One line for a table: model, vendor and serial as far as known.
+    public var summary: String {
+        [model, vendor, serial.map { "serial \($0)" }].compactMap { $0 }.joined(separator: ", ")
+    }
 }
 
 /// An opened capability, as a plugin hands it to the kit.

@@ -21,9 +21,12 @@ public struct CapabilityStatus: Sendable, Equatable, Codable {
     public var roles: [DeviceRole]?
     /// Whether a request that names no device gets this one.
     public var isDefault: Bool?
+    /// What the device said it is when it was last opened (vendor, model, serial, stable
+    /// link), kept while it is unplugged; nil when it never opened or its backend cannot tell.
+    public var identity: DeviceIdentity?
 
     public init(capability: Capability, plugin: String?, device: String?, state: State, reason: String?,
-                name: String? = nil, roles: [DeviceRole]? = nil, isDefault: Bool? = nil) {
+                name: String? = nil, roles: [DeviceRole]? = nil, isDefault: Bool? = nil, identity: DeviceIdentity? = nil) {
         self.capability = capability
         self.plugin = plugin
         self.device = device
@@ -32,6 +35,7 @@ public struct CapabilityStatus: Sendable, Equatable, Codable {
         self.name = name
         self.roles = roles
         self.isDefault = isDefault
+        self.identity = identity
     }
 
     public var isAvailable: Bool { state == .available }
@@ -129,6 +133,7 @@ public final class Kit: Sendable {
                         described.device = status.device
                         described.state = status.state
                         described.reason = status.reason
+                        described.identity = status.identity
                         return (key, described, provider)
                     }
                 }
@@ -153,8 +158,8 @@ public final class Kit: Sendable {
                 return (CapabilityStatus(capability: capability, plugin: plugin.name, device: nil, state: .unavailable,
                                          reason: "\(plugin.name) plugin: opened \(provider.capability) instead"), nil)
             }
-            return (CapabilityStatus(capability: capability, plugin: plugin.name,
-                                     device: provider.device.deviceName, state: .available, reason: nil), provider)
+            return (CapabilityStatus(capability: capability, plugin: plugin.name, device: provider.device.deviceName,
+                                     state: .available, reason: nil, identity: provider.device.identity), provider)
         } catch {
             return (CapabilityStatus(capability: capability, plugin: plugin.name, device: nil,
                                      state: .unavailable, reason: "\(plugin.name) plugin: \(error)"), nil)
