@@ -63,6 +63,29 @@ struct CLITests {
         }
     }
 
+    /// `examples/fake-bench.toml`, two devices of every kind on the fake plugin: every one
+    /// opens, alone and beside the daemon, and each is its capability's own.
+    @Test(arguments: CLIWay.allCases)
+    func theFakeBenchOpensTwoDevicesOfEveryKind(_ way: CLIWay) async throws {
+        let options = ["--config", CLI.repositoryRoot.appendingPathComponent("examples/fake-bench.toml").path, "--state-dir", scratch("state")]
+        try await eachWay(way) {
+            let listed = try await CLI.run(["devices", "--json"] + options)
+            #expect(listed.status == 0, "\(listed.stderr)")
+            let devices = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+            var perKind: [String: Int] = [:]
+            for device in devices { perKind[device["capability"] as? String ?? "?", default: 0] += 1 }
+            #expect(perKind.count == 8 && perKind.values.allSatisfy { $0 == 2 }, "\(perKind)")
+            let closed = devices.filter { $0["state"] as? String != "available" }
+            #expect(closed.isEmpty, "\(closed)")
+            // Each says what it is: the simulator of its kind, its device name as the serial.
+            let identities = devices.compactMap { $0["identity"] as? [String: Any] }
+            #expect(identities.count == devices.count && identities.allSatisfy { $0["vendor"] as? String == "FieldHAL" }, "\(identities)")
+            #expect(Set(identities.compactMap { $0["model"] as? String }).contains("fake camera"), "\(identities)")
+            let table = try await CLI.run(["devices"] + options)
+            #expect(table.stdout.contains("(fake camera, FieldHAL, serial fake-camera0)"), "\(table.stdout)")
+        }
+    }
+
     @Test func pluginsListsOnlyWhatIsBuilt() async throws {
         let result = try await CLI.run(["plugins", "--json"])
         #expect(result.status == 0)
