@@ -2,6 +2,7 @@
 """A PN532 on a pseudo-terminal, for libnfc's pn532_uart driver: no hardware needed.
 
   pn532-emulator.py [--tag KIND] [--text TEXT] [--uri URI] [--reader MODE] [--link PATH]
+                    [--baud N]
   pn532-emulator.py --bridge
 
 Prints the pty's path on the first line of standard output (two lines with --bridge: the
@@ -18,6 +19,9 @@ What is in the field of the single emulated chip:
   --reader forum   when libnfc puts the chip in target mode, an external reader arrives
                    (after --reader-delay-ms) and runs the NFC Forum Type 4 read
                    procedure against the emulated tag, then leaves ("read" event)
+  --baud N         pace every byte as a UART at N baud would (10 bits a byte, both ways):
+                   a pty has no wire, so unpaced a read costs only CPU; 115200 is a real
+                   PN532's UART, the floor of a read on a bench of real readers
   --bridge         two chips on two ptys, in one field: when one is a target
                    (TgInitAsTarget) the other's InListPassiveTarget finds it, and APDUs
                    are relayed between InDataExchange and TgGetData/TgSetData.
@@ -199,6 +203,15 @@ class ScriptedReader:
 
 # --- The chip ----------------------------------------------------------------------------
 
+# Seconds per byte on the wire (--baud); 0 leaves the pty unpaced.
+BYTE_SECONDS = 0.0
+
+
+def on_the_wire(count):
+    if BYTE_SECONDS:
+        time.sleep(count * BYTE_SECONDS)
+
+
 class Chip:
     def __init__(self, name, master, field):
         self.name = name
@@ -210,15 +223,19 @@ class Chip:
         self.buffer = bytearray()
 
     def reply(self, data):
-        os.write(self.master, ACK + frame(data))
+        self.send(ACK + frame(data))
 
     def ack_only(self):
-        os.write(self.master, ACK)
+        self.send(ACK)
 
     def complete(self, data):
         """The answer to the pending command, which was ACKed when it arrived."""
         self.pending = None
-        os.write(self.master, frame(data))
+        self.send(frame(data))
+
+    def send(self, data):
+        on_the_wire(len(data))
+        os.write(self.master, data)
 
     def receive(self, chunk):
         """Splits the byte stream into frames: ACKs (aborts) and commands."""
@@ -467,6 +484,7 @@ def serve(chips, field):
                 chunk = os.read(fd, 4096)
             except OSError:
                 continue
+            on_the_wire(len(chunk))
             by_fd[fd].receive(chunk)
         field.tick()
 
@@ -481,7 +499,10 @@ def main():
     parser.add_argument("--reader-delay-ms", type=int, default=100)
     parser.add_argument("--link", help="also reach the pty through this symlink")
     parser.add_argument("--bridge", action="store_true")
+    parser.add_argument("--baud", type=int, default=0)
     options = parser.parse_args()
+    global BYTE_SECONDS
+    BYTE_SECONDS = 10 / options.baud if options.baud > 0 else 0.0
 
     if options.bridge:
         field = Bridge()
