@@ -43,7 +43,7 @@ public enum EvidenceCipher {
         defer { sodium_memzero(&state, MemoryLayout.size(ofValue: state)) }
         guard withKey(key, { crypto_secretstream_xchacha20poly1305_init_push(&state, &header, $0) }) != nil else { throw noKey(output.path) }
         try output.write(header)
-        let hash = SHA256Digest()
+        let hash = try SHA256Digest()
         var size: Int64 = 0
         var cipher = [UInt8](repeating: 0, count: chunkSize + overhead)
         func push(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
@@ -167,9 +167,13 @@ public enum EvidenceCipher {
 /// SHA-256 over bytes as they pass (libcrypto), written as the server writes it: the
 /// digest every evidence item is checked by. One owner: a copy shares the running digest.
 public struct ContentHash {
-    private let hash = SHA256Digest()
+    private let hash: SHA256Digest
 
-    public init() {}
+    public init() throws(FieldHALError) { hash = try SHA256Digest() }
+
+    /// libcrypto set up before any evidence is hashed (the evidence queue's opening), so
+    /// that a capture short of descriptors later still hashes.
+    public static func prepare() { SHA256Digest.prepare() }
 
     public mutating func update(_ bytes: [UInt8]) { hash.update(bytes) }
 

@@ -1,4 +1,5 @@
 import CLibcrypto
+import FieldHAL
 
 /// SHA-256 through OpenSSL's EVP interface (Debian's libcrypto), fed as bytes pass.
 ///
@@ -10,11 +11,24 @@ import CLibcrypto
 final class SHA256Digest {
     private let context: OpaquePointer
 
-    init() {
-        // Allocation is the only way these fail; a hash that cannot start is not an input
-        // error a caller could handle.
-        guard let context = EVP_MD_CTX_new(), EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
-            fatalError("libcrypto could not start a SHA-256 digest (out of memory)")
+    /// libcrypto set up once, without its configuration file: SHA-256 is in its built-in
+    /// default provider, so no file is opened. Left to itself, libcrypto reads openssl.cnf
+    /// at the first digest — and a capture that has run out of descriptors (issue 41's
+    /// fault) then could not hash, or seal, its evidence.
+    private static let ready: Bool = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG), nil) == 1
+
+    /// Sets libcrypto up now (when the evidence queue opens), not at the first seal.
+    static func prepare() { _ = ready }
+
+    init() throws(FieldHALError) {
+        guard Self.ready, let context = EVP_MD_CTX_new() else {
+            throw FieldHALError(.io, subject: "SHA-256", detail: "libcrypto could not start a digest",
+                                advice: "check the process's memory limit; the evidence was not sealed")
+        }
+        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
+            EVP_MD_CTX_free(context)
+            throw FieldHALError(.io, subject: "SHA-256", detail: "libcrypto could not start a digest",
+                                advice: "check the process's memory limit; the evidence was not sealed")
         }
         self.context = context
     }

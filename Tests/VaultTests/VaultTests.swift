@@ -91,3 +91,34 @@ struct VaultTests {
         }
     }
 }
+
+/// The evidence's SHA-256 through libcrypto (docs/decisions.md): FIPS 180-2's known answers,
+/// whole and fed in pieces of every size, so that the digest the server checks is SHA-256's.
+@Suite("Evidence hash")
+struct ContentHashTests {
+    @Test func knownAnswersWholeAndInPieces() throws {
+        let answers = [
+            ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+            ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+            ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+        ]
+        for (text, digest) in answers {
+            var whole = try ContentHash()
+            whole.update(Array(text.utf8))
+            #expect(whole.hex() == digest, "\(text)")
+            for piece in 1...5 {
+                var pieces = try ContentHash()
+                for start in stride(from: 0, to: text.utf8.count, by: piece) {
+                    pieces.update(Array(Array(text.utf8)[start..<min(start + piece, text.utf8.count)]))
+                }
+                #expect(pieces.hex() == digest, "\(text) in pieces of \(piece)")
+            }
+        }
+        // A million 'a's (FIPS 180-2's third answer), in 64 KiB chunks as evidence is sealed.
+        var million = try ContentHash()
+        let chunk = [UInt8](repeating: UInt8(ascii: "a"), count: 65_536)
+        for _ in 0..<15 { million.update(chunk) }
+        million.update(Array(chunk[0..<(1_000_000 - 15 * 65_536)]))
+        #expect(million.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+}

@@ -90,6 +90,7 @@ public final class EvidenceQueue: Sendable {
     /// Opens the queue. `exclusive` (adding, uploading) makes the queue key if there is none
     /// and removes stale leftovers; a read-only opening (listing) changes nothing.
     public init(stateDirectory: StateDirectory, vault: Vault, exclusive: Bool = true) throws {
+        ContentHash.prepare()
         directory = stateDirectory.file("evidence")
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
             throw SystemError.io("cannot create the evidence queue", subject: directory)
@@ -276,7 +277,7 @@ public final class EvidenceQueue: Sendable {
 
     /// Each chunk of the item's plaintext, in order; throws when the file is not the item's.
     private func readSealed(_ item: EvidenceItem, _ each: ([UInt8]) throws -> Void) throws {
-        var hash = ContentHash()
+        var hash = try ContentHash()
         var size: Int64 = 0
         try EvidenceCipher.open(key: key, path: dataPath(item.id)) { chunk in
             hash.update(chunk)
@@ -294,7 +295,7 @@ public final class EvidenceQueue: Sendable {
     /// `read` hears the bytes read so far after each chunk (an upload's progress).
     func plaintextStream(_ item: EvidenceItem, read: (@Sendable (Int64) -> Void)? = nil) throws -> BodyStream {
         let opener = try EvidenceCipher.Opener(key: key, path: dataPath(item.id))
-        let progress = Mutex<(hash: ContentHash, size: Int64)>((ContentHash(), 0))
+        let progress = Mutex<(hash: ContentHash, size: Int64)>((try ContentHash(), 0))
         let path = dataPath(item.id)
         return BodyStream {
             try progress.withLock { progress in
