@@ -103,6 +103,13 @@ public final class FprintdLab: @unchecked Sendable {
         _ = command.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
     }
 
+    /// The lab's fprintd: whether it runs, how it ended, and the end of what it wrote.
+    public var fprintdReport: String {
+        let log = (try? String(contentsOfFile: directory + "/fprintd.log", encoding: .utf8)) ?? ""
+        let state = fprintd.map { $0.isRunning ? "running" : "exited \($0.terminationStatus) (\($0.terminationReason == .uncaughtSignal ? "signal" : "exit"))" } ?? "never started"
+        return "fprintd \(state); its log ends: \(log.suffix(600))"
+    }
+
     public func fingerNeeded() -> Bool {
         let answer = try? gdbus(["call", "--system", "-d", "net.reactivated.Fprint", "-o", "/net/reactivated/Fprint/Device/0",
                                  "-m", "org.freedesktop.DBus.Properties.Get", "net.reactivated.Fprint.Device", "finger-needed"])
@@ -153,7 +160,11 @@ public final class FprintdLab: @unchecked Sendable {
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": busAddress]) { $1 }) { $1 }
         process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        // What each peer says, kept in the lab's directory (`log`): fprintd vanished from
+        // its bus once in CI just after it was ready, and said nothing anyone kept.
+        let log = directory + "/" + URL(fileURLWithPath: path).lastPathComponent + ".log"
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: log) ?? FileHandle.nullDevice
         try process.run()
         return process
     }
