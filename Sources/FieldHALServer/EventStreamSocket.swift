@@ -34,6 +34,9 @@ final class EventStreamSocket: Sendable {
         var pending: [UInt8] = []
         var ended = false
         var waiter: CheckedContinuation<Void, Never>?
+        /// Set by `endLocked`: the waiter to resume and the stall stream to finish once the
+        /// lock is released (`locked`).
+        var letGo: (waiter: CheckedContinuation<Void, Never>?, stalls: Bool)?
     }
 
     private let state: Mutex<State>
@@ -83,7 +86,7 @@ final class EventStreamSocket: Sendable {
     /// `send` of an already framed chunk (`chunk(_:)`): a fix framed once for every follower.
     @discardableResult
     func send(chunk: [UInt8]) -> Bool {
-        let (open, stalledNow) = state.withLock { state -> (Bool, Bool) in
+        let (open, stalledNow) = locked { state -> (Bool, Bool) in
             guard !state.ended else { return (false, false) }
             if state.pending.isEmpty {
                 let sent = Self.write(chunk[...], to: state.descriptor)
@@ -113,7 +116,7 @@ final class EventStreamSocket: Sendable {
         for await _ in stalled {
             while true {
                 do { try await Task.sleep(for: interval) } catch { return }
-                let done = state.withLock { state -> Bool in
+                let done = locked { state -> Bool in
                     guard !state.ended else { return true }
                     return !flushLocked(&state) || state.pending.isEmpty
                 }
@@ -125,7 +128,7 @@ final class EventStreamSocket: Sendable {
     /// Ends the stream: with the last chunk when `cleanly` (the client reads a whole
     /// response), then the descriptor is closed. Only the first call counts.
     func end(cleanly: Bool) {
-        state.withLock { state in
+        locked { state in
             guard !state.ended else { return }
             // A stream that cannot write its last chunk now is cut: the client sees a
             // response that did not end, and reconnects.
@@ -158,9 +161,25 @@ final class EventStreamSocket: Sendable {
             close(state.descriptor)
             state.descriptor = -1
         }
-        state.waiter?.resume()
+        // Not resumed here: resuming takes the Swift runtime's lock on the waiting task,
+        // and a cancellation handler that calls `end` holds that lock while it waits for
+        // this one (a CI run's host tests deadlocked so, 2026-11-29).
+        state.letGo = (state.letGo?.waiter ?? state.waiter, true)
         state.waiter = nil
-        stalls.finish()
+    }
+
+    /// `body` under the lock; whatever it ended is let go after the lock is released.
+    private func locked<T>(_ body: (inout State) -> T) -> T {
+        let (result, letGo) = state.withLock { state -> (T, (waiter: CheckedContinuation<Void, Never>?, stalls: Bool)?) in
+            let result = body(&state)
+            defer { state.letGo = nil }
+            return (result, state.letGo)
+        }
+        if let letGo {
+            letGo.waiter?.resume()
+            if letGo.stalls { stalls.finish() }
+        }
+        return result
     }
 
     /// Writes what is pending; false when the connection failed (the stream has then ended).
