@@ -23,21 +23,7 @@ public struct FirstTagReader: NFCReader {
     /// The first tag any reader reads within `timeout`. When none does: the first failure of
     /// a device (a reader unplugged), which says more than the others' timeouts; else the timeout.
     public func readTag(timeout: Duration) async throws -> NFCTag {
-        try await withThrowingTaskGroup(of: NFCTag.self) { group in
-            for reader in readers { group.addTask { try await reader.readTag(timeout: timeout) } }
-            var failures: [any Error] = []
-            while let result = await group.nextResult() {
-                switch result {
-                case .success(let tag):
-                    group.cancelAll()
-                    return tag
-                case .failure(let error):
-                    failures.append(error)
-                }
-            }
-            try Task.checkCancellation()
-            throw failures.first { ($0 as? FieldHALError)?.kind != .timeout } ?? failures[0]
-        }
+        try await firstAnswer(readers.map { reader in { try await reader.readTag(timeout: timeout) } })
     }
 
     /// Writing is not raced (two readers could each find a tag and write both): the first

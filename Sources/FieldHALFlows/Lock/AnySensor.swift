@@ -41,21 +41,7 @@ public struct AnySensor: BiometricAuthenticator {
     /// of a device (a sensor unplugged, one with no prints), which says more than the
     /// others' timeouts; else the timeout.
     public func verify(timeout: Duration) async throws -> BiometricResult {
-        try await withThrowingTaskGroup(of: BiometricResult.self) { group in
-            for sensor in sensors { group.addTask { try await sensor.verify(timeout: timeout) } }
-            var failures: [any Error] = []
-            while let result = await group.nextResult() {
-                switch result {
-                case .success(let scan):
-                    group.cancelAll()
-                    return scan
-                case .failure(let error):
-                    failures.append(error)
-                }
-            }
-            try Task.checkCancellation()
-            throw failures.first { ($0 as? FieldHALError)?.kind != .timeout } ?? failures[0]
-        }
+        try await firstAnswer(sensors.map { sensor in { try await sensor.verify(timeout: timeout) } })
     }
 
     /// Enrollment is not raced (a finger on two sensors would enroll twice): the first
