@@ -246,23 +246,38 @@ struct APIFixBench: AsyncParsableCommand {
         // Through the daemon.
         let daemon = try await Self.startDaemon(gpsdPort: port, directory: directory + "/load")
         defer { daemon.process.kill() }
-        let received = LockedValue(0)
-        let clients = (0..<followers).map { _ in
+        // Each client's fixes, and why a client stopped if it did: a follower that could not
+        // connect must be an error here, not a quiet zero.
+        let received = LockedValue([Int](repeating: 0, count: followers))
+        let failures = LockedValue<[String]>([])
+        let clients = (0..<followers).map { index in
             Task {
-                for try await event in daemon.api.events([.fix]) {
-                    if case .fix = event { received.withLock { $0 += 1 } }
+                do {
+                    for try await event in daemon.api.events([.fix]) {
+                        if case .fix = event { received.withLock { $0[index] += 1 } }
+                    }
+                } catch is CancellationError {
+                } catch {
+                    failures.withLock { $0.append("follower \(index): \(error)") }
                 }
             }
         }
-        try await Task.sleep(for: .seconds(2))  // every client connected, fixes flowing
-        received.withLock { $0 = 0 }
+        defer { for client in clients { client.cancel() } }
+        // The window opens once every client has had a fix (connected, gpsd feeding), and
+        // lasts --seconds and until every client has had one more: on a loaded machine the
+        // start-up takes what it takes, and a window never closes empty.
+        try await Self.waitUntil("every follower's first fix through the daemon", within: .seconds(60), log: directory + "/load/daemon.log",
+                                 failures: failures) { received.value.allSatisfy { $0 > 0 } }
+        received.withLock { $0 = [Int](repeating: 0, count: followers) }
         let daemonBefore = GPSBench.cpuSeconds(of: daemon.process.pid), gpsdBefore = GPSBench.cpuSeconds(of: gpsdPID)
         let start = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
+        try await Self.waitUntil("a fix for every follower within the window", within: .seconds(60), log: directory + "/load/daemon.log",
+                                 failures: failures) { received.value.allSatisfy { $0 > 0 } }
         let wall = (ContinuousClock.now - start).seconds
         let daemonCPU = GPSBench.cpuSeconds(of: daemon.process.pid) - daemonBefore
         let gpsdServingDaemon = GPSBench.cpuSeconds(of: gpsdPID) - gpsdBefore
-        let fixes = received.value
+        let fixes = received.value.reduce(0, +)
         let daemonPeak = GPSBench.peakRSSKiB(of: "\(daemon.process.pid)")
         for client in clients { client.cancel() }
         daemon.process.kill()
@@ -326,6 +341,24 @@ struct APIFixBench: AsyncParsableCommand {
         let how = process.process.isRunning ? "did not serve its API within 20 s" : "exited \(process.process.terminationStatus)"
         throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the daemon \(how): \(said.suffix(500))",
                             advice: "run it yourself: fieldhal run --config \(config)")
+    }
+
+    /// Waits for a condition the load phase needs, polling what the followers counted; past
+    /// the bound it fails saying what it waited for, what the followers said and where the
+    /// daemon's log is.
+    static func waitUntil(_ what: String, within bound: Duration, log: String, failures: LockedValue<[String]>,
+                          _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + bound
+        while !condition() {
+            let said = failures.value
+            guard said.isEmpty, ContinuousClock.now < deadline else {
+                let tail = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(500)
+                throw FieldHALError(.unavailable, subject: "bench api-gps",
+                                    detail: "no \(what) after \(bound)\(said.isEmpty ? "" : ": " + said.joined(separator: "; ")); the daemon said: \(tail)",
+                                    advice: "run the daemon by hand against gpsfake and follow /v1/events")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     /// gpsfake (Python) runs gpsd as its child.

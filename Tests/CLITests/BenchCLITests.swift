@@ -11,7 +11,7 @@ struct BenchCLITests {
     /// each of the five clients gets 10 alone); then a couple of followers through the
     /// daemon and straight on gpsd.
     @Test func apiGPSMeasuresEveryClient() async throws {
-        let result = try await CLI.bench(["api-gps", "--epochs", "60", "--followers", "2", "--seconds", "3", "--json"])  // 1 Hz feed: a 1 s window can hold no fix (a loaded full run saw 0)
+        let result = try await CLI.bench(["api-gps", "--epochs", "60", "--followers", "2", "--seconds", "3", "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         let latency = report?["latency"] as? [String: Any]
