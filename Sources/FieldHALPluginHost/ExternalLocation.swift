@@ -33,6 +33,11 @@ final class ExternalLocation: LocationProvider {
         /// would start a second restart loop beside the first, and so on.
         let generation = LockedValue(0)
         let established = LockedValue<Int?>(nil)
+        /// What the plugin's `open` said of the receiver (1.6).
+        let identity = LockedValue<DeviceIdentity?>(nil)
+        /// The receiver's handle (1.6): a location plugin's process serves one receiver,
+        /// named as every device is so that a plugin routes all its requests one way.
+        var handle: String? { RequestLink.namesDevices(manifest) ? "\(Capability.location.rawValue)-1" : nil }
 
         init(manifest: PluginManifest, parameters: JSONValue, logger: Logger) {
             self.manifest = manifest
@@ -50,10 +55,13 @@ final class ExternalLocation: LocationProvider {
                 self?.ended(error, session: number)
             })
             do {
-                let opened = try await session.call("open", .object(["capability": .string(Capability.location.rawValue),
-                                                                     "parameters": parameters]), timeout: .seconds(10))
+                let opened = try await session.call("open", PluginProtocol.naming(.object(["capability": .string(Capability.location.rawValue),
+                                                                                           "parameters": parameters]), device: handle),
+                                                    timeout: .seconds(10))
                 let device = opened["device"]?.string ?? manifest.name
-                let watch = try await session.call("gps.watch", timeout: .seconds(5))
+                let said = try PluginProtocol.identity(from: opened["identity"], plugin: manifest.name)
+                identity.withLock { $0 = said }
+                let watch = try await session.call("gps.watch", PluginProtocol.naming(.object([:]), device: handle), timeout: .seconds(5))
                 guard let stream = watch["stream"]?.integer else {
                     throw FieldHALError(.protocolError, subject: "plugin \(manifest.name)",
                                         detail: "its gps.watch answer has no \"stream\" number", advice: "docs/plugin-protocol.md")
@@ -152,6 +160,8 @@ final class ExternalLocation: LocationProvider {
     }
 
     func lastKnownFix() async -> ReceivedFix? { link.last.value }
+
+    var identity: DeviceIdentity? { link.identity.value }
 
     func close() async { await link.close() }
 }

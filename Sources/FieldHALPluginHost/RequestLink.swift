@@ -7,8 +7,10 @@ import Logging
 /// emulator, haptics, biometrics, the camera, microphone and speaker): started when the kit
 /// opens the first of them and, after it fails, started again by the next request once the
 /// backoff has passed (0.5 s after a failure, doubling to 30 s while starts keep failing),
-/// with every capability it served opened again. A plugin of protocol 1.2 or later serves all such capabilities a kit opens
-/// from it in this one process (an NFC chip's reader and emulator share its device, as in
+/// with every device it served opened again. A plugin of protocol 1.6 or later serves every
+/// such device a kit opens from it in this one process, several of a capability among them,
+/// each named by a handle the host chooses (`Device`); one of 1.2 to 1.5 serves one device
+/// per capability in a process (an NFC chip's reader and emulator share its device, as in
 /// process); an older one gets a process per capability.
 ///
 /// A capability opened again with the same section while it is open — a daemon's reload
@@ -43,19 +45,36 @@ final class RequestLink: Sendable {
         var retryAt: ContinuousClock.Instant?
         var failedStarts = 0
         var closed = false
-        /// The capabilities this process serves, with their sections' parameters: opened
+        /// The devices this process serves, with their sections' parameters: opened
         /// again, in this order, by every start after a failure.
-        var opened: [(Capability, JSONValue)] = []
+        var opened: [(Device, JSONValue)] = []
         /// Those opened or being opened, with their sections and how many hold each.
-        var claimed: [Capability: Claim] = [:]
+        var claimed: [Device: Claim] = [:]
+        /// The handles given so far (1.6): each new device's is the next number.
+        var handles = 0
     }
 
-    /// One capability's open on this link and its holders (kits' devices).
+    /// A device on a link: its capability and, since 1.6, the handle the host named it by
+    /// in `open` and names it by in every request after.
+    struct Device: Hashable, Sendable {
+        var capability: Capability
+        var handle: String?
+
+        var description: String { handle ?? capability.rawValue }
+    }
+
+    /// What a device's open answered: the plugin's name for it and its identity.
+    struct Opened: Sendable {
+        var name: String
+        var identity: DeviceIdentity?
+    }
+
+    /// One device's open on this link and its holders (kits' devices).
     private struct Claim {
         var parameters: JSONValue
         var holders: Int
-        /// The open every holder waits for; its value is the device's name.
-        var opening: Task<String, any Error>?
+        /// The open every holder waits for.
+        var opening: Task<Opened, any Error>?
     }
 
     init(manifest: PluginManifest, logger: Logger) {
@@ -68,6 +87,12 @@ final class RequestLink: Sendable {
         manifest.protocolVersion >= PluginProtocol.Version(major: 1, minor: 2)
     }
 
+    /// Whether a plugin serves several devices of a capability in one process, each named
+    /// (protocol 1.6).
+    static func namesDevices(_ manifest: PluginManifest) -> Bool {
+        manifest.protocolVersion >= PluginProtocol.namedDevices
+    }
+
     /// A link whose plugin runs with `capability` open, and the device's name for the kit
     /// (`NAME (plugin PLUGIN)`); or the error that says why not (the kit then reports the
     /// capability unavailable with it). The plugin's process for this kit is joined when
@@ -75,11 +100,12 @@ final class RequestLink: Sendable {
     static func started(_ manifest: PluginManifest, _ capability: Capability, _ parameters: PluginParameters,
                         in links: RequestLinks, logger: Logger) async throws -> (Hold, String) {
         let section = JSONValue(parameters.values)
-        let (link, opening) = links.claim(capability, section) { RequestLink(manifest: manifest, logger: logger) }
-        let hold = Hold(link: link, capability: capability)
+        let (link, device, opening) = links.claim(capability, section) { RequestLink(manifest: manifest, logger: logger) }
+        let hold = Hold(link: link, device: device)
         do {
-            let device = try await cancellably(opening)
-            return (hold, "\(device) (plugin \(manifest.name))")
+            let opened = try await cancellably(opening)
+            hold.identity = opened.identity
+            return (hold, "\(opened.name) (plugin \(manifest.name))")
         } catch {
             await hold.release()
             throw error
@@ -87,21 +113,29 @@ final class RequestLink: Sendable {
     }
 
     /// Claims `capability` with `section` on this link: a new claim (its open starts now),
-    /// or one more holder of the same open. Nil when the link is closed, or holds the
-    /// capability with another section, or does not share and serves something already.
-    fileprivate func claim(_ capability: Capability, _ section: JSONValue, new: Bool) -> Task<String, any Error>? {
+    /// or one more holder of the same open. Nil when the link is closed, or (before 1.6)
+    /// holds the capability with another section, or does not share and serves something
+    /// already.
+    fileprivate func claim(_ capability: Capability, _ section: JSONValue, new: Bool) -> (Device, Task<Opened, any Error>)? {
         state.withLock { state in
             guard !state.closed else { return nil }
-            if var claim = state.claimed[capability] {
-                guard claim.parameters == section, let opening = claim.opening else { return nil }
-                claim.holders += 1
-                state.claimed[capability] = claim
-                return opening
+            // The same section is the same device: one more holder (a reload's new kit).
+            if let (device, claim) = state.claimed.first(where: { $0.key.capability == capability && $0.value.parameters == section }),
+               let opening = claim.opening {
+                state.claimed[device]?.holders += 1
+                return (device, opening)
             }
-            guard new || Self.shares(manifest) else { return nil }
-            let opening = Task { [self] in try await attach(capability, section) }
-            state.claimed[capability] = Claim(parameters: section, holders: 1, opening: opening)
-            return opening
+            let device: Device
+            if Self.namesDevices(manifest) {
+                state.handles += 1
+                device = Device(capability: capability, handle: "\(capability.rawValue)-\(state.handles)")
+            } else {
+                guard !state.claimed.keys.contains(where: { $0.capability == capability }), new || Self.shares(manifest) else { return nil }
+                device = Device(capability: capability, handle: nil)
+            }
+            let opening = Task { [self] in try await attach(device, section) }
+            state.claimed[device] = Claim(parameters: section, holders: 1, opening: opening)
+            return (device, opening)
         }
     }
 
@@ -109,72 +143,83 @@ final class RequestLink: Sendable {
     /// whatever calls it again) lets go of the capability.
     final class Hold: Sendable {
         let link: RequestLink
-        let capability: Capability
+        let device: Device
         private let released = LockedValue(false)
+        private let known = LockedValue<DeviceIdentity?>(nil)
 
-        fileprivate init(link: RequestLink, capability: Capability) {
+        fileprivate init(link: RequestLink, device: Device) {
             self.link = link
-            self.capability = capability
+            self.device = device
         }
 
         var manifest: PluginManifest { link.manifest }
+        var capability: Capability { device.capability }
+
+        /// The identity the plugin's `open` answered with (1.6), if any.
+        var identity: DeviceIdentity? {
+            get { known.value }
+            set { known.withLock { $0 = newValue } }
+        }
 
         func call(_ method: String, _ parameters: JSONValue, timeout: Duration,
                   progress: (@Sendable (JSONValue) -> Void)? = nil) async throws -> JSONValue {
-            try await link.call(method, parameters, timeout: timeout, progress: progress)
+            try await link.call(method, PluginProtocol.naming(parameters, device: device.handle), timeout: timeout, progress: progress)
         }
 
         func call(_ method: String, _ parameters: JSONValue, descriptors: [OwnedDescriptor], timeout: Duration,
                   progress: PluginSession.Progress? = nil, holding: (any Sendable)? = nil) async throws -> PluginSession.Answer {
-            try await link.call(method, parameters, descriptors: descriptors, timeout: timeout, progress: progress, holding: holding)
+            try await link.call(method, PluginProtocol.naming(parameters, device: device.handle), descriptors: descriptors, timeout: timeout,
+                                progress: progress, holding: holding)
         }
 
         /// A notification to the plugin, if it is running (none is started for it).
         func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
-            link.notify(method, parameters)
+            link.notify(method, PluginProtocol.naming(parameters, device: device.handle))
         }
 
         func release() async {
             guard released.withLock({ state in defer { state = true }; return !state }) else { return }
-            await link.detach(capability)
+            await link.detach(device)
         }
     }
 
-    /// Opens a claimed capability in the serving process (starting it when it is down).
-    private func attach(_ capability: Capability, _ parameters: JSONValue) async throws -> String {
+    /// Opens a claimed device in the serving process (starting it when it is down).
+    private func attach(_ device: Device, _ parameters: JSONValue) async throws -> Opened {
         while true {
             let session = try await serving()
-            let opened = try await session.call("open", Self.openParameters(capability, parameters), timeout: .seconds(10))
+            let answer = try await session.call("open", Self.openParameters(device, parameters), timeout: .seconds(10))
+            let opened = Opened(name: answer["device"]?.string ?? manifest.name,
+                                identity: try PluginProtocol.identity(from: answer["identity"], plugin: manifest.name))
             // A restart between the open and now would not have opened it: open it again there.
             // Every holder may have let go meanwhile: then the plugin closes it again.
             let (kept, unwanted) = state.withLock { state -> (Bool, Bool) in
                 guard state.session === session, session.ended == nil else { return (false, false) }
-                guard state.claimed[capability] != nil else { return (false, true) }
-                state.opened.append((capability, parameters))
+                guard state.claimed[device] != nil else { return (false, true) }
+                state.opened.append((device, parameters))
                 return (true, false)
             }
             if unwanted {
-                _ = try? await session.call("close", .object(["capability": .string(capability.rawValue)]), timeout: .seconds(5))
+                _ = try? await session.call("close", Self.closeParameters(device), timeout: .seconds(5))
                 throw FieldHALError.cancelled("plugin \(manifest.name)")
             }
-            if kept { return opened["device"]?.string ?? manifest.name }
+            if kept { return opened }
         }
     }
 
-    /// A holder of `capability` let go: with the last holder the plugin releases its device
-    /// (`close`); with the link's last capability the process stops.
-    private func detach(_ capability: Capability) async {
+    /// A holder of `device` let go: with the last holder the plugin releases it (`close`);
+    /// with the link's last device the process stops.
+    private func detach(_ device: Device) async {
         let (held, last, session) = state.withLock { state -> (Bool, Bool, PluginSession?) in
-            guard var claim = state.claimed[capability] else { return (false, false, nil) }
+            guard var claim = state.claimed[device] else { return (false, false, nil) }
             claim.holders -= 1
             guard claim.holders == 0 else {
-                state.claimed[capability] = claim
+                state.claimed[device] = claim
                 return (false, false, nil)
             }
-            state.claimed[capability] = nil
-            // Only a capability the plugin opened has a device there to release.
-            let wasOpen = state.opened.contains { $0.0 == capability }
-            state.opened.removeAll { $0.0 == capability }
+            state.claimed[device] = nil
+            // Only a device the plugin opened is there to release.
+            let wasOpen = state.opened.contains { $0.0 == device }
+            state.opened.removeAll { $0.0 == device }
             if state.claimed.isEmpty { state.closed = true }
             return (true, state.claimed.isEmpty, wasOpen ? state.session : nil)
         }
@@ -182,19 +227,23 @@ final class RequestLink: Sendable {
         if last {
             await close()
         } else if let session, session.ended == nil {
-            _ = try? await session.call("close", .object(["capability": .string(capability.rawValue)]), timeout: .seconds(5))
+            _ = try? await session.call("close", Self.closeParameters(device), timeout: .seconds(5))
         }
     }
 
-    private static func openParameters(_ capability: Capability, _ parameters: JSONValue) -> JSONValue {
-        .object(["capability": .string(capability.rawValue), "parameters": parameters])
+    private static func openParameters(_ device: Device, _ parameters: JSONValue) -> JSONValue {
+        PluginProtocol.naming(.object(["capability": .string(device.capability.rawValue), "parameters": parameters]), device: device.handle)
+    }
+
+    private static func closeParameters(_ device: Device) -> JSONValue {
+        PluginProtocol.naming(.object(["capability": .string(device.capability.rawValue)]), device: device.handle)
     }
 
     fileprivate var isClosed: Bool { state.withLock { $0.closed } }
 
-    /// What this process serves, for the journal: `nfc, nfc_emulator`.
+    /// What this process serves, for the journal: `nfc, nfc_emulator` (1.6: `nfc-1, nfc-2`).
     private var serves: String {
-        let names = state.withLock { $0.claimed.keys.map(\.rawValue).sorted() }
+        let names = state.withLock { $0.claimed.keys.map(\.description).sorted() }
         return names.isEmpty ? "nothing" : names.joined(separator: ", ")
     }
 
@@ -236,15 +285,15 @@ final class RequestLink: Sendable {
 
     /// A started plugin with every capability it served open again.
     private func connect() async throws -> PluginSession {
-        let (number, opened) = state.withLock { state -> (Int, [(Capability, JSONValue)]) in
+        let (number, opened) = state.withLock { state -> (Int, [(Device, JSONValue)]) in
             state.generation += 1
             state.current = state.generation
             return (state.generation, state.opened)
         }
         let session = try await PluginSession.start(manifest, onEnd: { [weak self] error in self?.ended(error, session: number) })
         do {
-            for (capability, parameters) in opened {
-                _ = try await session.call("open", Self.openParameters(capability, parameters), timeout: .seconds(10))
+            for (device, parameters) in opened {
+                _ = try await session.call("open", Self.openParameters(device, parameters), timeout: .seconds(10))
             }
             return session
         } catch {
@@ -385,6 +434,9 @@ protocol ExternalRequestDevice: Device {
 }
 
 extension ExternalRequestDevice {
+    /// What the plugin said of the device in its `open` answer (1.6).
+    var identity: DeviceIdentity? { link.identity }
+
     static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> Self {
         let (link, device) = try await RequestLink.started(manifest, capability, parameters, in: links, logger: logger)
         return Self(deviceName: device, link: link)
@@ -417,15 +469,17 @@ final class RequestLinks: Sendable {
     /// A link on which `capability` with `section` is now claimed, and the open to wait
     /// for: the same open on a link that holds it with that section, a sharing link that
     /// does not serve it yet, or a new link (`make`). Links that closed are forgotten.
-    fileprivate func claim(_ capability: Capability, _ section: JSONValue, make: () -> RequestLink) -> (RequestLink, Task<String, any Error>) {
+    fileprivate func claim(_ capability: Capability, _ section: JSONValue,
+                           make: () -> RequestLink) -> (RequestLink, RequestLink.Device, Task<RequestLink.Opened, any Error>) {
         links.withLock { links in
             links.removeAll { $0.isClosed }
             for link in links {
-                if let opening = link.claim(capability, section, new: false) { return (link, opening) }
+                if let (device, opening) = link.claim(capability, section, new: false) { return (link, device, opening) }
             }
             let link = make()
             links.append(link)
-            return (link, link.claim(capability, section, new: true)!)
+            let (device, opening) = link.claim(capability, section, new: true)!
+            return (link, device, opening)
         }
     }
 }

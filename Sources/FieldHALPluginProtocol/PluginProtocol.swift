@@ -24,7 +24,7 @@ public enum PluginProtocol {
 
     /// What this FieldHAL speaks. A minor adds methods and optional fields only; a major
     /// changes or removes something.
-    public static let version = Version(major: 1, minor: 5)
+    public static let version = Version(major: 1, minor: 6)
 
     /// Since 1.4 a recording's descriptor may be the file to write itself (`"into": "file"`),
     /// not only a directory to write it in: evidence recorded into memory.

@@ -17,7 +17,8 @@ import Glibc
 ///
 /// What it serves: the handshake (the descriptor's name and capabilities), `open` with the
 /// section's parameters (checked against the descriptor's specs here too; each capability
-/// once, several in one process since 1.2) and `close`, location
+/// once, several in one process since 1.2; since 1.6 any number of devices, each named by
+/// the host's handle, which every request for it carries) and `close`, location
 /// (`gps.watch`, `gps.fix`, `gps.lost`), NFC (`nfc.read`, `nfc.write`, `nfc.emulate`),
 /// haptics (`haptics.play`), biometrics (`biometrics.availability`, `biometrics.verify`,
 /// `biometrics.enroll` with its stages as `$/progress`), and since 1.3 the camera
@@ -43,16 +44,36 @@ public final class PluginServer: Sendable {
     private let state = LockedValue(State())
 
     private struct State {
-        /// What the host opened: one device per capability (since 1.2 a process may serve
-        /// several, e.g. an NFC chip's reader and emulator sharing one device).
-        var opened: [Capability: CapabilityProvider] = [:]
-        /// Running requests (for `$/cancel`, and for `close` of the capability they use)
+        /// What the host opened: before 1.6 one device per capability (since 1.2 a process
+        /// may serve several capabilities, e.g. an NFC chip's reader and emulator sharing
+        /// one device); since 1.6 each device under the host's handle.
+        var opened: [Opened: CapabilityProvider] = [:]
+        /// Running requests (for `$/cancel`, and for `close` of the device they use)
         /// and streams, by the request's id.
-        var requests: [Int64: (capability: Capability?, task: Task<Void, Never>)] = [:]
+        var requests: [Int64: (device: Opened?, task: Task<Void, Never>)] = [:]
         var streams: [Int64: Subscription] = [:]
-        /// The segmented recording running on the camera or microphone (1.5): what its
+        /// The segmented recording running on a camera or microphone (1.5): what its
         /// `camera.finish` / `microphone.finish` asks to end at the next boundary.
-        var finishing: [Capability: RecordingFinish] = [:]
+        var finishing: [Opened: RecordingFinish] = [:]
+    }
+
+    /// A device the host opened: its capability and (1.6) the handle the host named it by.
+    private struct Opened: Hashable {
+        var capability: Capability
+        var handle: String?
+
+        init(_ capability: Capability, _ parameters: JSONValue) {
+            self.capability = capability
+            self.handle = PluginProtocol.device(in: parameters)
+        }
+
+        /// How errors name it: `camera` or `camera camera-2`.
+        var description: String { handle.map { "\(capability) \($0)" } ?? capability.rawValue }
+    }
+
+    /// The open device a request names, if there is one.
+    private func provider(_ capability: Capability, _ parameters: JSONValue) -> CapabilityProvider? {
+        state.withLock { $0.opened[Opened(capability, parameters)] }
     }
 
     /// `name` defaults to the descriptor's; `input` and `output` to standard input and output.
@@ -105,9 +126,9 @@ public final class PluginServer: Sendable {
             case "$/cancel":
                 if let cancelled = parameters["id"]?.integer { cancel(cancelled) }
             case PluginProtocol.finishMethod(.camera):
-                state.withLock { $0.finishing[.camera] }?.finish()
+                state.withLock { $0.finishing[Opened(.camera, parameters)] }?.finish()
             case PluginProtocol.finishMethod(.microphone):
-                state.withLock { $0.finishing[.microphone] }?.finish()
+                state.withLock { $0.finishing[Opened(.microphone, parameters)] }?.finish()
             default: break  // notifications not known are ignored
             }
             return .goOn
@@ -124,27 +145,30 @@ public final class PluginServer: Sendable {
         case "close":
             track(id) { [self] in await close(id, parameters) }
         case "gps.watch":
-            watchLocation(id)
+            watchLocation(id, parameters)
         case PluginProtocol.NFCMethod.read, PluginProtocol.NFCMethod.write, PluginProtocol.NFCMethod.emulate:
-            track(id, on: method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader) { [self] in await nfc(method, id, parameters) }
+            let device = Opened(method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader, parameters)
+            track(id, on: device) { [self] in await nfc(method, id, parameters) }
         case PluginProtocol.HapticsMethod.play:
-            track(id, on: .haptics) { [self] in await playHaptics(id, parameters) }
+            track(id, on: Opened(.haptics, parameters)) { [self] in await playHaptics(id, parameters) }
         case PluginProtocol.BiometricsMethod.availability, PluginProtocol.BiometricsMethod.verify, PluginProtocol.BiometricsMethod.enroll:
-            track(id, on: .biometrics) { [self] in await biometrics(method, id, parameters) }
+            track(id, on: Opened(.biometrics, parameters)) { [self] in await biometrics(method, id, parameters) }
         case PluginProtocol.CameraMethod.formats, PluginProtocol.CameraMethod.still, PluginProtocol.CameraMethod.record:
-            let finish = segmentedRecordingStarts(method == PluginProtocol.CameraMethod.record, parameters, on: .camera)
-            track(id, on: .camera) { [self] in
+            let device = Opened(.camera, parameters)
+            let finish = segmentedRecordingStarts(method == PluginProtocol.CameraMethod.record, parameters, on: device)
+            track(id, on: device) { [self] in
                 await camera(method, id, parameters, descriptors, finish)
-                segmentedRecordingEnded(finish, on: .camera)
+                segmentedRecordingEnded(finish, on: device)
             }
         case PluginProtocol.MicrophoneMethod.record:
-            let finish = segmentedRecordingStarts(true, parameters, on: .microphone)
-            track(id, on: .microphone) { [self] in
+            let device = Opened(.microphone, parameters)
+            let finish = segmentedRecordingStarts(true, parameters, on: device)
+            track(id, on: device) { [self] in
                 await recordAudio(id, parameters, descriptors, finish)
-                segmentedRecordingEnded(finish, on: .microphone)
+                segmentedRecordingEnded(finish, on: device)
             }
         case PluginProtocol.SpeakerMethod.play:
-            track(id, on: .speaker) { [self] in await playSound(id, parameters, descriptors) }
+            track(id, on: Opened(.speaker, parameters)) { [self] in await playSound(id, parameters, descriptors) }
         case "shutdown":
             await shutDown()
             send(PluginProtocol.response(id, result: .null))
@@ -156,7 +180,7 @@ public final class PluginServer: Sendable {
 
     /// Runs a request in a task of its own, so that `$/cancel` can reach it and the input
     /// is read on meanwhile.
-    private func track(_ id: JSONValue, on capability: Capability? = nil, _ work: @escaping @Sendable () async -> Void) {
+    private func track(_ id: JSONValue, on device: Opened? = nil, _ work: @escaping @Sendable () async -> Void) {
         guard let number = id.integer else {
             Task { await work() }
             return
@@ -164,7 +188,7 @@ public final class PluginServer: Sendable {
         // Made under the lock, so that a request that ends at once finds itself there to
         // remove (else its entry would outlive it).
         state.withLock { state in
-            state.requests[number] = (capability, Task { [state = self.state] in
+            state.requests[number] = (device, Task { [state = self.state] in
                 await work()
                 state.withLock { _ = $0.requests.removeValue(forKey: number) }
             })
@@ -173,18 +197,18 @@ public final class PluginServer: Sendable {
 
     /// A segmented recording's finish, made as its request is read (before any later
     /// message: a finish sent right after the request must find it).
-    private func segmentedRecordingStarts(_ recording: Bool, _ parameters: JSONValue, on capability: Capability) -> RecordingFinish? {
+    private func segmentedRecordingStarts(_ recording: Bool, _ parameters: JSONValue, on device: Opened) -> RecordingFinish? {
         guard recording, parameters["into"]?.string == "segments" else { return nil }
         let finish = RecordingFinish()
-        state.withLock { $0.finishing[capability] = finish }
+        state.withLock { $0.finishing[device] = finish }
         return finish
     }
 
     /// Forgets the recording's finish once its request has been answered, however it ended
     /// (a request refused before it recorded included); a newer recording's stays.
-    private func segmentedRecordingEnded(_ finish: RecordingFinish?, on capability: Capability) {
+    private func segmentedRecordingEnded(_ finish: RecordingFinish?, on device: Opened) {
         guard let finish else { return }
-        state.withLock { if $0.finishing[capability] === finish { $0.finishing[capability] = nil } }
+        state.withLock { if $0.finishing[device] === finish { $0.finishing[device] = nil } }
     }
 
     /// Runs a segmented recording (1.5): each segment goes to the host as it closes, as a
@@ -223,8 +247,9 @@ public final class PluginServer: Sendable {
             guard let specs = descriptor.capabilities[capability] else {
                 throw FieldHALError(.unsupported, subject: name, detail: "does not provide \(capability)")
             }
-            guard state.withLock({ $0.opened[capability] == nil }) else {
-                throw FieldHALError(.busy, subject: name, detail: "\(capability) is already open in this process",
+            let device = Opened(capability, parameters)
+            guard state.withLock({ $0.opened[device] == nil }) else {
+                throw FieldHALError(.busy, subject: name, detail: "\(device.description) is already open in this process",
                                     advice: "close it first (the host's close)")
             }
             // The host checked the section against the manifest; the plugin checks again,
@@ -251,27 +276,30 @@ public final class PluginServer: Sendable {
                 await provider.device.close()
                 throw FieldHALError.cancelled(name)
             }
-            state.withLock { $0.opened[capability] = provider }
-            send(PluginProtocol.response(id, result: .object(["device": .string(provider.device.deviceName)])))
+            state.withLock { $0.opened[device] = provider }
+            var answer: [String: JSONValue] = ["device": .string(provider.device.deviceName)]
+            if let identity = provider.device.identity { answer["identity"] = PluginProtocol.value(of: identity) }
+            send(PluginProtocol.response(id, result: .object(answer)))
         } catch {
             send(PluginProtocol.response(id, error: error))
         }
     }
 
-    /// `close` (1.2): releases one capability's device; the others stay open. Requests
-    /// still running on it are cancelled first (each answers `cancelled`).
+    /// `close` (1.2): releases one device; the others stay open. Requests still running on
+    /// it are cancelled first (each answers `cancelled`).
     private func close(_ id: JSONValue, _ parameters: JSONValue) async {
         await answer(id) { [self] in
             guard let capability = parameters["capability"]?.string.flatMap(Capability.init(rawValue:)) else {
                 throw FieldHALError(.invalidArgument, subject: name, detail: "close without a capability")
             }
+            let device = Opened(capability, parameters)
             let (provider, running) = state.withLock { state in
-                let running = state.requests.filter { $0.value.capability == capability }
+                let running = state.requests.filter { $0.value.device == device }
                 for id in running.keys { state.requests.removeValue(forKey: id) }
-                return (state.opened.removeValue(forKey: capability), running.values.map(\.task))
+                return (state.opened.removeValue(forKey: device), running.values.map(\.task))
             }
             guard let provider else {
-                throw FieldHALError(.notConfigured, subject: name, detail: "close of \(capability), which is not open")
+                throw FieldHALError(.notConfigured, subject: name, detail: "close of \(device.description), which is not open")
             }
             // Its running requests end first (each answers `cancelled`), then the device closes.
             for task in running { task.cancel() }
@@ -283,8 +311,8 @@ public final class PluginServer: Sendable {
 
     /// `gps.watch`: the stream's number is the request's id; every fix the provider hands
     /// over is a `gps.fix`, a source it lost a `gps.lost`.
-    private func watchLocation(_ id: JSONValue) {
-        guard case .location(let location)? = state.value.opened[.location], let number = id.integer else {
+    private func watchLocation(_ id: JSONValue, _ parameters: JSONValue) {
+        guard case .location(let location)? = provider(.location, parameters), let number = id.integer else {
             send(PluginProtocol.response(id, error: FieldHALError(.notConfigured, subject: name, detail: "gps.watch before gps is open")))
             return
         }
@@ -309,7 +337,7 @@ public final class PluginServer: Sendable {
         let subject = "\(method) from the host"
         await answer(id) { [self] in
             let wanted: Capability = method == PluginProtocol.NFCMethod.emulate ? .nfcEmulator : .nfcReader
-            switch (method, state.value.opened[wanted]) {
+            switch (method, provider(wanted, parameters)) {
             case (PluginProtocol.NFCMethod.read, .nfcReader(let reader)?):
                 let timeout = try PluginProtocol.timeout(in: parameters, subject: subject)
                 return .object(["tag": try PluginProtocol.value(of: try await reader.readTag(timeout: timeout))])
@@ -330,7 +358,7 @@ public final class PluginServer: Sendable {
     /// `haptics.play`: the pattern, answered (null) when it has finished; `$/cancel` stops it.
     private func playHaptics(_ id: JSONValue, _ parameters: JSONValue) async {
         await answer(id) { [self] in
-            guard case .haptics(let engine)? = state.value.opened[.haptics] else {
+            guard case .haptics(let engine)? = provider(.haptics, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "haptics.play before haptics is open")
             }
             try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
@@ -344,7 +372,7 @@ public final class PluginServer: Sendable {
     private func biometrics(_ method: String, _ id: JSONValue, _ parameters: JSONValue) async {
         let subject = "\(method) from the host"
         await answer(id) { [self] in
-            guard case .biometrics(let sensor)? = state.value.opened[.biometrics] else {
+            guard case .biometrics(let sensor)? = provider(.biometrics, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before biometrics is open")
             }
             switch method {
@@ -367,7 +395,7 @@ public final class PluginServer: Sendable {
     private func camera(_ method: String, _ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ finish: RecordingFinish?) async {
         let subject = "\(method) from the host"
         do {
-            guard case .camera(let camera)? = state.value.opened[.camera] else {
+            guard case .camera(let camera)? = provider(.camera, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "\(method) before camera is open")
             }
             switch method {
@@ -400,7 +428,7 @@ public final class PluginServer: Sendable {
     private func recordAudio(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ finish: RecordingFinish?) async {
         let subject = "microphone.record from the host"
         await answer(id) { [self] in
-            guard case .microphone(let microphone)? = state.value.opened[.microphone] else {
+            guard case .microphone(let microphone)? = provider(.microphone, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "microphone.record before microphone is open")
             }
             let request = try PluginProtocol.recordingRequest(from: parameters, subject: subject)
@@ -418,7 +446,7 @@ public final class PluginServer: Sendable {
     /// `speaker.play`: the clip from its sealed memfd, answered (null) once it has been heard.
     private func playSound(_ id: JSONValue, _ parameters: JSONValue, _ descriptors: [OwnedDescriptor]) async {
         await answer(id) { [self] in
-            guard case .speaker(let speaker)? = state.value.opened[.speaker] else {
+            guard case .speaker(let speaker)? = provider(.speaker, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "speaker.play before speaker is open")
             }
             try await speaker.play(try PluginProtocol.clip(from: parameters, descriptors, subject: "speaker.play from the host"))

@@ -84,21 +84,36 @@ struct LibnfcPluginTests {
 
     /// A bench of two readers, each a PN532 on a pty of its own (issue 43): a kit with two
     /// named readers reads each one's tag, and when one chip goes away the other carries on.
-    @Test func twoReadersOnABenchEachReadTheirOwnAndOneGoneLeavesTheOther() async throws {
+    /// Out of process both are served by one plugin process, each under its own handle, and
+    /// each reader's identity comes through the protocol (1.6).
+    @Test(arguments: Way.allCases) func twoReadersOnABenchEachReadTheirOwnAndOneGoneLeavesTheOther(way: Way) async throws {
         let first = try await PN532Emulator.start(["--text", "bench one"])
         let second = try await PN532Emulator.start(["--text", "bench two"])
         defer { first.stop(); second.stop() }
-        let registry = PluginRegistry([try #require(LibnfcPlugin.descriptor)])
+        var manifest: String?
+        let plugin: PluginDescriptor
+        if way == .outOfProcess {
+            let installed = try await ExternalBuiltin.install("libnfc", as: "libnfc-bench")
+            plugin = try PluginManifest.load(installed).descriptor()
+            manifest = installed
+        } else {
+            plugin = try #require(LibnfcPlugin.descriptor)
+        }
+        let registry = PluginRegistry([plugin])
+        let name = plugin.name
         let configuration = try KitConfiguration.parse("""
             [nfc.one]
-            plugin = "libnfc"
+            plugin = "\(name)"
             connstring = "\(first.connstring())"
             [nfc.two]
-            plugin = "libnfc"
+            plugin = "\(name)"
             connstring = "\(second.connstring())"
             """, file: "bench.toml", directory: "/tmp", registry: registry)
         let kit = await Kit.load(configuration, registry: registry, context: Self.context)
         #expect(kit.devices.compactMap(\.identity?.link) == [first.connstring(), second.connstring()])
+        let readers = kit.devices.filter { $0.capability == .nfcReader }
+        #expect(readers.count == 2 && readers.allSatisfy { $0.identity?.model?.contains("PN532") == true }, "\(readers.map(\.identity))")
+        if let manifest { #expect(ExternalBuiltin.processes(of: manifest).count == 1, "one plugin process serves both readers") }
         async let one = kit.nfcReader(named: "one").readTag(timeout: .seconds(5))
         async let two = kit.nfcReader(named: "two").readTag(timeout: .seconds(5))
         #expect(try await one.ndef?.records.first?.content() == .text("bench one", language: "en"))

@@ -126,6 +126,47 @@ import Testing
         #expect(fixtures.leftovers().isEmpty)
     }
 
+    /// Protocol 1.6: two readers of one plugin are two named devices in one process. Each
+    /// read names its device and reaches its own reader; each device has the identity its
+    /// open answered; one closed is released there while the other reads on. The same
+    /// kit from a plugin of 1.5 gets a process for each reader, as before.
+    @Test(arguments: [(6, 1), (5, 2)]) func aPluginOfProtocolOneSixServesTwoReadersInOneProcess(minor: Int, processes: Int) async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe", mode: "exclusive", manifest: PluginFixtures.manifest(
+            name: "probe", minor: minor, capabilities: #"{"nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#))
+        let kit = try await fixtures.kit("[nfc.bench1]\nplugin = \"probe\"\ndevice = \"/dev/ttyA\"\n[nfc.bench2]\nplugin = \"probe\"\ndevice = \"/dev/ttyB\"\n")
+        #expect(kit.names(of: .nfcReader) == ["bench1", "bench2"])
+        #expect(try starts(fixtures) == processes)
+        let first = try kit.nfcReader(named: "bench1"), second = try kit.nfcReader(named: "bench2")
+        #expect(first.deviceName == "fixture /dev/ttyA (plugin probe)" && second.deviceName == "fixture /dev/ttyB (plugin probe)")
+        func said(_ reader: any NFCReader) async throws -> NDEFContent? {
+            try await reader.readTag(timeout: .seconds(2)).ndef?.records.first?.content()
+        }
+        guard minor >= 6 else {
+            #expect(first.identity == nil)
+            let (one, two) = (try await said(first), try await said(second))
+            #expect(one == .text("fixture", language: "en") && two == .text("fixture", language: "en"))
+            await kit.close()
+            #expect(fixtures.leftovers().isEmpty)
+            return
+        }
+        #expect(first.identity == DeviceIdentity(vendor: "Fixture Labs", model: "probe reader", serial: "ttyA"))
+        #expect(second.identity?.serial == "ttyB")
+        #expect(kit.status(of: .nfcReader, named: "bench2")?.identity?.serial == "ttyB")
+        let (one, two) = (try await said(first), try await said(second))
+        #expect(one == .text("fixture /dev/ttyA", language: "en") && two == .text("fixture /dev/ttyB", language: "en"))
+        let opens = try String(contentsOfFile: fixtures.root + "/probe/opens", encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ").dropFirst().joined(separator: " ") }
+        #expect(Set(opens) == ["open nfc nfc-1", "open nfc nfc-2"], "the kit opens its devices at once: \(opens)")
+        await first.close()
+        let closed = try String(contentsOfFile: fixtures.root + "/probe/opens", encoding: .utf8).split(separator: "\n")
+        #expect(closed.count == 3 && closed.last?.contains(" close nfc nfc-") == true, "\(closed)")
+        let alone = try await said(second)
+        #expect(alone == .text("fixture /dev/ttyB", language: "en"))
+        #expect(try starts(fixtures) == 1)
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
     /// A daemon's reload opens the new kit before it closes the old one. The new kit's
     /// reader, with the same section, shares the device the plugin already holds: a second
     /// process would find an exclusive device (a serial reader) busy. It is closed with

@@ -33,8 +33,7 @@ final class PluginFixtures: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let file = folder + "/plugin.json"
         try (manifest ?? Self.manifest(name: name)).write(toFile: file, atomically: true, encoding: .utf8)
-        try "#!/bin/sh\nexec python3 \(script) \(mode) \(file)\n".write(toFile: folder + "/run", atomically: true, encoding: .utf8)
-        chmod(folder + "/run", 0o755)
+        try ExecutableFile.write("#!/bin/sh\nexec python3 \(script) \(mode) \(file)\n", to: folder + "/run")
         return file
     }
 
@@ -410,8 +409,7 @@ final class PluginFixtures: @unchecked Sendable {
         let folder = fixtures.root + "/nmea-serial"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         try firstBlock("json").write(toFile: folder + "/plugin.json", atomically: true, encoding: .utf8)
-        try firstBlock("python").write(toFile: folder + "/nmea-serial.py", atomically: true, encoding: .utf8)
-        chmod(folder + "/nmea-serial.py", 0o755)
+        try ExecutableFile.write(firstBlock("python"), to: folder + "/nmea-serial.py")
         let result = try await CLI.run(["plugin", "check", "--json", folder])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONDecoder().decode(JSONValue.self, from: Data(result.stdout.utf8))

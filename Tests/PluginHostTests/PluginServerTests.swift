@@ -229,9 +229,44 @@ import Testing
         #expect(motor.played.value == [.success])
     }
 
+    /// Protocol 1.6: two motors open under the host's handles in one process, each with the
+    /// identity its backend has; a request goes to the device it names; one closed leaves the
+    /// other playing; a handle that is not open is `notConfigured`, one opened twice `busy`.
+    @Test func devicesOpenUnderTheHostsHandlesAndEachRequestReachesItsOwn() async throws {
+        let left = Motor(name: "left motor", identity: DeviceIdentity(vendor: "Test", model: "ERM", serial: "L1")), right = Motor(name: "right motor")
+        let descriptor = PluginDescriptor(name: "probe", summary: "two motors",
+                                          capabilities: [.haptics: [ParameterSpec("side", .string, required: true, help: "which")]]) { _, parameters, _ in
+            .haptics(parameters.string("side") == "left" ? left : right)
+        }
+        let channel = try Channel(descriptor)
+        let opened = try await channel.call(1, "open", #"{"capability":"haptics","device":"haptics-1","parameters":{"side":"left"}}"#)
+        #expect(opened["result"]?["device"] == .string("left motor"), "\(opened)")
+        #expect(opened["result"]?["identity"] == .object(["vendor": .string("Test"), "model": .string("ERM"), "serial": .string("L1")]), "\(opened)")
+        let second = try await channel.call(2, "open", #"{"capability":"haptics","device":"haptics-2","parameters":{"side":"right"}}"#)
+        #expect(second["result"]?["device"] == .string("right motor") && second["result"]?["identity"] == nil, "\(second)")
+        let twice = try await channel.call(3, "open", #"{"capability":"haptics","device":"haptics-1","parameters":{"side":"left"}}"#)
+        #expect(twice["error"]?["data"]?["kind"] == .string("busy"), "\(twice)")
+        #expect(try await channel.call(4, "haptics.play", #"{"device":"haptics-2","pattern":"success"}"#)["result"] == .null)
+        #expect(try await channel.call(5, "haptics.play", #"{"device":"haptics-1","pattern":"warning"}"#)["result"] == .null)
+        #expect(left.played.value == [.warning] && right.played.value == [.success])
+        let unknown = try await channel.call(6, "haptics.play", #"{"device":"haptics-9","pattern":"success"}"#)
+        #expect(unknown["error"]?["data"]?["kind"] == .string("notConfigured"), "\(unknown)")
+        #expect(try await channel.call(7, "close", #"{"capability":"haptics","device":"haptics-1"}"#)["result"] == .null)
+        let closed = try await channel.call(8, "haptics.play", #"{"device":"haptics-1","pattern":"success"}"#)
+        #expect(closed["error"]?["data"]?["kind"] == .string("notConfigured"), "\(closed)")
+        #expect(try await channel.call(9, "haptics.play", #"{"device":"haptics-2","pattern":"error"}"#)["result"] == .null)
+        #expect(right.played.value == [.success, .error] && left.played.value == [.warning])
+    }
+
     /// An engine that records what it plays; a pattern over 1 s plays until cancelled.
     final class Motor: HapticsEngine {
-        let deviceName = "test motor"
+        let deviceName: String
+        let identity: DeviceIdentity?
+
+        init(name: String = "test motor", identity: DeviceIdentity? = nil) {
+            deviceName = name
+            self.identity = identity
+        }
         let played = LockedValue<[HapticPattern]>([])
         func play(_ pattern: HapticPattern) async throws {
             played.withLock { $0.append(pattern) }

@@ -22,6 +22,24 @@ if mode == "flaky":
 lock = threading.Lock()
 stop_streams = threading.Event()
 locks = []  # "exclusive": the devices this process holds
+devices = {}  # protocol 1.6: the host's handle of each open device -> its tty
+
+
+def text_record(text):
+    """One NDEF Text record ("en"), base64, as nfc.read answers it."""
+    import base64
+    payload = b"\x02en" + text.encode()
+    return base64.b64encode(bytes([0xD1, 1, len(payload)]) + b"T" + payload).decode()
+
+
+def unknown_device(ident, params):
+    """1.6: a request naming a device that is not open is notConfigured."""
+    handle = params.get("device")
+    if handle is None or handle in devices:
+        return False
+    send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "not open",
+          "data": {"kind": "notConfigured", "detail": "no device %s is open" % handle}}})
+    return True
 
 
 def send(message):
@@ -96,13 +114,21 @@ for line in sys.stdin:
                       "data": {"kind": "busy", "detail": "another process holds " + params["parameters"]["device"]}}})
                 continue
             locks.append(held)
-        # What each process opened and closed, in order: "PID open nfc".
+        # What each process opened and closed, in order: "PID open nfc" (1.6: "PID open nfc nfc-1").
+        handle = params.get("device")
         with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
-            opens.write("%d open %s\n" % (os.getpid(), params["capability"]))
-        send({"jsonrpc": "2.0", "id": ident, "result": {"device": "fixture " + params["parameters"]["device"]}})
+            opens.write("%d open %s%s\n" % (os.getpid(), params["capability"], " " + handle if handle else ""))
+        result = {"device": "fixture " + params["parameters"]["device"]}
+        if handle is not None:
+            devices[handle] = params["parameters"]["device"]
+            result["identity"] = {"vendor": "Fixture Labs", "model": "probe reader",
+                                  "serial": os.path.basename(params["parameters"]["device"])}
+        send({"jsonrpc": "2.0", "id": ident, "result": result})
     elif method == "close":
+        handle = request["params"].get("device")
         with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
-            opens.write("%d close %s\n" % (os.getpid(), request["params"]["capability"]))
+            opens.write("%d close %s%s\n" % (os.getpid(), request["params"]["capability"], " " + handle if handle else ""))
+        devices.pop(handle, None)
         send({"jsonrpc": "2.0", "id": ident, "result": None})
     elif method == "nfc.emulate":
         send({"jsonrpc": "2.0", "id": ident, "result": {"wasRead": True, "commandCount": 4}})
@@ -114,9 +140,14 @@ for line in sys.stdin:
             os._exit(5)
         if mode == "hang-read":
             continue
+        if unknown_device(ident, request.get("params", {})):
+            continue
         tag = {"type": "type2", "uid": "04:A1:B2:C3:D4:E5:F6", "atqa": "0044", "sak": "00",
-               # One NDEF Text record, "en", "fixture".
+               # One NDEF Text record, "en", "fixture" (1.6: "fixture" and the reader's tty).
                "ndef": "0QEKVAJlbmZpeHR1cmU="}
+        handle = request.get("params", {}).get("device")
+        if handle is not None:
+            tag["ndef"] = text_record("fixture " + devices[handle])
         if mode == "bad-tag":
             tag["uid"] = "zz"
         send({"jsonrpc": "2.0", "id": ident, "result": {"tag": tag}})

@@ -16,6 +16,19 @@ public enum ExternalBuiltin {
         }
         return directory + "/plugin.json"
     }
+
+    /// The processes running from the installation `manifest` names: the host starts a
+    /// plugin in its executable's directory, so a process whose working directory is that
+    /// one is the plugin's (whatever other tests run of the same plugin elsewhere).
+    public static func processes(of manifest: String) -> [Int32] {
+        let directory = (manifest as NSString).deletingLastPathComponent
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> Int32? in
+            guard let pid = Int32(entry),
+                  let place = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(entry)/cwd") else { return nil }
+            return place == directory ? pid : nil
+        }
+    }
 }
 
 public struct CLIError: Error, CustomStringConvertible {
