@@ -315,14 +315,22 @@ struct APIFixBench: AsyncParsableCommand {
 
     /// `fieldhal run` with only a gpsd receiver and the API, in its own state directory.
     static func startDaemon(gpsdPort: Int, directory: String) async throws -> Daemon {
+        try await startDaemon(sections: """
+            [gps]
+            plugin = "gpsd"
+            host = "127.0.0.1"
+            port = \(gpsdPort)
+            """, directory: directory)
+    }
+
+    /// `fieldhal run` with the receivers `sections` configure and the API, in its own state
+    /// directory.
+    static func startDaemon(sections: String, directory: String) async throws -> Daemon {
         try FileManager.default.createDirectory(atPath: directory + "/state", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let socket = directory + "/api.sock"
         let config = directory + "/kit.toml"
         try """
-        [gps]
-        plugin = "gpsd"
-        host = "127.0.0.1"
-        port = \(gpsdPort)
+        \(sections)
 
         [api]
         socket = "\(socket)"
@@ -339,7 +347,7 @@ struct APIFixBench: AsyncParsableCommand {
         let said = (try? String(contentsOfFile: directory + "/daemon.log", encoding: .utf8)) ?? ""
         process.kill()
         let how = process.process.isRunning ? "did not serve its API within 20 s" : "exited \(process.process.terminationStatus)"
-        throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the daemon \(how): \(said.suffix(500))",
+        throw FieldHALError(.unavailable, subject: "bench", detail: "the daemon \(how): \(said.suffix(500))",
                             advice: "run it yourself: fieldhal run --config \(config)")
     }
 

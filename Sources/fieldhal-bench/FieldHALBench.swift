@@ -11,7 +11,7 @@ struct FieldHALBench: AsyncParsableCommand {
         commandName: "fieldhal-bench", abstract: "Measure a backend against a baseline tool in the same run.",
         discussion: "Figures, and the runs they came from, are in docs/performance.md.",
         subcommands: [GPSBench.self, NFCBench.self, EvidenceBench.self, DuressBench.self, CameraBench.self, AlertsBench.self, APIBench.self,
-                      APIFixBench.self, PluginsBench.self, ReadersBench.self, SeizureBench.self, SeizureWorker.self])
+                      APIFixBench.self, PluginsBench.self, ReadersBench.self, ReceiversBench.self, SeizureBench.self, SeizureWorker.self])
 }
 
 /// The programs the benchmarks run beside this one: built into the same directory.

@@ -59,21 +59,8 @@ struct GPSCommand: AsyncParsableCommand {
             try await environment.withKit(for: .location) { kit in
                 let chosen = watched.chosen(from: kit.names(of: .location))
                 let names = chosen.isEmpty ? [nil] : chosen.map(Optional.some)
-                let receivers = try names.map { name in (name: try kit.key(.location, named: name).name, provider: try kit.location(named: name)) }
-                let (fixes, sink) = AsyncThrowingStream<(FieldHAL.Fix, String), any Error>.makeStream()
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for receiver in receivers {
-                        group.addTask {
-                            do {
-                                for try await fix in receiver.provider.watch() { sink.yield((fix, receiver.name)) }
-                            } catch {
-                                sink.finish(throwing: error)
-                            }
-                        }
-                    }
-                    for try await (fix, name) in fixes where try show(fix, from: name, several: receivers.count > 1) { break }
-                    group.cancelAll()
-                }
+                let receivers = try names.map { name in (name: try kit.key(.location, named: name).name, items: try kit.location(named: name).watch()) }
+                try await SeveralWatches.follow(receivers) { fix, name in try show(fix, from: name, several: receivers.count > 1) }
             }
         }
     }

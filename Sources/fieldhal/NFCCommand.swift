@@ -60,21 +60,13 @@ struct NFCCommand: AsyncParsableCommand {
                     (name: try kit.key(.nfcReader, named: name).name,
                      watch: TagPresence(NFCTurns(reader: try kit.nfcReader(named: name), emulator: nil)))
                 }
-                let (events, sink) = AsyncThrowingStream<APITagEvent, any Error>.makeStream()
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for reader in readers {
-                        group.addTask {
-                            do {
-                                for try await change in reader.watch.watch().changes { sink.yield(APITagEvent(change, device: reader.name)) }
-                            } catch {
-                                sink.finish(throwing: error)
-                            }
-                        }
+                let followed = await Result { () async throws -> Void in
+                    try await SeveralWatches.follow(readers.map { (name: $0.name, items: $0.watch.watch().changes) }) { change, name in
+                        try show(APITagEvent(change, device: name), several: readers.count > 1)
                     }
-                    for try await event in events where try show(event, several: readers.count > 1) { break }
-                    group.cancelAll()
-                    for reader in readers { await reader.watch.close() }
                 }
+                for reader in readers { await reader.watch.close() }
+                try followed.get()
             }
         }
     }

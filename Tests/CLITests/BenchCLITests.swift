@@ -24,6 +24,22 @@ struct BenchCLITests {
                 "\(result.stdout)")
     }
 
+    /// Receivers side by side on one gpsd, through the daemon: every count has its fixes
+    /// measured and its ratio against one receiver's.
+    @Test func receiversMeasuresOneAndFourOnOneGpsd() async throws {
+        let result = try await CLI.bench(["receivers", "--epochs", "30", "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        let rows = report?["rows"] as? [[String: Any]] ?? []
+        #expect(rows.map { $0["receivers"] as? Int } == [1, 4], "\(result.stdout)")
+        for row in rows {
+            #expect((row["samples"] as? Int ?? 0) >= 30 * (row["receivers"] as? Int ?? 1) / 4, "\(row)")
+            for key in ["medianMs", "p95Ms", "medianRatio"] {
+                #expect((row[key] as? Double).map { $0 > 0 && $0.isFinite } == true, "\(key): \(row)")
+            }
+        }
+    }
+
     /// Issue 19's seizure benchmark on the fake kit: both pipelines put every item on the lab
     /// server, and the segments' first audio is confirmed before the whole file's (the latter
     /// waits for the photo, then the audio, then the video, then the uploads).
