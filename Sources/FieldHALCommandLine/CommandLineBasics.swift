@@ -115,26 +115,138 @@ extension BuiltinConfiguration {
         .replacingOccurrences(of: "[microphone]\nplugin = \"fake\"\nrealtime = false\n", with: "[microphone]\nplugin = \"fake\"\nrealtime = true\n")
 }
 
+extension BuiltinConfiguration {
+    public static let benchLabel = "built-in fake bench"
+    /// Two devices of every kind on the fake plugin (`--config fake-bench`): a body-worn
+    /// kit's two cameras, a lab bench's readers and receivers side by side, on a laptop.
+    /// `examples/fake-bench.toml` is the same text, to copy and edit (a test keeps them one).
+    public static let benchText = """
+    # A kit with two devices of every kind, all on the fake plugin: a body-worn kit's front and
+    # rear cameras, a lab bench's readers and receivers side by side, on a laptop.
+    #
+    #   fieldhal devices --config examples/fake-bench.toml
+    #   fieldhal gps watch --all --config examples/fake-bench.toml
+    #   fieldhal nfc watch --all --config examples/fake-bench.toml
+    #   fieldhal camera snap --device rear -o rear.jpg --config examples/fake-bench.toml
+    #
+    # A device is a table under its capability, named by the header (`[camera.front]`); the
+    # first enabled one of a kind is its default, used when a command or request names none.
+    # `roles` say what the flows use it for (README: "Several devices of a kind"). A fake's
+    # `device` is what it calls itself (its serial in `fieldhal devices`): the second of each
+    # kind is told apart from the first as real ones are.
+
+    [kit]
+    name = "fake bench"
+
+    [gps.left]
+    plugin = "fake"
+    interval_ms = 1000
+    track = [{ lat = 52.516275, lon = 13.377704, alt = 34.0, acc = 4.5, sats = 9 }]
+
+    [gps.right]
+    plugin = "fake"
+    device = "fake-gps1"
+    interval_ms = 1000
+    track = [{ lat = 52.516310, lon = 13.378120, alt = 34.2, acc = 3.1, sats = 11 }]
+
+    [nfc.bench1]
+    plugin = "fake"
+    tags = [{ type = "ntag213", uid = "04:B1:00:00:00:00:01", text = "bench 1" }]
+
+    [nfc.bench2]
+    plugin = "fake"
+    device = "fake-nfc1"
+    tags = [{ type = "type4", uid = "08:B2:00:02", uri = "https://transrify.example/bench2", arrive_ms = 2000 }]
+
+    [nfc_emulator.bench1]
+    plugin = "fake"
+    reader = "reads"
+    read_after_ms = 300
+
+    [nfc_emulator.bench2]
+    plugin = "fake"
+    device = "fake-nfc-emulator1"
+    reader = "reads"
+    read_after_ms = 300
+    roles = []              # only bench1 offers the duress tag: two chips offering it would be seen twice
+
+    [camera.front]
+    plugin = "fake"
+
+    [camera.rear]
+    plugin = "fake"
+    device = "fake-camera1"
+
+    [microphone.collar]
+    plugin = "fake"
+    tone_hz = 440
+    realtime = false
+
+    [microphone.room]
+    plugin = "fake"
+    device = "fake-microphone1"
+    tone_hz = 880
+    realtime = false
+
+    [speaker.main]
+    plugin = "fake"
+    realtime = false
+
+    [speaker.earpiece]
+    plugin = "fake"
+    device = "fake-speaker1"
+    realtime = false
+
+    [haptics.wrist]
+    plugin = "fake"
+    realtime = false
+
+    [haptics.vest]
+    plugin = "fake"
+    device = "fake-haptics1"
+    realtime = false
+
+    [biometrics.door]
+    plugin = "fake"
+    enrolled = ["left-thumb"]
+    outcomes = ["no-finger"]   # nobody touches this one
+
+    [biometrics.handset]
+    plugin = "fake"
+    device = "fake-biometrics1"
+    enrolled = ["right-index-finger"]
+    outcomes = ["match"]
+    """
+}
+
 /// Which configuration a command runs with, and where the daemon's socket is for it.
 public enum CommandLineConfiguration {
     /// What `--config` or `FIELDHAL_CONFIG` names to ask for the built-in fake kit.
     public static let fakeKitName = "fake"
+    /// … and for the built-in fake bench (two devices of every kind).
+    public static let fakeBenchName = "fake-bench"
 
     /// Where a command's configuration comes from.
     public enum Choice: Equatable, Sendable {
         case file(String)
         /// The built-in fake kit, asked for by name (`--config fake`, `FIELDHAL_CONFIG=fake`).
         case fakeKit
+        /// The built-in fake bench, two devices of every kind (`--config fake-bench`).
+        case fakeBench
         /// Nothing given and nothing installed.
         case none
     }
 
     /// `--config`, else `$FIELDHAL_CONFIG`, else the installed file if there is one. The fake
-    /// kit only when asked for by name (a file called `fake` is `./fake`): its fingerprint
+    /// kit (or bench) only when asked for by name (a file called `fake` is `./fake`): its fingerprint
     /// sensor always matches, so a real kit whose file went missing must not fall back to it.
     public static func choice(flag: String?, environment: [String: String]) -> Choice {
         if let named = flag ?? environment["FIELDHAL_CONFIG"].flatMap({ $0.isEmpty ? nil : $0 }) {
-            return named == fakeKitName ? .fakeKit : .file(named)
+            switch named {
+            case fakeKitName: return .fakeKit
+            case fakeBenchName: return .fakeBench
+            default: return .file(named)
+            }
         }
         return FileManager.default.fileExists(atPath: KitConfiguration.defaultPath) ? .file(KitConfiguration.defaultPath) : .none
     }

@@ -33,6 +33,10 @@ public struct Environment: Sendable {
             configuration = try KitConfiguration.parse(BuiltinConfiguration.text, file: BuiltinConfiguration.label,
                                                        directory: FileManager.default.currentDirectoryPath, registry: registry,
                                                        settings: Self.settings)
+        case .fakeBench:
+            configuration = try KitConfiguration.parse(BuiltinConfiguration.benchText, file: BuiltinConfiguration.benchLabel,
+                                                       directory: FileManager.default.currentDirectoryPath, registry: registry,
+                                                       settings: Self.settings)
         }
         stateDirectory = StateDirectory.resolve(flag: options.stateDir, environment: environment,
                                                 configured: configuration.stateDirectory)

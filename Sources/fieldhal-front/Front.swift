@@ -45,9 +45,11 @@ struct Front: ParsableCommand {
     static func daemon(_ options: GlobalOptions) -> ServedContext? {
         let environment = ProcessInfo.processInfo.environment
         let file: String?
+        var builtIn = BuiltinConfiguration.label
         switch CommandLineConfiguration.choice(flag: options.config, environment: environment) {
         case .file(let path): file = path
         case .fakeKit: file = nil
+        case .fakeBench: file = nil; builtIn = BuiltinConfiguration.benchLabel
         case .none: return nil  // the whole CLI says what to do
         }
         let settings: [String: PluginParameters]
@@ -57,11 +59,11 @@ struct Front: ParsableCommand {
                   let tables = try? KitConfiguration.settingTables(text, file: file) else { return nil }
             settings = tables
         } else {
-            settings = [:]  // the built-in fake kit: no [api], no state_dir
+            settings = [:]  // the built-in fake kit or bench: no [api], no state_dir
         }
         let stateDirectory = StateDirectory.resolve(flag: options.stateDir, environment: environment,
                                                     configured: settings["kit"]?.string("state_dir"))
-        return ServedContext(configuration: file ?? BuiltinConfiguration.label, stateDirectory: stateDirectory,
+        return ServedContext(configuration: file ?? builtIn, stateDirectory: stateDirectory,
                              socket: DaemonSocket(path: CommandLineConfiguration.apiSocket(settings: settings, stateDirectory: stateDirectory)))
     }
 }

@@ -14,7 +14,8 @@ struct FieldHALCommand: AsyncParsableCommand {
         The configuration file chooses a plugin per capability: --config, else $FIELDHAL_CONFIG, \
         else /etc/fieldhal/fieldhal.toml; with none of these a command fails (78) and says \
         what to do. `--config fake` (or FIELDHAL_CONFIG=fake) runs the built-in fake kit, so \
-        every command can be tried with no hardware; `fieldhal demo` uses it unless configured.
+        every command can be tried with no hardware; `fieldhal demo` uses it unless configured. \
+        `--config fake-bench` is the same with two devices of every kind (examples/fake-bench.toml).
 
         Exit status: 0 success; 1 failure; 64 bad usage; 65 bad data (a tampered, malformed or \
         stale payload); 69 capability unavailable or not configured; 75 timed out or no fix \

@@ -229,7 +229,7 @@ enum AfterAuthentication {
 extension GlobalOptions {
     /// The options a background run needs to see the same configuration and state.
     var forwarded: [String] {
-        (config.map { ["--config", $0 == CommandLineConfiguration.fakeKitName ? $0 : Self.absolute($0)] } ?? [])
+        (config.map { ["--config", [CommandLineConfiguration.fakeKitName, CommandLineConfiguration.fakeBenchName].contains($0) ? $0 : Self.absolute($0)] } ?? [])
             + (stateDir.map { ["--state-dir", Self.absolute($0)] } ?? [])
     }
 

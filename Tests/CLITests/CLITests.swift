@@ -1,3 +1,4 @@
+import FieldHALCommandLine
 import Foundation
 import TestSupport
 import Testing
@@ -63,11 +64,13 @@ struct CLITests {
         }
     }
 
-    /// `examples/fake-bench.toml`, two devices of every kind on the fake plugin: every one
-    /// opens, alone and beside the daemon, and each is its capability's own.
-    @Test(arguments: CLIWay.allCases)
-    func theFakeBenchOpensTwoDevicesOfEveryKind(_ way: CLIWay) async throws {
-        let options = ["--config", CLI.repositoryRoot.appendingPathComponent("examples/fake-bench.toml").path, "--state-dir", scratch("state")]
+    /// `examples/fake-bench.toml`, two devices of every kind on the fake plugin, and the same
+    /// kit built in (`--config fake-bench`): every one opens, alone and beside the daemon,
+    /// and each is its capability's own.
+    @Test(arguments: CLIWay.allCases, ["file", "built in"])
+    func theFakeBenchOpensTwoDevicesOfEveryKind(_ way: CLIWay, _ source: String) async throws {
+        let bench = source == "file" ? CLI.repositoryRoot.appendingPathComponent("examples/fake-bench.toml").path : "fake-bench"
+        let options = ["--config", bench, "--state-dir", scratch("state")]
         try await eachWay(way) {
             let listed = try await CLI.run(["devices", "--json"] + options)
             #expect(listed.status == 0, "\(listed.stderr)")
@@ -84,6 +87,12 @@ struct CLITests {
             let table = try await CLI.run(["devices"] + options)
             #expect(table.stdout.contains("(fake camera, FieldHAL, serial fake-camera0)"), "\(table.stdout)")
         }
+    }
+
+    /// The example to copy is the built-in bench, word for word.
+    @Test func theBuiltInBenchIsTheExampleFile() throws {
+        let file = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("examples/fake-bench.toml"), encoding: .utf8)
+        #expect(file == BuiltinConfiguration.benchText + "\n")
     }
 
     @Test func pluginsListsOnlyWhatIsBuilt() async throws {
