@@ -152,6 +152,7 @@ public struct CommandFailure: Error, CustomStringConvertible {
 /// A command that is not a `FieldHALSubcommand` (the benchmarks) reports errors the same
 /// way: one line on stderr and the code for the error.
 public func reportingFailures(_ body: () async throws -> Void) async throws {
+    await DispatchTimers.prepare()
     do {
         try await body()
     } catch let status as ExitCode {
@@ -180,6 +181,7 @@ extension FieldHALSubcommand {
     /// The body of `run()`. The commands shared with fieldhal-front are public types, whose
     /// `run()` must be public too: they call this from their own.
     public func runReportingFailures() async throws {
+        await DispatchTimers.prepare()
         do {
             try await execute(try Environment(global, fakeKitUnlessConfigured: Self.fakeKitUnlessConfigured))
         } catch let error as CleanExit {

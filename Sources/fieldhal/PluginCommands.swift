@@ -237,6 +237,7 @@ struct PluginCommand: AsyncParsableCommand {
         @Option(help: "The name to answer the handshake with: the manifest's (default: PLUGIN-process).") var name: String?
 
         func run() async throws {
+            await DispatchTimers.prepare()
             let descriptor = try PluginCommand.builtIn(plugin)
             if isatty(0) != 0 {
                 FileHandle.standardError.write(Data("fieldhal plugin serve: speaks the plugin protocol (JSON-RPC lines) on this terminal; FieldHAL starts it from a manifest (fieldhal plugin manifest \(plugin))\n".utf8))

@@ -32,6 +32,7 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         ProcessMemory.returnLargeBuffersWhenFreed()
+        await DispatchTimers.prepare()
         let toJournal = JournalLogHandler.standardOutputIsJournal
         LoggingSystem.bootstrap { label in
             if toJournal { return JournalLogHandler() }
