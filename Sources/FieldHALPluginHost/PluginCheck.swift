@@ -69,8 +69,9 @@ public enum PluginCheck {
 
     /// The plugin must be what its manifest says: a manifest that lies would have a
     /// configuration checked against parameters of capabilities the plugin does not serve.
+    /// A handshake that names another protocol than the manifest is a disagreement, not a
+    /// reason to update FieldHAL: the manifest, checked when it was read, is the contract.
     static func compare(_ handshake: Handshake, with manifest: PluginManifest) throws(FieldHALError) {
-        if let refusal = PluginProtocol.refusal(of: handshake.protocolVersion, plugin: manifest.name) { throw refusal }
         var differences: [String] = []
         if handshake.name != manifest.name { differences.append("its name is \"\(handshake.name)\", the manifest's \"\(manifest.name)\"") }
         if handshake.version != manifest.version {
@@ -89,5 +90,6 @@ public enum PluginCheck {
                                 detail: "the plugin and \(manifest.file) disagree: " + differences.joined(separator: "; "),
                                 advice: "the manifest must describe the plugin it ships with: reinstall it, or tell its author")
         }
+        if let refusal = PluginProtocol.refusal(of: handshake.protocolVersion, plugin: manifest.name) { throw refusal }
     }
 }

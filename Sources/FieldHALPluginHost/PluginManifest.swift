@@ -112,6 +112,18 @@ public struct PluginManifest: Sendable, Equatable {
             }
             capabilities[capability] = try capabilityReader.parameters(entry["parameters"] ?? .array([]))
         }
+        // Versions this host cannot use are refused here, so that `fieldhal plugins` lists
+        // the problem and no kit opens the plugin: another major, or a capability declared
+        // with a protocol older than the one it is served from.
+        if let refusal = PluginProtocol.refusal(of: protocolVersion, plugin: name) {
+            throw FieldHALError(refusal.kind, subject: "\(file): protocol", detail: "the plugin \(refusal.detail)", advice: refusal.advice)
+        }
+        for capability in capabilities.keys.sorted() where protocolVersion < PluginProtocol.since(capability) {
+            let since = PluginProtocol.since(capability)
+            throw FieldHALError(.unsupported, subject: "\(file): capabilities.\(capability.rawValue)",
+                                detail: "\(capability.rawValue) is served from plugin protocol \(since) on; the manifest says \(protocolVersion)",
+                                advice: "declare (and speak) protocol \(since) or later, or leave \(capability.rawValue) out")
+        }
         return PluginManifest(name: name, version: version, summary: summary, protocolVersion: protocolVersion,
                               executable: executable, capabilities: capabilities, file: file)
     }

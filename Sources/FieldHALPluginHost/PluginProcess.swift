@@ -258,6 +258,12 @@ public final class PluginProcess {
                              advice: "run \(manifest.executable) by hand, or fieldhal plugin check \(manifest.file)")
     }
 
+    /// An answer to a request the host did not send, or sent and had answered already:
+    /// the plugin's `protocolError` (docs/plugin-protocol.md, Errors), whenever it comes.
+    public func stray(_ id: JSONValue) -> FieldHALError {
+        failure(.protocolError, "answered request \(String(decoding: id.jsonText, as: UTF8.self)), which the host did not send or had answered already")
+    }
+
     private func failure(_ kind: FieldHALError.Kind, _ detail: String) -> FieldHALError {
         FieldHALError(kind, subject: subject, detail: detail + tailNote,
                       advice: "a fault in the plugin: fieldhal plugin check \(manifest.file) shows it; its author can fix it")

@@ -38,6 +38,9 @@ public final class PluginSession: Sendable {
         var pending: [Int64: Pending] = [:]
         /// What cancelled requests hold until the plugin answers them (or the session ends).
         var abandoned: [Int64: any Sendable] = [:]
+        /// Requests whose callers stopped waiting (cancelled) while the plugin may still
+        /// answer them: their answers are dropped. Any other answer not awaited is a stray.
+        var late: Set<Int64> = []
         var nextIdentifier: Int64 = 1
         var stopping = false
         var ended: FieldHALError?
@@ -127,6 +130,7 @@ public final class PluginSession: Sendable {
             let waiting = state.withLock { state -> Pending? in
                 guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
                 if state.ended == nil && !state.stopping {
+                    state.late.insert(identifier)
                     if let held = pending.held { state.abandoned[identifier] = held }
                     state.outgoing.append(OutgoingMessage(PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))))
                 }
@@ -215,7 +219,8 @@ public final class PluginSession: Sendable {
                 unsent += more
                 try process.send(&unsent, doing: "writing to the plugin")
                 switch try process.next(until: deadline ?? .now + .seconds(3600), doing: "serving", writing: !unsent.isEmpty) {
-                case .message(let message, let descriptors): dispatch(message, descriptors, process)
+                case .message(let message, let descriptors):
+                    if let fault = dispatch(message, descriptors, process) { return fault }
                 case .writable, .woken: continue
                 case .deadline:
                     let expired = state.withLock { state in
@@ -233,9 +238,11 @@ public final class PluginSession: Sendable {
         }
     }
 
-    private func dispatch(_ message: JSONValue, _ descriptors: [OwnedDescriptor], _ process: PluginProcess) {
+    /// Hands a message to whoever waits for it; a stray answer is the plugin's fault, which
+    /// ends the session.
+    private func dispatch(_ message: JSONValue, _ descriptors: [OwnedDescriptor], _ process: PluginProcess) -> FieldHALError? {
         guard let id = message["id"], id != .null else {
-            guard let method = message["method"]?.string else { return }
+            guard let method = message["method"]?.string else { return nil }
             let parameters = message["params"] ?? .null
             if method == PluginProtocol.progress {
                 // A step of a running request (on this thread, before its answer is read);
@@ -244,29 +251,35 @@ public final class PluginSession: Sendable {
                    let progress = state.withLock({ $0.pending[request]?.progress }) {
                     progress(value, descriptors)
                 }
-                return
+                return nil
             }
             onNotification(method, parameters)
-            return
+            return nil
         }
-        guard let identifier = id.integer else { return }
+        // A message with an id and a method is a request: the host serves none (a plugin
+        // asks nothing of it), so it is not an answer and not a stray one either.
+        guard message["method"] == nil else { return nil }
+        guard let identifier = id.integer else { return process.stray(id) }
         // A cancelled call's holdings go now that the plugin is done with them (here, not
         // under the lock: letting go of a recording's directory removes it).
-        let (waiting, released) = state.withLock { state -> (Pending?, (any Sendable)?) in
+        let (waiting, released, late) = state.withLock { state -> (Pending?, (any Sendable)?, Bool) in
             var waiting = state.pending.removeValue(forKey: identifier)
+            let late = waiting == nil && state.late.remove(identifier) != nil
             // The caller, still waiting, holds its own reference: what it holds goes when
             // the caller is done with it, not a moment later on this thread.
             waiting?.held = nil
-            return (waiting, state.abandoned.removeValue(forKey: identifier))
+            return (waiting, state.abandoned.removeValue(forKey: identifier), late)
         }
         withExtendedLifetime(released) {}
         guard let waiting else {
-            return  // the answer to a call that was cancelled or timed out
+            // The answer to a call that was cancelled is dropped; any other is a stray.
+            return late ? nil : process.stray(id)
         }
         do {
             waiting.continuation.resume(returning: Answer(result: try process.result(of: message, method: waiting.method), descriptors: descriptors))
         } catch {
             waiting.continuation.resume(throwing: error)
         }
+        return nil
     }
 }

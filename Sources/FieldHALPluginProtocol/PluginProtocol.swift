@@ -39,6 +39,18 @@ public enum PluginProtocol {
     /// (frames, PCM) does not travel in messages.
     public static let maximumMessage = 1 << 20
 
+    /// The protocol from which the host serves `capability` from a plugin ("in force since"
+    /// in docs/plugin-protocol.md): a manifest that declares it with an older protocol is
+    /// refused at `fieldhal plugins`, `plugin check` and open alike.
+    public static func since(_ capability: Capability) -> Version {
+        switch capability {
+        case .location: Version(major: 1, minor: 0)
+        case .nfcReader, .nfcEmulator, .haptics: Version(major: 1, minor: 1)
+        case .biometrics: Version(major: 1, minor: 2)
+        case .camera, .microphone, .speaker: Version(major: 1, minor: 3)
+        }
+    }
+
     /// Why a plugin speaking `other` cannot be used by this host, or nil when it can: the
     /// majors must match; any minor works (each side uses what both know: the host tells
     /// its version in `initialize`).

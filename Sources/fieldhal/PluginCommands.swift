@@ -106,6 +106,7 @@ struct PluginCommand: AsyncParsableCommand {
         @Option(name: .long, help: "Seconds the plugin has to answer `initialize`.") var timeout: Double = 5
 
         struct Report: Encodable {
+            let passed = true
             let manifest: String
             let name: String
             let version: String
@@ -115,16 +116,32 @@ struct PluginCommand: AsyncParsableCommand {
             let handshakeMilliseconds: Double
         }
 
+        /// What `--json` prints when the check fails: which manifest, and the error as the
+        /// API's problems carry it (`kind`, `subject`, `detail`, `advice`), beside the exit status.
+        struct Failure: Encodable {
+            let passed = false
+            let manifest: String
+            let exitStatus: Int32
+            let error: Problem
+            struct Problem: Encodable {
+                let kind: String
+                let subject: String
+                let detail: String
+                let advice: String?
+            }
+        }
+
         func run() async throws {
+            var file = path
             do {
-                var file = path
                 var isDirectory: ObjCBool = false
                 if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), isDirectory.boolValue {
                     file = (file as NSString).appendingPathComponent("plugin.json")
                 }
                 guard FileManager.default.fileExists(atPath: file) else {
-                    Output.failure("\(file): no plugin manifest there (a plugin.json, a NAME.json, or a directory holding plugin.json)")
-                    throw ExitCode(66)
+                    let missing = FieldHALError(.deviceNotFound, subject: file,
+                                                detail: "no plugin manifest there (a plugin.json, a NAME.json, or a directory holding plugin.json)")
+                    try fail(missing, file: file, status: 66)
                 }
                 let manifest = try PluginManifest.load(file)
                 let handshake = try await PluginCheck.handshake(manifest, timeout: try duration(seconds: timeout, option: "--timeout"))
@@ -145,9 +162,20 @@ struct PluginCommand: AsyncParsableCommand {
                     return lines.joined(separator: "\n")
                 }
             } catch let error as FieldHALError {
-                Output.failure(error.description)
-                throw ExitCode(error.kind == .protocolError || error.kind == .unsupported ? 65 : ExitStatus.code(error.kind))
+                try fail(error, file: file, status: error.kind == .protocolError || error.kind == .unsupported ? 65 : ExitStatus.code(error.kind))
             }
+        }
+
+        /// One line on standard error, and with --json the failure on standard output too (a
+        /// script reads one JSON object whatever happened), then the exit status.
+        private func fail(_ error: FieldHALError, file: String, status: Int32) throws -> Never {
+            if json {
+                let failure = Failure(manifest: file, exitStatus: status,
+                                      error: .init(kind: error.kind.rawValue, subject: error.subject, detail: error.detail, advice: error.advice))
+                try? Output.emit(failure, json: true) { "" }
+            }
+            Output.failure(error.kind == .deviceNotFound && status == 66 ? "\(error.subject): \(error.detail)" : error.description)
+            throw ExitCode(status)
         }
     }
 

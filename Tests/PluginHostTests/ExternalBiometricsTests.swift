@@ -10,7 +10,7 @@ import Testing
 /// wrong. The real sensor out of process is `FprintdPluginTests`, against fprintd.
 @Suite(.timeLimit(.minutes(1))) struct ExternalBiometricsTests {
     static let manifest = PluginFixtures.manifest(
-        name: "prints", capabilities: #"{"biometrics": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the sensor"}]}}"#)
+        name: "prints", minor: 2, capabilities: #"{"biometrics": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the sensor"}]}}"#)
 
     func load(_ mode: String) async throws -> (Kit, PluginFixtures) {
         let fixtures = try PluginFixtures()

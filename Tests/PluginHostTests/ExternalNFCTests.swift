@@ -10,7 +10,7 @@ import Testing
 /// dies mid-read and is started again by the next read, one that never answers.
 @Suite(.timeLimit(.minutes(1))) struct ExternalNFCTests {
     static let manifest = PluginFixtures.manifest(
-        name: "probe", capabilities: #"{"nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#)
+        name: "probe", minor: 1, capabilities: #"{"nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#)
 
     func load(_ mode: String, log: CapturedLog = CapturedLog()) async throws -> (Kit, PluginFixtures) {
         let fixtures = try PluginFixtures()
@@ -77,6 +77,22 @@ import Testing
         #expect(fixtures.leftovers().isEmpty)
     }
 
+    /// An answer to a request the host never sent ends the session as the plugin's
+    /// `protocolError` (the Errors table), while it serves as at the handshake; the waiting
+    /// read hears it at once, and the next read starts the plugin again.
+    @Test func anAnswerToARequestNeverSentIsTheProtocolsErrorWhileServing() async throws {
+        let (kit, fixtures) = try await load("stray")
+        let reader = try kit.nfcReader()
+        let started = ContinuousClock.now
+        let error = await failure { _ = try await reader.readTag(timeout: .seconds(30)) }
+        #expect(error?.kind == .protocolError && error?.description.contains("answered request 9999, which the host did not send") == true,
+                "\(String(describing: error))")
+        #expect(ContinuousClock.now - started < .seconds(10), "at once, not at the read's bound")
+        #expect(try await reader.readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
     @Test func aPluginThatNeverAnswersAReadIsATimeoutAndIsStopped() async throws {
         let (kit, fixtures) = try await load("hang-read")
         let reader = try kit.nfcReader()
@@ -91,8 +107,8 @@ import Testing
 
     /// Protocol 1.2: a kit's reader and emulator from one plugin meet in one process (an NFC
     /// chip's two roles share its device); one closed is released there (`close`) while the
-    /// other serves on; a restart opens both again. A plugin of 1.0 gets a process for each.
-    @Test(arguments: [(2, 1), (0, 2)]) func aPluginOfProtocolOneTwoServesTheKitsCapabilitiesInOneProcess(minor: Int, processes: Int) async throws {
+    /// other serves on; a restart opens both again. A plugin of 1.1 gets a process for each.
+    @Test(arguments: [(2, 1), (1, 2)]) func aPluginOfProtocolOneTwoServesTheKitsCapabilitiesInOneProcess(minor: Int, processes: Int) async throws {
         let fixtures = try PluginFixtures()
         let device = #"[{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]"#
         try fixtures.plugin("probe", mode: "die-in-read", manifest: PluginFixtures.manifest(

@@ -162,19 +162,33 @@ final class PluginFixtures: @unchecked Sendable {
         #expect(fixtures.leftovers().isEmpty)
     }
 
-    @Test func aPluginForANewerMajorIsRefusedBeforeItStarts() async throws {
-        let (result, fixtures) = try await check("good", manifest: PluginFixtures.manifest(name: "probe", major: 2))
-        let refusal = try #require(error(result))
-        #expect(refusal.kind == .unsupported)
-        #expect(refusal.detail == "speaks plugin protocol 2.0; this FieldHAL speaks \(PluginProtocol.version)")
-        #expect(refusal.advice?.contains("update FieldHAL") == true)
-        #expect(fixtures.leftovers().isEmpty)
+    /// A manifest for another major, or one declaring a capability with a protocol older
+    /// than the one it is served from, is refused as it is read: `fieldhal plugins` lists
+    /// the problem and no kit starts the plugin.
+    @Test(arguments: [
+        (2, 0, #"{"gps": {}}"#, "protocol", "the plugin speaks plugin protocol 2.0; this FieldHAL speaks", "update FieldHAL"),
+        (0, 9, #"{"gps": {}}"#, "protocol", "the plugin speaks plugin protocol 0.9", "update the plugin"),
+        (1, 0, #"{"nfc": {}}"#, "capabilities.nfc", "nfc is served from plugin protocol 1.1 on; the manifest says 1.0", "declare (and speak) protocol 1.1"),
+        (1, 0, #"{"gps": {}, "speaker": {}}"#, "capabilities.speaker", "speaker is served from plugin protocol 1.3 on", "leave speaker out"),
+        (1, 1, #"{"biometrics": {}}"#, "capabilities.biometrics", "biometrics is served from plugin protocol 1.2 on; the manifest says 1.1", "1.2"),
+    ]) func aManifestOfAVersionThisHostCannotServeIsRefusedWhenRead(major: Int, minor: Int, capabilities: String,
+                                                                    place: String, detail: String, advice: String) throws {
+        let fixtures = try PluginFixtures()
+        let file = try fixtures.plugin("probe", mode: "good", manifest: PluginFixtures.manifest(name: "probe", major: major, minor: minor, capabilities: capabilities))
+        let refusal = #expect(throws: FieldHALError.self) { try PluginManifest.load(file) }
+        #expect(refusal?.kind == .unsupported && refusal?.subject == "\(file): \(place)", "\(String(describing: refusal))")
+        #expect(refusal?.detail.contains(detail) == true && refusal?.advice?.contains(advice) == true, "\(String(describing: refusal))")
+        let found = PluginDirectories.discover(in: [fixtures.root], builtIn: [])
+        #expect(found.plugins.isEmpty && found.problems.first?.detail == refusal?.detail, "\(found.problems)")
     }
 
-    @Test func aPluginThatAnswersWithANewerMajorIsRefused() async throws {
+    /// A plugin whose handshake names another protocol than its manifest disagrees with it
+    /// (the manifest is the contract), whatever the version: not a reason to update FieldHAL.
+    @Test func aPluginThatAnswersWithAnotherMajorThanItsManifestDisagrees() async throws {
         let (result, fixtures) = try await check("newer-major")
-        #expect(error(result)?.kind == .unsupported)
-        #expect(error(result)?.detail.contains("speaks plugin protocol 2.0") == true)
+        #expect(error(result)?.kind == .malformedData)
+        #expect(error(result)?.detail.contains("it speaks protocol 2.0, the manifest says 1.0") == true, "\(String(describing: error(result)))")
+        #expect(error(result)?.advice?.contains("update FieldHAL") == false)
         #expect(fixtures.leftovers().isEmpty)
     }
 
@@ -349,6 +363,19 @@ final class PluginFixtures: @unchecked Sendable {
 
         let absent = try await CLI.run(["plugin", "check", fixtures.root + "/nothing"])
         #expect(absent.status == 66)
+
+        // With --json a failure is one JSON object on standard output as well.
+        let goodJSON = try await CLI.run(["plugin", "check", "--json", fixtures.root + "/probe"])
+        let passed = try JSONSerialization.jsonObject(with: Data(goodJSON.stdout.utf8)) as? [String: Any]
+        #expect(goodJSON.status == 0 && passed?["passed"] as? Bool == true && passed?["name"] as? String == "probe", "\(goodJSON)")
+        let crashedJSON = try await CLI.run(["plugin", "check", "--json", fixtures.root + "/crashing"])
+        let failed = try JSONSerialization.jsonObject(with: Data(crashedJSON.stdout.utf8)) as? [String: Any]
+        let error = failed?["error"] as? [String: Any]
+        #expect(crashedJSON.status == 69 && failed?["passed"] as? Bool == false && failed?["exitStatus"] as? Int == 69, "\(crashedJSON)")
+        #expect(error?["kind"] as? String == "unavailable" && (error?["detail"] as? String)?.contains("killed by signal 6") == true, "\(crashedJSON)")
+        let absentJSON = try await CLI.run(["plugin", "check", "--json", fixtures.root + "/nothing"])
+        let missing = try JSONSerialization.jsonObject(with: Data(absentJSON.stdout.utf8)) as? [String: Any]
+        #expect(absentJSON.status == 66 && missing?["passed"] as? Bool == false, "\(absentJSON)")
     }
 
     /// A built-in plugin out of process from the command line: the manifest `plugin

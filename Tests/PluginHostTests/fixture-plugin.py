@@ -57,7 +57,9 @@ def stream_fixes(stream):
             sys.stderr.write("fixture: receiver fell over after %d fixes\n" % (count - 1))
             sys.stderr.flush()
             os._exit(3)
-        latitude = 200.0 if (mode == "bad-fix" and count == 2) else 52.0 + count / 1000.0
+        # "bad-fix": every fifth fix is out of range, so that a watcher who starts late
+        # (a loaded machine) still meets one.
+        latitude = 200.0 if (mode == "bad-fix" and count % 5 == 2) else 52.0 + count / 1000.0
         fix = {"mode": "3d", "latitude": latitude, "longitude": 13.4, "altitude": 34.0,
                "horizontalAccuracy": 4.5, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "satellitesUsed": 7}
@@ -142,6 +144,10 @@ for line in sys.stdin:
             continue
         if unknown_device(ident, request.get("params", {})):
             continue
+        if mode == "stray" and first_start:
+            # An answer to a request the host never sent: the protocol's fault, at once.
+            send({"jsonrpc": "2.0", "id": 9999, "result": {"tag": None}})
+            time.sleep(3600)
         tag = {"type": "type2", "uid": "04:A1:B2:C3:D4:E5:F6", "atqa": "0044", "sak": "00",
                # One NDEF Text record, "en", "fixture" (1.6: "fixture" and the reader's tty).
                "ndef": "0QEKVAJlbmZpeHR1cmU="}
