@@ -54,7 +54,7 @@ public enum FakePlugin {
             ParameterSpec("text", .string, help: "an NDEF Text record to hold"),
             ParameterSpec("language", .string, help: "the Text record's language (default en)"),
             ParameterSpec("uri", .string, help: "an NDEF URI record to hold"),
-            ParameterSpec("raw_data", .string, help: "hex bytes of the data area (Type 2) or NDEF file (Type 4), for corrupt tags"),
+            ParameterSpec("raw_data", .string, help: "hex bytes of the data area (Type 2: its TLVs) or of the NDEF message (Type 4), for corrupt or unusual tags"),
             ParameterSpec("arrive_ms", .integer, help: "when the tag enters the field, after opening (default 0)"),
             ParameterSpec("leave_ms", .integer, help: "when it leaves (default: it stays)"),
         ]), help: "the tags that pass the reader"),

@@ -82,7 +82,8 @@ public struct APITag: Sendable, Codable, Equatable {
     /// ATQA and SAK in hex, when the reader reports them.
     public var atqa: String?
     public var sak: String?
-    /// The NDEF message's records; empty when the tag holds none.
+    /// The NDEF message's records; empty when the tag holds none, or the empty message (one
+    /// empty record, `D0 00 00`, which the NFC Forum writes for a message of nothing).
     public var records: [APIRecord]
 
     public init(type: String, uid: String, atqa: String?, sak: String?, records: [APIRecord]) {
@@ -133,14 +134,17 @@ public struct APIRecord: Sendable, Codable, Equatable {
     public var recordType: String
     /// The payload, base64.
     public var payload: String
+    /// The record's ID field, base64; nil when it has none.
+    public var id: String?
 
-    public init(kind: String, value: String, language: String?, tnf: Int, recordType: String, payload: String) {
+    public init(kind: String, value: String, language: String?, tnf: Int, recordType: String, payload: String, id: String? = nil) {
         self.kind = kind
         self.value = value
         self.language = language
         self.tnf = tnf
         self.recordType = recordType
         self.payload = payload
+        self.id = id
     }
 
     public init(_ record: NDEFRecord) {
@@ -155,6 +159,7 @@ public struct APIRecord: Sendable, Codable, Equatable {
         case nil: ("malformed", "record payload does not decode", nil)
         }
         self.init(kind: kind, value: value, language: language, tnf: Int(record.typeNameFormat.rawValue),
-                  recordType: String(decoding: record.type, as: UTF8.self), payload: Data(record.payload).base64EncodedString())
+                  recordType: String(decoding: record.type, as: UTF8.self), payload: Data(record.payload).base64EncodedString(),
+                  id: record.id.isEmpty ? nil : Data(record.id).base64EncodedString())
     }
 }

@@ -305,7 +305,9 @@ public enum ExitStatus {
         case .notConfigured, .unavailable, .deviceNotFound, .permissionDenied, .busy, .disconnected: 69
         case .timeout, .noFix: 75
         case .invalidArgument, .noSuchDevice: 64  // EX_USAGE: the command line named it
-        case .malformedData, .stale: 65
+        // EX_DATAERR: a payload that is wrong, whether a tag's bytes read in process or a
+        // plugin's answer that breaks the protocol (the same tag through a plugin).
+        case .malformedData, .stale, .protocolError: 65
         default: 1
         }
     }

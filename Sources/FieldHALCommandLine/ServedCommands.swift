@@ -162,34 +162,26 @@ public struct GPSFixCommand: ParsableCommand {
     }
 }
 
-/// A tag as the CLI prints it: the API's form, so that a tag read through the daemon and one
-/// read by the CLI itself print the same.
+/// A tag as the CLI prints it. `--json` is the API's `Tag` itself, every record whole (its
+/// TNF, type, payload and ID), so that a tag read through the daemon and one read by the CLI
+/// print the same and a script can decode any record.
 public struct TagReport: Encodable {
-    public let type: String
-    public let uid: String
-    public let atqa: String?
-    public let sak: String?
-    public let records: [RecordReport]
-
-    public struct RecordReport: Encodable {
-        public let kind: String
-        public let value: String
-        public let language: String?
-    }
+    public let tag: APITag
 
     public init(_ tag: APITag) {
-        type = tag.type
-        uid = tag.uid
-        atqa = tag.atqa
-        sak = tag.sak
-        records = tag.records.map { RecordReport(kind: $0.kind, value: $0.value, language: $0.language) }
+        self.tag = tag
     }
 
+    public func encode(to encoder: any Encoder) throws { try tag.encode(to: encoder) }
+
     public var text: String {
-        var lines = ["\(type) tag \(uid)" + (atqa.map { " ATQA \($0)" } ?? "") + (sak.map { " SAK \($0)" } ?? "")]
-        if records.isEmpty { lines.append("  no NDEF records") }
+        var lines = ["\(tag.type) tag \(tag.uid)" + (tag.atqa.map { " ATQA \($0)" } ?? "") + (tag.sak.map { " SAK \($0)" } ?? "")]
+        if tag.records.isEmpty { lines.append("  no NDEF records") }
         // A record's text is the tag's: one line each, its control characters shown.
-        lines += records.map { "  \($0.kind): \(TerminalText.escaped($0.value))" }
+        lines += tag.records.map { record in
+            let id = record.id.flatMap { Data(base64Encoded: $0) }.map { " (id \(TerminalText.escaped(String(decoding: $0, as: UTF8.self))))" } ?? ""
+            return "  \(record.kind): \(TerminalText.escaped(record.value))" + id
+        }
         return lines.joined(separator: "\n")
     }
 }

@@ -18,7 +18,7 @@ struct FieldHALCommand: AsyncParsableCommand {
         `--config fake-bench` is the same with two devices of every kind (examples/fake-bench.toml).
 
         Exit status: 0 success; 1 failure; 64 bad usage; 65 bad data (a tampered, malformed or \
-        stale payload); 69 capability unavailable or not configured; 75 timed out or no fix \
+        stale payload, or a plugin's answer that breaks the plugin protocol); 69 capability unavailable or not configured; 75 timed out or no fix \
         (try again); 78 configuration rejected.
         """,
         version: FieldHALVersion.current,

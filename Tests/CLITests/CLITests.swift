@@ -89,6 +89,33 @@ struct CLITests {
         }
     }
 
+    /// `nfc read --json` prints each record whole, as the API does: a record's ID, and an
+    /// external record's type, TNF and payload (not only a summary).
+    @Test(arguments: CLIWay.allCases)
+    func aTagsRecordsComeWholeWithTheirIDs(_ way: CLIWay) async throws {
+        // A Type 4 NDEF message: a Text record "hello" with ID "r1", then external example.com:t holding 01 02.
+        let config = scratch("records.toml")
+        try """
+        [nfc]
+        plugin = "fake"
+        tags = [{ type = "type4", uid = "08:12:34:56", raw_data = "9901080254723102656E68656C6C6F540D026578616D706C652E636F6D3A740102" }]
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        try await eachWay(way) {
+            let read = try await CLI.run(["nfc", "read", "--json", "--config", config, "--state-dir", scratch("state")])
+            #expect(read.status == 0, "\(read.stderr)")
+            let tag = try JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any]
+            let records = tag?["records"] as? [[String: Any]] ?? []
+            #expect(records.count == 2, "\(read.stdout)")
+            #expect(records.first?["kind"] as? String == "text" && records.first?["value"] as? String == "hello", "\(read.stdout)")
+            #expect(records.first?["id"] as? String == "cjE=", "the ID r1, base64: \(read.stdout)")
+            #expect(records.last?["kind"] as? String == "external" && records.last?["tnf"] as? Int == 4, "\(read.stdout)")
+            #expect(records.last?["recordType"] as? String == "example.com:t" && records.last?["payload"] as? String == "AQI=", "\(read.stdout)")
+            #expect(records.last?["id"] == nil, "\(read.stdout)")
+            let text = try await CLI.run(["nfc", "read", "--config", config, "--state-dir", scratch("state")])
+            #expect(text.stdout.contains("text: hello (id r1)"), "\(text.stdout)")
+        }
+    }
+
     /// The example to copy is the built-in bench, word for word.
     @Test func theBuiltInBenchIsTheExampleFile() throws {
         let file = try String(contentsOf: CLI.repositoryRoot.appendingPathComponent("examples/fake-bench.toml"), encoding: .utf8)
