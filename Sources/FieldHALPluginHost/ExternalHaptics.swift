@@ -16,6 +16,6 @@ final class ExternalHaptics: HapticsEngine, ExternalRequestDevice {
 
     func play(_ pattern: HapticPattern) async throws {
         try pattern.validate(subject: "haptic pattern")
-        _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.length(of: pattern))
+        _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.bound(of: pattern))
     }
 }

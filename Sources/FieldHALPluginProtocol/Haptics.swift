@@ -80,6 +80,17 @@ extension PluginProtocol {
     }
 
     /// How long a pattern plays: its steps' durations and pauses.
+    /// How long the host waits for `haptics.play` before the plugin's own grace: a custom
+    /// pattern's length, which the host knows; a named one is the plugin's theme, whose
+    /// length only the plugin knows, so it may take up to `namedPatternBound`.
+    public static func bound(of pattern: HapticPattern) -> Duration {
+        guard case .custom = pattern else { return max(namedPatternBound, length(of: pattern)) }
+        return length(of: pattern)
+    }
+
+    /// The longest a named pattern may play in a plugin's theme (docs/plugin-protocol.md).
+    public static let namedPatternBound = Duration.seconds(30)
+
     public static func length(of pattern: HapticPattern) -> Duration {
         .milliseconds(pattern.steps.reduce(0) { $0 + $1.durationMilliseconds + $1.pauseMilliseconds })
     }

@@ -28,8 +28,8 @@ import Testing
         }
     }
 
-    func starts(_ fixtures: PluginFixtures) throws -> Int {
-        try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
+    func starts(_ fixtures: PluginFixtures, _ plugin: String = "probe") throws -> Int {
+        try String(contentsOfFile: fixtures.root + "/\(plugin)/starts", encoding: .utf8).split(separator: "\n").count
     }
 
     @Test func aTagComesThroughTheProtocol() async throws {
@@ -89,6 +89,20 @@ import Testing
                 "\(String(describing: error))")
         #expect(ContinuousClock.now - started < .seconds(10), "at once, not at the read's bound")
         #expect(try await reader.readTag(timeout: .seconds(2)).uidString == "04:A1:B2:C3:D4:E5:F6")
+        await kit.close()
+        #expect(fixtures.leftovers().isEmpty)
+    }
+
+    /// A named pattern is the plugin's theme: one that plays longer than FieldHAL's own
+    /// (its warning 6 s, FieldHAL's 0.4 s) is waited for, not killed as hung.
+    @Test func aNamedPatternPlaysAsLongAsThePluginsThemeSays() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("motor", mode: "slow-theme", manifest: PluginFixtures.manifest(name: "motor", minor: 1, capabilities: #"{"haptics": {}}"#))
+        let kit = try await fixtures.kit("[haptics]\nplugin = \"motor\"\n")
+        let started = ContinuousClock.now
+        try await kit.haptics().play(.warning)
+        #expect(ContinuousClock.now - started >= .seconds(6))
+        #expect(try starts(fixtures, "motor") == 1, "the plugin served on: not killed and started again")
         await kit.close()
         #expect(fixtures.leftovers().isEmpty)
     }

@@ -102,8 +102,8 @@ for line in sys.stdin:
         params = request["params"]
         if mode == "hang-open":
             continue
-        if params["capability"] not in ("gps", "nfc", "nfc_emulator", "biometrics"):
-            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps, nfc and biometrics"}})
+        if params["capability"] not in ("gps", "nfc", "nfc_emulator", "biometrics", "haptics"):
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": "only gps, nfc, biometrics and haptics"}})
             continue
         if mode == "exclusive":
             # A device only one process may hold, as a serial reader is: a lock on a file.
@@ -120,7 +120,7 @@ for line in sys.stdin:
         handle = params.get("device")
         with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
             opens.write("%d open %s%s\n" % (os.getpid(), params["capability"], " " + handle if handle else ""))
-        result = {"device": "fixture " + params["parameters"]["device"]}
+        result = {"device": "fixture " + params["parameters"].get("device", params["capability"])}
         if handle is not None:
             devices[handle] = params["parameters"]["device"]
             result["identity"] = {"vendor": "Fixture Labs", "model": "probe reader",
@@ -157,6 +157,14 @@ for line in sys.stdin:
         if mode == "bad-tag":
             tag["uid"] = "zz"
         send({"jsonrpc": "2.0", "id": ident, "result": {"tag": tag}})
+    elif method == "haptics.play":
+        # "slow-theme": this plugin's named patterns are long (its warning plays 6 s), longer
+        # than FieldHAL's own theme's plus the host's 5 s grace.
+        def play(request, seconds):
+            time.sleep(seconds)
+            send({"jsonrpc": "2.0", "id": request, "result": None})
+        named = "pattern" in request["params"]
+        threading.Thread(target=play, args=(ident, 6.0 if (mode == "slow-theme" and named) else 0.05), daemon=True).start()
     elif method == "biometrics.availability":
         send({"jsonrpc": "2.0", "id": ident, "result": {"hasSensor": True, "enrolledFingers": ["right-index-finger"]}})
     elif method == "biometrics.verify":
