@@ -17,7 +17,9 @@ struct ReceiversBench: AsyncParsableCommand {
         abstract: "Fix latency through the daemon with 1 and 4 receivers on one gpsd.",
         discussion: """
         Needs gpsd and gpsd-clients (gpsfake); no receiver. For each count, gpsfake feeds one \
-        generated NMEA log per receiver, each through a pty of its own, to one private gpsd; \
+        generated NMEA log per receiver, each through a pty of its own, to one private gpsd, \
+        each receiver as fast as the one alone (gpsfake interleaves the logs, so it waits \
+        --cycle divided by the count between sentences): four receivers are four times the fixes; \
         `fieldhal run` configures every receiver as a device of its own ([gps.r0], [gps.r1], …) \
         and one client follows all of them on /v1/events. A fix's latency runs from the moment \
         this program's own gpsd connection (watching every receiver, as gpspipe -w does) reads \
@@ -28,7 +30,7 @@ struct ReceiversBench: AsyncParsableCommand {
 
     @Option(help: "Receiver counts to measure, comma-separated; the first is the baseline.") var counts = "1,4"
     @Option(help: "Epochs (one TPV report each) in each receiver's log.") var epochs = 200
-    @Option(help: "Seconds gpsfake waits between sentences (3 sentences an epoch).") var cycle = 0.02
+    @Option(help: "Seconds between one receiver's sentences (3 sentences an epoch).") var cycle = 0.02
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() async throws {
@@ -38,6 +40,7 @@ struct ReceiversBench: AsyncParsableCommand {
     struct Row: Encodable {
         var receivers: Int
         var samples: Int
+        /// Fixes a second through the daemon, all receivers together.
         var fixesPerSecond: Double
         var medianMs, p95Ms: Double
         /// Against the first count's (one receiver's): the median's and the p95's multiple.
@@ -90,7 +93,9 @@ struct ReceiversBench: AsyncParsableCommand {
     private func measure(receivers count: Int, log: String, directory: String) async throws -> Row {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let port = try TCP.freePort()
-        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle), "-P", String(port)]
+        // gpsfake feeds the logs' sentences in turn, one every -c: each receiver keeps the
+        // single one's rate when -c shrinks with the count.
+        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle / Double(count)), "-P", String(port)]
                                                               + Array(repeating: log, count: count))
         defer { feed.kill() }
         try await GPSBench.waitForListener(port: port)
@@ -116,7 +121,7 @@ struct ReceiversBench: AsyncParsableCommand {
 
         let cpuBefore = GPSBench.cpuSeconds(of: daemon.process.pid)
         let start = ContinuousClock.now
-        try await reference.waitForTheFeedToEnd(within: .seconds(Double(epochs * 3 * count) * cycle + 60))
+        try await reference.waitForTheFeedToEnd(within: .seconds(Double(epochs * 3) * cycle + 60))
         let wall = (ContinuousClock.now - start).seconds
         let daemonCPU = GPSBench.cpuSeconds(of: daemon.process.pid) - cpuBefore
         following.cancel()
