@@ -90,18 +90,38 @@ struct ReceiversBench: AsyncParsableCommand {
 
     private func format(_ value: Double) -> String { String(format: "%.3f", value) }
 
+    /// gpsfake with `count` receivers on one gpsd, and the benchmark's own connection to it
+    /// once gpsd has named them all. Under load gpsfake sometimes leaves gpsd without one of
+    /// its ptys (it hands them over one by one): up to three fresh starts, as the tests do.
+    private func startFeed(receivers count: Int, log: String) async throws -> (BenchProcess, Int, GpsdWatcher, [String]) {
+        var lastError: any Error = FieldHALError(.unavailable, subject: "bench receivers", detail: "gpsfake did not start")
+        for _ in 0..<3 {
+            let port = try TCP.freePort()
+            // gpsfake feeds the logs' sentences in turn, one every -c: each receiver keeps the
+            // single one's rate when -c shrinks with the count.
+            let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle / Double(count)), "-P", String(port)]
+                                                                  + Array(repeating: log, count: count))
+            do {
+                try await GPSBench.waitForListener(port: port)
+                let reference = try GpsdWatcher(port: port)
+                do {
+                    return (feed, port, reference, try await reference.waitForReceivers(count, within: .seconds(15)))
+                } catch {
+                    reference.stop()
+                    throw error
+                }
+            } catch {
+                lastError = error
+                feed.kill()
+            }
+        }
+        throw lastError
+    }
+
     private func measure(receivers count: Int, log: String, directory: String) async throws -> Row {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let port = try TCP.freePort()
-        // gpsfake feeds the logs' sentences in turn, one every -c: each receiver keeps the
-        // single one's rate when -c shrinks with the count.
-        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle / Double(count)), "-P", String(port)]
-                                                              + Array(repeating: log, count: count))
-        defer { feed.kill() }
-        try await GPSBench.waitForListener(port: port)
-        let reference = try GpsdWatcher(port: port)
-        defer { reference.stop() }
-        let paths = try await reference.waitForReceivers(count, within: .seconds(30))
+        let (feed, port, reference, paths) = try await startFeed(receivers: count, log: log)
+        defer { feed.kill(); reference.stop() }
 
         let names = paths.indices.map { "r\($0)" }
         let sections = zip(names, paths).map { name, path in

@@ -27,13 +27,13 @@ struct BenchCLITests {
     /// Receivers side by side on one gpsd, through the daemon: every count has its fixes
     /// measured and its ratio against one receiver's.
     @Test func receiversMeasuresOneAndFourOnOneGpsd() async throws {
-        let result = try await CLI.bench(["receivers", "--epochs", "30", "--json"])
+        let result = try await CLI.bench(["receivers", "--epochs", "60", "--json"])
         #expect(result.status == 0, "\(result.stderr)")
         let report = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         let rows = report?["rows"] as? [[String: Any]] ?? []
         #expect(rows.map { $0["receivers"] as? Int } == [1, 4], "\(result.stdout)")
         for row in rows {
-            #expect((row["samples"] as? Int ?? 0) >= 30 * (row["receivers"] as? Int ?? 1) / 4, "\(row)")
+            #expect((row["samples"] as? Int ?? 0) >= 60 * (row["receivers"] as? Int ?? 1) / 4, "\(row)")
             for key in ["medianMs", "p95Ms", "medianRatio"] {
                 #expect((row[key] as? Double).map { $0 > 0 && $0.isFinite } == true, "\(key): \(row)")
             }
