@@ -236,11 +236,11 @@ struct APIFixBench: AsyncParsableCommand {
     // MARK: - Load: many followers, through the daemon and straight on gpsd
 
     private func measureLoad(log: String, directory: String) async throws -> Load {
-        let port = try TCP.freePort()
-        // Three sentences an epoch, a third of a second apart: one report a second, like a receiver.
-        let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-p", "-q", "-c", "0.333", "-P", String(port), log])
+        // Three sentences an epoch, a third of a second apart: one report a second, like a
+        // receiver; started so that gpsd surely reports (`GpsdFeed`).
+        let (feed, port, watcher, _) = try await GpsdFeed.start(["-c", "0.333"], logs: [log], subject: "bench api-gps")
         defer { feed.kill() }
-        try await GPSBench.waitForListener(port: port)
+        watcher.stop()
         let gpsdPID = try Self.gpsdPID(under: feed.pid)
 
         // Through the daemon.
@@ -254,7 +254,8 @@ struct APIFixBench: AsyncParsableCommand {
             Task {
                 do {
                     for try await event in daemon.api.events([.fix]) {
-                        if case .fix = event { received.withLock { $0[index] += 1 } }
+                        // Fixes with a position: the stream may open with a no-fix report.
+                        if case .fix(let fix, _) = event, fix.hasPosition { received.withLock { $0[index] += 1 } }
                     }
                 } catch is CancellationError {
                 } catch {

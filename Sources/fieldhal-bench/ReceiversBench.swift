@@ -90,32 +90,10 @@ struct ReceiversBench: AsyncParsableCommand {
 
     private func format(_ value: Double) -> String { String(format: "%.3f", value) }
 
-    /// gpsfake with `count` receivers on one gpsd, and the benchmark's own connection to it
-    /// once gpsd has named them all. Under load gpsfake sometimes leaves gpsd without one of
-    /// its ptys (it hands them over one by one): up to three fresh starts, as the tests do.
+    /// gpsfake with `count` receivers on one gpsd, each feeding at the single one's rate
+    /// (gpsfake feeds the logs' sentences in turn, one every -c).
     private func startFeed(receivers count: Int, log: String) async throws -> (BenchProcess, Int, GpsdWatcher, [String]) {
-        var lastError: any Error = FieldHALError(.unavailable, subject: "bench receivers", detail: "gpsfake did not start")
-        for _ in 0..<3 {
-            let port = try TCP.freePort()
-            // gpsfake feeds the logs' sentences in turn, one every -c: each receiver keeps the
-            // single one's rate when -c shrinks with the count.
-            let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-1", "-p", "-q", "-c", String(cycle / Double(count)), "-P", String(port)]
-                                                                  + Array(repeating: log, count: count))
-            do {
-                try await GPSBench.waitForListener(port: port)
-                let reference = try GpsdWatcher(port: port)
-                do {
-                    return (feed, port, reference, try await reference.waitForReceivers(count, within: .seconds(15)))
-                } catch {
-                    reference.stop()
-                    throw error
-                }
-            } catch {
-                lastError = error
-                feed.kill()
-            }
-        }
-        throw lastError
+        try await GpsdFeed.start(["-1", "-c", String(cycle / Double(count))], logs: Array(repeating: log, count: count), subject: "bench receivers")
     }
 
     private func measure(receivers count: Int, log: String, directory: String) async throws -> Row {
@@ -159,6 +137,37 @@ struct ReceiversBench: AsyncParsableCommand {
     }
 }
 
+/// gpsfake started so that its gpsd surely reports: under load gpsfake sometimes leaves its
+/// gpsd without a pty it was to hand over (the tests' `GPSFake` says the same), and such a
+/// gpsd listens but never reports. So each start is checked by the benchmark's own
+/// connection, which must see a report from every receiver within 15 s; up to three fresh
+/// starts. (CI saw a load phase of `bench api-gps` wait in vain for fixes, 2026-11-29.)
+enum GpsdFeed {
+    /// The feed, its port, the connection that watched it start (stamping from then on) and
+    /// the receivers' paths, sorted.
+    static func start(_ arguments: [String], logs: [String], subject: String) async throws -> (BenchProcess, Int, GpsdWatcher, [String]) {
+        var lastError: any Error = FieldHALError(.unavailable, subject: subject, detail: "gpsfake did not start")
+        for _ in 0..<3 {
+            let port = try TCP.freePort()
+            let feed = try BenchProcess.start("/usr/bin/gpsfake", ["-p", "-q"] + arguments + ["-P", String(port)] + logs)
+            do {
+                try await GPSBench.waitForListener(port: port)
+                let watcher = try GpsdWatcher(port: port)
+                do {
+                    return (feed, port, watcher, try await watcher.waitForReports(from: logs.count, within: .seconds(15), subject: subject))
+                } catch {
+                    watcher.stop()
+                    throw error
+                }
+            } catch {
+                lastError = error
+                feed.kill()
+            }
+        }
+        throw lastError
+    }
+}
+
 /// The benchmark's own gpsd client, watching every receiver as gpspipe -w does: it stamps
 /// each TPV report (by receiver and time) the moment it reads it, and learns the receivers'
 /// paths from gpsd's DEVICES and TPV reports. One thread, blocking reads.
@@ -166,6 +175,8 @@ final class GpsdWatcher: @unchecked Sendable {
     private let socket: Int32
     private let lock = NSLock()
     private var seenPaths: [String] = []
+    /// The receivers a TPV report has come from.
+    private var reportingPaths: Set<String> = []
     private var stamped: [String: Double] = [:]
     private var lastReport = ContinuousClock.now
     private var ended = false
@@ -182,17 +193,17 @@ final class GpsdWatcher: @unchecked Sendable {
 
     func stop() { shutdown(socket, Int32(SHUT_RDWR)) }
 
-    /// The receivers' paths, once gpsd has named `count` of them (gpsfake hands each pty
-    /// to gpsd in turn), sorted.
-    func waitForReceivers(_ count: Int, within limit: Duration) async throws -> [String] {
+    /// The receivers' paths, sorted, once a TPV report has come from `count` of them.
+    func waitForReports(from count: Int, within limit: Duration, subject: String) async throws -> [String] {
         let deadline = ContinuousClock.now + limit
         while ContinuousClock.now < deadline {
-            let paths = lock.withLock { seenPaths }
+            let paths = lock.withLock { reportingPaths }
             if paths.count >= count { return paths.sorted() }
             if lock.withLock({ ended }) { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw FieldHALError(.timeout, subject: "bench receivers", detail: "gpsd named \(lock.withLock { seenPaths.count }) of \(count) receivers",
+        let (named, reporting) = lock.withLock { (seenPaths.count, reportingPaths.count) }
+        throw FieldHALError(.timeout, subject: subject, detail: "gpsd named \(named) and reported from \(reporting) of \(count) receivers within \(limit)",
                             advice: "gpsfake hands gpsd its ptys one by one; run it by hand: gpsfake -P PORT LOG LOG …")
     }
 
@@ -223,6 +234,7 @@ final class GpsdWatcher: @unchecked Sendable {
                     lock.withLock {
                         stamped[path + "|" + time] = stamped[path + "|" + time] ?? now
                         lastReport = .now
+                        reportingPaths.insert(path)
                         if !seenPaths.contains(path) { seenPaths.append(path) }
                     }
                 } else if line.contains(#""class":"DEVICES""#) {
