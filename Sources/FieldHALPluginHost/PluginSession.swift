@@ -18,6 +18,8 @@ public final class PluginSession: Sendable {
     private let thread: DeviceThread
     private let wakeup: WakeupEvent
     private let state = Mutex(State())
+    /// How many cancelled requests' answers are remembered as expected (see `State.late`).
+    private static let lateLimit = 1024
     private let onNotification: @Sendable (String, JSONValue) -> Void
     private let onEnd: @Sendable (FieldHALError) -> Void
 
@@ -40,7 +42,10 @@ public final class PluginSession: Sendable {
         var abandoned: [Int64: any Sendable] = [:]
         /// Requests whose callers stopped waiting (cancelled) while the plugin may still
         /// answer them: their answers are dropped. Any other answer not awaited is a stray.
+        /// A plugin may answer a cancel with nothing, so the set is bounded: the oldest go,
+        /// and an answer at or below `lateFloor` (the newest that went) is dropped too.
         var late: Set<Int64> = []
+        var lateFloor: Int64 = 0
         var nextIdentifier: Int64 = 1
         var stopping = false
         var ended: FieldHALError?
@@ -131,6 +136,10 @@ public final class PluginSession: Sendable {
                 guard let pending = state.pending.removeValue(forKey: identifier) else { return nil }
                 if state.ended == nil && !state.stopping {
                     state.late.insert(identifier)
+                    if state.late.count > Self.lateLimit, let oldest = state.late.min() {
+                        state.late.remove(oldest)
+                        state.lateFloor = max(state.lateFloor, oldest)
+                    }
                     if let held = pending.held { state.abandoned[identifier] = held }
                     state.outgoing.append(OutgoingMessage(PluginProtocol.notification("$/cancel", .object(["id": .integer(identifier)]))))
                 }
@@ -264,7 +273,7 @@ public final class PluginSession: Sendable {
         // under the lock: letting go of a recording's directory removes it).
         let (waiting, released, late) = state.withLock { state -> (Pending?, (any Sendable)?, Bool) in
             var waiting = state.pending.removeValue(forKey: identifier)
-            let late = waiting == nil && state.late.remove(identifier) != nil
+            let late = waiting == nil && (state.late.remove(identifier) != nil || identifier <= state.lateFloor)
             // The caller, still waiting, holds its own reference: what it holds goes when
             // the caller is done with it, not a moment later on this thread.
             waiting?.held = nil
