@@ -10,19 +10,59 @@ import Logging
 /// exit, its hang, its garbage, with the tail of its stderr), as from any lost source; no
 /// stream ends. The first start must succeed, so a kit whose plugin cannot start reports
 /// the capability unavailable with that reason.
+///
+/// A plugin of 1.6 or later serves its receivers in the process it shares with its other
+/// devices (`RequestLink.Hold.watch`); an older one runs a process of its own per receiver
+/// (`Link`).
 final class ExternalLocation: LocationProvider {
     let deviceName: String
-    private let link: Link
+    private let feed: FixFeed
+    private let source: Source
 
-    /// What the plugin's notifications feed, and the supervision state.
+    private enum Source {
+        case own(Link)
+        case shared(RequestLink.Hold)
+    }
+
+    /// A receiver's fixes as its plugin's notifications give them, shared by every watcher.
+    final class FixFeed: StreamFeed {
+        let plugin: String
+        let fixes = Broadcaster<Fix>(bufferLimit: 8)
+        let last = LockedValue<ReceivedFix?>(nil)
+
+        init(plugin: String) { self.plugin = plugin }
+
+        func notified(_ method: String, _ parameters: JSONValue) {
+            switch method {
+            case "gps.fix":
+                do {
+                    let fix = try PluginProtocol.fix(from: parameters["fix"] ?? .null, plugin: plugin)
+                    if fix.hasPosition { last.withLock { $0 = ReceivedFix(fix: fix) } }
+                    fixes.yield(fix)
+                } catch {
+                    fixes.yield(.lost("\(error)"))
+                }
+            case "gps.lost":
+                fixes.yield(.lost("plugin \(plugin): " + (parameters["reason"]?.string ?? "the receiver is lost")))
+            default:
+                break
+            }
+        }
+
+        func failed(_ error: FieldHALError) { fixes.yield(.lost("\(error)")) }
+
+        func finish() { fixes.finish() }
+    }
+
+    /// A receiver in a process of its own (a plugin of 1.5 or older): the session, its
+    /// stream and the supervision state.
     final class Link: Sendable {
         let manifest: PluginManifest
         let parameters: JSONValue
         /// Where the supervision is said: a plugin's failures and restarts (the daemon's
         /// journal). Watchers hear them too, as lost fixes, but only while they watch.
         let logger: Logger
-        let fixes = Broadcaster<Fix>(bufferLimit: 8)
-        let last = LockedValue<ReceivedFix?>(nil)
+        let feed: FixFeed
         let session = LockedValue<PluginSession?>(nil)
         let stream = LockedValue<Int64?>(nil)
         let restarting = LockedValue<Task<Void, Never>?>(nil)
@@ -33,16 +73,14 @@ final class ExternalLocation: LocationProvider {
         /// would start a second restart loop beside the first, and so on.
         let generation = LockedValue(0)
         let established = LockedValue<Int?>(nil)
-        /// What the plugin's `open` said of the receiver (1.6).
+        /// What the plugin's `open` said of the receiver.
         let identity = LockedValue<DeviceIdentity?>(nil)
-        /// The receiver's handle (1.6): a location plugin's process serves one receiver,
-        /// named as every device is so that a plugin routes all its requests one way.
-        var handle: String? { RequestLink.namesDevices(manifest) ? "\(Capability.location.rawValue)-1" : nil }
 
         init(manifest: PluginManifest, parameters: JSONValue, logger: Logger) {
             self.manifest = manifest
             self.parameters = parameters
             self.logger = logger
+            self.feed = FixFeed(plugin: manifest.name)
         }
 
         /// Starts a session, opens the receiver and starts its fix stream. Returns the
@@ -55,13 +93,13 @@ final class ExternalLocation: LocationProvider {
                 self?.ended(error, session: number)
             })
             do {
-                let opened = try await session.call("open", PluginProtocol.naming(.object(["capability": .string(Capability.location.rawValue),
-                                                                                           "parameters": parameters]), device: handle),
+                let opened = try await session.call("open", .object(["capability": .string(Capability.location.rawValue),
+                                                                     "parameters": parameters]),
                                                     timeout: .seconds(10))
                 let device = opened["device"]?.string ?? manifest.name
                 let said = try PluginProtocol.identity(from: opened["identity"], plugin: manifest.name)
                 identity.withLock { $0 = said }
-                let watch = try await session.call("gps.watch", PluginProtocol.naming(.object([:]), device: handle), timeout: .seconds(5))
+                let watch = try await session.call("gps.watch", .object([:]), timeout: .seconds(5))
                 guard let stream = watch["stream"]?.integer else {
                     throw FieldHALError(.protocolError, subject: "plugin \(manifest.name)",
                                         detail: "its gps.watch answer has no \"stream\" number", advice: "docs/plugin-protocol.md")
@@ -81,20 +119,7 @@ final class ExternalLocation: LocationProvider {
 
         private func received(_ method: String, _ parameters: JSONValue) {
             guard let stream = parameters["stream"]?.integer, stream == self.stream.value else { return }
-            switch method {
-            case "gps.fix":
-                do {
-                    let fix = try PluginProtocol.fix(from: parameters["fix"] ?? .null, plugin: manifest.name)
-                    if fix.hasPosition { last.withLock { $0 = ReceivedFix(fix: fix) } }
-                    fixes.yield(fix)
-                } catch {
-                    fixes.yield(.lost("\(error)"))
-                }
-            case "gps.lost":
-                fixes.yield(.lost("plugin \(manifest.name): " + (parameters["reason"]?.string ?? "the receiver is lost")))
-            default:
-                break
-            }
+            feed.notified(method, parameters)
         }
 
         /// The plugin failed: say so to the watchers, and start it again (0.5 s, doubling to
@@ -109,7 +134,7 @@ final class ExternalLocation: LocationProvider {
             session.withLock { $0 = nil }
             stream.withLock { $0 = nil }
             guard !closed.value else { return }
-            fixes.yield(.lost("\(error)"))
+            feed.failed(error)
             var delay = Duration.milliseconds(500)
             logger.error("\(error) — starting it again in \(delay.secondsDescription)")
             let task = Task { [self] in
@@ -123,7 +148,8 @@ final class ExternalLocation: LocationProvider {
                         logger.notice("plugin \(manifest.name) serves \(Capability.location) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
                         return
                     } catch {
-                        fixes.yield(.lost("\(error)"))
+                        guard !closed.value else { return }  // the cancelled start of a closed device
+                        feed.failed((error as? FieldHALError) ?? FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "\(error)"))
                         delay = min(delay * 2, .seconds(30))
                         logger.warning("\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
                     }
@@ -137,33 +163,57 @@ final class ExternalLocation: LocationProvider {
             restarting.value?.cancel()
             await restarting.value?.value
             await session.value?.stop()
-            fixes.finish()
+            feed.finish()
         }
     }
 
-    private init(deviceName: String, link: Link) {
+    private init(deviceName: String, feed: FixFeed, source: Source) {
         self.deviceName = deviceName
-        self.link = link
+        self.feed = feed
+        self.source = source
     }
 
-    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, logger: Logger) async throws -> ExternalLocation {
-        let link = Link(manifest: manifest, parameters: JSONValue(parameters.values), logger: logger)
-        let device = try await link.connect()
-        return ExternalLocation(deviceName: "\(device) (plugin \(manifest.name))", link: link)
+    /// The receiver a `gps` section names, in the plugin's shared process (1.6) or in one of
+    /// its own.
+    static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks,
+                     logger: Logger) async throws -> ExternalLocation {
+        guard RequestLink.namesDevices(manifest) else {
+            let link = Link(manifest: manifest, parameters: JSONValue(parameters.values), logger: logger)
+            let device = try await link.connect()
+            return ExternalLocation(deviceName: "\(device) (plugin \(manifest.name))", feed: link.feed, source: .own(link))
+        }
+        let (hold, device) = try await RequestLink.started(manifest, .location, parameters, in: links, logger: logger)
+        do {
+            let feed = try await hold.watch("gps.watch") { FixFeed(plugin: manifest.name) }
+            return ExternalLocation(deviceName: device, feed: feed, source: .shared(hold))
+        } catch {
+            await hold.release()
+            throw error
+        }
     }
 
-    func watch() -> AsyncThrowingStream<Fix, any Error> { link.fixes.subscribe() }
+    func watch() -> AsyncThrowingStream<Fix, any Error> { feed.fixes.subscribe() }
 
     /// Fixes handed over on the session's thread as each notification is read.
     func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
-        link.fixes.subscribe(handler, end: end)
+        feed.fixes.subscribe(handler, end: end)
     }
 
-    func lastKnownFix() async -> ReceivedFix? { link.last.value }
+    func lastKnownFix() async -> ReceivedFix? { feed.last.value }
 
-    var identity: DeviceIdentity? { link.identity.value }
+    var identity: DeviceIdentity? {
+        switch source {
+        case .own(let link): link.identity.value
+        case .shared(let hold): hold.identity
+        }
+    }
 
-    func close() async { await link.close() }
+    func close() async {
+        switch source {
+        case .own(let link): await link.close()
+        case .shared(let hold): await hold.release()
+        }
+    }
 }
 
 extension PluginManifest {
@@ -176,7 +226,7 @@ extension PluginManifest {
         return PluginDescriptor(name: name, summary: summary, capabilities: parameterSpecs) { capability, parameters, _ in
             switch capability {
             case .location:
-                return .location(try await ExternalLocation.open(manifest, parameters, logger: logger))
+                return .location(try await ExternalLocation.open(manifest, parameters, in: links, logger: logger))
             case .nfcReader:
                 return .nfcReader(try await ExternalNFCReader.open(manifest, parameters, in: links, logger: logger))
             case .nfcEmulator:

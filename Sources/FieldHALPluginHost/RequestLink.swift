@@ -21,12 +21,19 @@ import Logging
 ///
 /// A request never waits long on a plugin that is down: within 2 s of the next start it
 /// waits for that start; later it gets the failure at once (typed, naming the plugin, with
-/// the tail of its stderr) and the time of the next start. A location plugin is kept
-/// running instead (`ExternalLocation`): its stream has watchers whether they ask or not.
+/// the tail of its stderr) and the time of the next start.
+///
+/// A receiver (1.6) is a device whose stream runs whether anyone asks (`watch`): a process
+/// serving one is started again by the link itself once the backoff has passed, until it
+/// serves again, and every stream is asked for again in the new process. The receiver hears
+/// each failure as a lost source meanwhile. (A location plugin of 1.5 or older runs a process
+/// of its own per receiver: `ExternalLocation.Link`.)
 final class RequestLink: Sendable {
     let manifest: PluginManifest
     let logger: Logger
     private let state = LockedValue(State())
+    /// Where a stream's notifications go: its number in the serving process to its feed.
+    private let routes = LockedValue(Routes())
 
     /// How long past a request's own bound the host waits for the plugin's answer before it
     /// calls the plugin hung (the plugin answers a `timeout` itself at the bound).
@@ -52,7 +59,26 @@ final class RequestLink: Sendable {
         var claimed: [Device: Claim] = [:]
         /// The handles given so far (1.6): each new device's is the next number.
         var handles = 0
+        /// The devices whose stream is kept running, in the order they were first watched:
+        /// watched again by every start, and while there is one the link starts itself.
+        var watched: [(device: Device, method: String, feed: any StreamFeed)] = []
+        /// The link starting its process again by itself (`revive`).
+        var reviving: Task<Void, Never>?
     }
+
+    /// The streams of one process (`session`, a generation): a notification of another
+    /// process's stream is late and dropped.
+    private struct Routes {
+        var session = 0
+        var streams: [Int64: any StreamFeed] = [:]
+        /// Notifications of a stream whose number the host has not read yet: a plugin may
+        /// send its first fix right behind its `gps.watch` answer, before the task that
+        /// asked has run. Bounded: a stream never asked for is dropped from the oldest.
+        var early: [(stream: Int64, method: String, parameters: JSONValue)] = []
+    }
+
+    /// At most this many early notifications are kept.
+    private static let earlyLimit = 64
 
     /// A device on a link: its capability and, since 1.6, the handle the host named it by
     /// in `open` and names it by in every request after.
@@ -172,6 +198,14 @@ final class RequestLink: Sendable {
                                 progress: progress, holding: holding)
         }
 
+        /// Starts the device's stream (`method`, `gps.watch`) and keeps it running for as long
+        /// as the device is held: its notifications go to the feed `make` gives (one feed for
+        /// all the device's holders), and after every restart it is asked for again. The
+        /// first `method` must succeed.
+        func watch<Feed: StreamFeed>(_ method: String, feed make: () -> Feed) async throws -> Feed {
+            try await link.watch(device, method, feed: make)
+        }
+
         /// A notification to the plugin, if it is running (none is started for it).
         func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
             link.notify(method, PluginProtocol.naming(parameters, device: device.handle))
@@ -209,21 +243,27 @@ final class RequestLink: Sendable {
     /// A holder of `device` let go: with the last holder the plugin releases it (`close`);
     /// with the link's last device the process stops.
     private func detach(_ device: Device) async {
-        let (held, last, session) = state.withLock { state -> (Bool, Bool, PluginSession?) in
-            guard var claim = state.claimed[device] else { return (false, false, nil) }
+        let (held, last, session, feed) = state.withLock { state -> (Bool, Bool, PluginSession?, (any StreamFeed)?) in
+            guard var claim = state.claimed[device] else { return (false, false, nil, nil) }
             claim.holders -= 1
             guard claim.holders == 0 else {
                 state.claimed[device] = claim
-                return (false, false, nil)
+                return (false, false, nil, nil)
             }
             state.claimed[device] = nil
             // Only a device the plugin opened is there to release.
             let wasOpen = state.opened.contains { $0.0 == device }
             state.opened.removeAll { $0.0 == device }
+            let feed = state.watched.first { $0.device == device }?.feed
+            state.watched.removeAll { $0.device == device }
             if state.claimed.isEmpty { state.closed = true }
-            return (true, state.claimed.isEmpty, wasOpen ? state.session : nil)
+            return (true, state.claimed.isEmpty, wasOpen ? state.session : nil, feed)
         }
         guard held else { return }
+        if let feed {
+            routes.withLock { $0.streams = $0.streams.filter { $0.value !== feed } }
+            feed.finish()
+        }
         if last {
             await close()
         } else if let session, session.ended == nil {
@@ -271,29 +311,129 @@ final class RequestLink: Sendable {
     }
 
     private func close() async {
-        let (session, starting) = state.withLock { state in
+        let (session, starting, reviving) = state.withLock { state in
             state.closed = true
             defer { state.session = nil; state.starting = nil }
-            return (state.session, state.starting)
+            return (state.session, state.starting, state.reviving)
         }
+        reviving?.cancel()
         starting?.cancel()
         if let started = try? await starting?.value { await started.stop() }
+        await reviving?.value
         await session?.stop()
+    }
+
+    // MARK: - Streams
+
+    /// `Hold.watch`: the first holder's `method` starts the stream; a later holder (a
+    /// reload's new kit) shares its feed.
+    fileprivate func watch<Feed: StreamFeed>(_ device: Device, _ method: String, feed make: () -> Feed) async throws -> Feed {
+        let (feed, first) = state.withLock { state -> (Feed, Bool) in
+            if let feed = state.watched.first(where: { $0.device == device })?.feed as? Feed { return (feed, false) }
+            let feed = make()
+            // Listed before it is asked for: a restart from here on asks for it itself.
+            state.watched.append((device, method, feed))
+            return (feed, true)
+        }
+        guard first else { return feed }
+        do {
+            while true {
+                let session = try await serving()
+                guard let number = state.withLock({ $0.session === session ? $0.current : nil }) else { continue }
+                let stream = try await stream(of: device, method, from: session)
+                // A process started since has asked for it itself; `follow` ignores this one.
+                follow(stream, with: feed, session: number)
+                return feed
+            }
+        } catch {
+            state.withLock { $0.watched.removeAll { $0.device == device } }
+            throw error
+        }
+    }
+
+    /// Asks `session` for `device`'s stream; its number. The plugin has 5 s to answer.
+    private func stream(of device: Device, _ method: String, from session: PluginSession) async throws -> Int64 {
+        let answer = try await session.call(method, PluginProtocol.naming(.object([:]), device: device.handle), timeout: .seconds(5))
+        guard let stream = answer["stream"]?.integer else {
+            throw FieldHALError(.protocolError, subject: "plugin \(manifest.name)",
+                                detail: "its \(method) answer has no \"stream\" number", advice: "docs/plugin-protocol.md")
+        }
+        return stream
+    }
+
+    /// From now on the notifications of `stream` in process `number` go to `feed`, those
+    /// that came early first.
+    private func follow(_ stream: Int64, with feed: any StreamFeed, session number: Int) {
+        routes.withLock { routes in
+            guard routes.session == number else { return }
+            routes.streams[stream] = feed
+            // Under the lock, so that no later notification overtakes these.
+            for early in routes.early where early.stream == stream { feed.notified(early.method, early.parameters) }
+            routes.early.removeAll { $0.stream == stream }
+        }
+    }
+
+    /// A notification from process `number`: to the feed of the stream it names.
+    private func route(_ method: String, _ parameters: JSONValue, session number: Int) {
+        guard let stream = parameters["stream"]?.integer else { return }
+        routes.withLock { routes in
+            guard routes.session == number else { return }
+            if let feed = routes.streams[stream] {
+                feed.notified(method, parameters)
+                return
+            }
+            if routes.early.count == Self.earlyLimit { routes.early.removeFirst() }
+            routes.early.append((stream, method, parameters))
+        }
+    }
+
+    /// A link with a stream to keep running starts its process again itself, each time the
+    /// backoff has passed, until it serves again or is closed. One loop at a time.
+    private func revive() {
+        state.withLock { now in
+            guard now.reviving == nil, !now.closed else { return }
+            now.reviving = Task { [self] in
+                while !Task.isCancelled {
+                    // Ends (and says so under the lock, so that a failure from here on starts
+                    // another loop) once the process serves or nothing needs it.
+                    let wait = state.withLock { state -> Duration? in
+                        let serving = state.session.map { $0.ended == nil } ?? false
+                        if state.closed || state.watched.isEmpty || serving {
+                            state.reviving = nil
+                            return nil
+                        }
+                        return state.retryAt.map { max(.zero, $0 - .now) } ?? .zero
+                    }
+                    guard let wait else { return }
+                    if wait > .zero { try? await Task.sleep(for: wait) }
+                    guard !Task.isCancelled else { return }
+                    _ = try? await serving()
+                }
+            }
+        }
     }
 
     // MARK: - Starting
 
     /// A started plugin with every capability it served open again.
     private func connect() async throws -> PluginSession {
-        let (number, opened) = state.withLock { state -> (Int, [(Device, JSONValue)]) in
+        let (number, opened, watched) = state.withLock { state in
             state.generation += 1
             state.current = state.generation
-            return (state.generation, state.opened)
+            return (state.generation, state.opened, state.watched)
         }
-        let session = try await PluginSession.start(manifest, onEnd: { [weak self] error in self?.ended(error, session: number) })
+        routes.withLock { $0 = Routes(session: number) }
+        let session = try await PluginSession.start(manifest, onNotification: { [weak self] method, parameters in
+            self?.route(method, parameters, session: number)
+        }, onEnd: { [weak self] error in
+            self?.ended(error, session: number)
+        })
         do {
             for (device, parameters) in opened {
                 _ = try await session.call("open", Self.openParameters(device, parameters), timeout: .seconds(10))
+            }
+            for (device, method, feed) in watched {
+                follow(try await stream(of: device, method, from: session), with: feed, session: number)
             }
             return session
         } catch {
@@ -307,7 +447,7 @@ final class RequestLink: Sendable {
     /// callers before it calls `onEnd`): whichever comes first retires it, once.
     private func ended(_ error: FieldHALError, session number: Int) {
         guard let delay = state.withLock({ Self.retire(error, session: number, in: &$0) }) else { return }
-        said(error, delay)
+        retired(error, delay)
     }
 
     private static func retire(_ error: FieldHALError, session number: Int, in state: inout State) -> Duration? {
@@ -319,8 +459,17 @@ final class RequestLink: Sendable {
         return state.delay
     }
 
-    private func said(_ error: FieldHALError, _ delay: Duration) {
-        logger.error("\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on")
+    /// The serving process failed: said in the journal and to the streams' feeds; a link
+    /// with streams starts it again itself.
+    private func retired(_ error: FieldHALError, _ delay: Duration) {
+        let feeds = state.withLock { $0.watched.map(\.feed) }
+        guard !feeds.isEmpty else {
+            logger.error("\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on")
+            return
+        }
+        logger.error("\(error) — starting it again in \(delay.secondsDescription)")
+        for feed in feeds { feed.failed(error) }
+        revive()
     }
 
     private enum Step {
@@ -355,7 +504,7 @@ final class RequestLink: Sendable {
             switch step {
             case .ready(let session): return session
             case .fail(let error): throw error
-            case .retired(let error, let delay): said(error, delay)
+            case .retired(let error, let delay): retired(error, delay)
             case .wait(let left):
                 do { try await Task.sleep(for: left) } catch { throw FieldHALError.cancelled("plugin \(manifest.name)") }
             case .join(let task):
@@ -396,8 +545,10 @@ final class RequestLink: Sendable {
                 state.starting = nil
                 return (state.failedStarts, state.delay)
             }
+            let feeds = state.withLock { $0.closed ? [] : $0.watched.map(\.feed) }
             if recovering, !state.value.closed {
-                logger.warning("\(failure) — restart \(attempts) failed; the next at a request from \(next.secondsDescription) on")
+                logger.warning("\(failure) — restart \(attempts) failed; the next \(feeds.isEmpty ? "at a request from \(next.secondsDescription) on" : "in \(next.secondsDescription)")")
+                for feed in feeds { feed.failed(failure) }
             }
             throw failure
         }
@@ -422,6 +573,18 @@ final class RequestLink: Sendable {
             waiter.withLock { $0.take() }?.resume(throwing: FieldHALError.cancelled("a plugin's start"))
         }
     }
+}
+
+/// What a device's stream tells (a receiver's fixes, 1.6), fed by its link: the stream's
+/// notifications as the plugin sends them, and each failure of the process while the link
+/// starts it again.
+protocol StreamFeed: AnyObject, Sendable {
+    /// A notification naming the stream (`gps.fix`, `gps.lost`), on the session's thread.
+    func notified(_ method: String, _ parameters: JSONValue)
+    /// The process failed, or a start to replace it did.
+    func failed(_ error: FieldHALError)
+    /// The device is closed: nothing more comes.
+    func finish()
 }
 
 /// A kit's device served by request from a plugin process: its name for the kit and its

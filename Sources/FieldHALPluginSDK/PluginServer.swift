@@ -51,7 +51,7 @@ public final class PluginServer: Sendable {
         /// Running requests (for `$/cancel`, and for `close` of the device they use)
         /// and streams, by the request's id.
         var requests: [Int64: (device: Opened?, task: Task<Void, Never>)] = [:]
-        var streams: [Int64: Subscription] = [:]
+        var streams: [Int64: (device: Opened, subscription: Subscription)] = [:]
         /// The segmented recording running on a camera or microphone (1.5): what its
         /// `camera.finish` / `microphone.finish` asks to end at the next boundary.
         var finishing: [Opened: RecordingFinish] = [:]
@@ -236,7 +236,7 @@ public final class PluginServer: Sendable {
     private func cancel(_ id: Int64) {
         let (request, stream) = state.withLock { ($0.requests.removeValue(forKey: id), $0.streams.removeValue(forKey: id)) }
         request?.task.cancel()
-        stream?.cancel()
+        stream?.subscription.cancel()
     }
 
     private func open(_ id: JSONValue, _ parameters: JSONValue) async {
@@ -293,15 +293,19 @@ public final class PluginServer: Sendable {
                 throw FieldHALError(.invalidArgument, subject: name, detail: "close without a capability")
             }
             let device = Opened(capability, parameters)
-            let (provider, running) = state.withLock { state in
+            let (provider, running, streams) = state.withLock { state in
                 let running = state.requests.filter { $0.value.device == device }
                 for id in running.keys { state.requests.removeValue(forKey: id) }
-                return (state.opened.removeValue(forKey: device), running.values.map(\.task))
+                let streams = state.streams.filter { $0.value.device == device }
+                for id in streams.keys { state.streams.removeValue(forKey: id) }
+                return (state.opened.removeValue(forKey: device), running.values.map(\.task), streams.values.map(\.subscription))
             }
             guard let provider else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "close of \(device.description), which is not open")
             }
-            // Its running requests end first (each answers `cancelled`), then the device closes.
+            // Its streams and running requests end first (each request answers `cancelled`),
+            // then the device closes.
+            for stream in streams { stream.cancel() }
             for task in running { task.cancel() }
             for task in running { await task.value }
             await provider.device.close()
@@ -312,6 +316,7 @@ public final class PluginServer: Sendable {
     /// `gps.watch`: the stream's number is the request's id; every fix the provider hands
     /// over is a `gps.fix`, a source it lost a `gps.lost`.
     private func watchLocation(_ id: JSONValue, _ parameters: JSONValue) {
+        let device = Opened(.location, parameters)
         guard case .location(let location)? = provider(.location, parameters), let number = id.integer else {
             send(PluginProtocol.response(id, error: FieldHALError(.notConfigured, subject: name, detail: "gps.watch before gps is open")))
             return
@@ -327,7 +332,7 @@ public final class PluginServer: Sendable {
             let reason = error.map { "\($0)" } ?? "the receiver's stream ended"
             send(PluginProtocol.notification("gps.lost", .object(["stream": .integer(number), "reason": .string(reason)])))
         })
-        state.withLock { $0.streams[number] = subscription }
+        state.withLock { $0.streams[number] = (device, subscription) }
     }
 
     /// `nfc.read`, `nfc.write`, `nfc.emulate`: one operation of the open reader or emulator,
@@ -507,7 +512,7 @@ public final class PluginServer: Sendable {
             defer { state.requests = [:]; state.streams = [:]; state.opened = [:] }
             return (Array(state.requests.values), Array(state.streams.values), Array(state.opened.values))
         }
-        for stream in streams { stream.cancel() }
+        for stream in streams { stream.subscription.cancel() }
         for request in requests { request.task.cancel() }
         for request in requests { await request.task.value }
         for provider in opened { await provider.device.close() }

@@ -88,40 +88,42 @@ struct GpsdPluginTests {
         let paths = try await gpsd.devicePaths()
         try #require(paths.count == 2, "\(paths)")
         var hemispheres: [Bool] = []
-        if way == .inProcess {
-            // As a technician configures it: two named sections, loaded by the kit.
-            let registry = PluginRegistry([try #require(GpsdPlugin.descriptor)])
-            let configuration = try KitConfiguration.parse("""
-                [gps.receiver1]
-                plugin = "gpsd"
-                port = \(gpsd.port)
-                device = "\(paths[0])"
-                [gps.receiver2]
-                plugin = "gpsd"
-                port = \(gpsd.port)
-                device = "\(paths[1])"
-                """, file: "two-receivers.toml", directory: "/tmp", registry: registry)
-            let kit = await Kit.load(configuration, registry: registry, context: Self.context)
-            // Each says where it is: gpsd's endpoint and its own path there.
-            let links = kit.devices.compactMap { $0.identity?.link }
-            #expect(links == paths.map { "gpsd://localhost:\(gpsd.port)\($0)" }, "\(links)")
-            for name in ["receiver1", "receiver2"] {
-                let fixes = try await collect(try kit.location(named: name)) { $0.filter(\.hasPosition).count >= 5 }
-                let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }
-                #expect(Set(north).count == 1, "\(name) mixed the receivers: \(fixes.compactMap(\.latitude))")
-                hemispheres.append(north[0])
-            }
-            await kit.close()
-        } else {
-            for path in paths {
-                let gps = try await open(port: gpsd.port, ["device": .string(path)], way: way)
-                let fixes = try await collect(gps) { $0.filter(\.hasPosition).count >= 5 }
-                let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }
-                #expect(Set(north).count == 1, "\(path) mixed the receivers: \(fixes.compactMap(\.latitude))")
-                hemispheres.append(north[0])
-                await gps.close()
-            }
+        // As a technician configures it: two named sections, loaded by the kit; out of
+        // process (protocol 1.6) one plugin process serves both receivers.
+        var plugin = try #require(GpsdPlugin.descriptor)
+        var manifest: String?
+        if way == .outOfProcess {
+            let installed = try await ExternalBuiltin.install("gpsd", as: "gpsd-process")
+            plugin = try PluginManifest.load(installed).descriptor()
+            manifest = installed
         }
+        let registry = PluginRegistry([plugin])
+        let configuration = try KitConfiguration.parse("""
+            [gps.receiver1]
+            plugin = "\(plugin.name)"
+            port = \(gpsd.port)
+            device = "\(paths[0])"
+            [gps.receiver2]
+            plugin = "\(plugin.name)"
+            port = \(gpsd.port)
+            device = "\(paths[1])"
+            """, file: "two-receivers.toml", directory: "/tmp", registry: registry)
+        let kit = await Kit.load(configuration, registry: registry, context: Self.context)
+        // Each says where it is: gpsd's endpoint and its own path there.
+        let links = kit.devices.compactMap { $0.identity?.link }
+        #expect(links == paths.map { "gpsd://localhost:\(gpsd.port)\($0)" }, "\(links)")
+        if let manifest { #expect(ExternalBuiltin.processes(of: manifest).count == 1, "one plugin process serves both receivers") }
+        for name in ["receiver1", "receiver2"] {
+            let fixes = try await collect(try kit.location(named: name)) { $0.filter(\.hasPosition).count >= 5 }
+            let north = fixes.filter(\.hasPosition).map { $0.latitude! > 0 }
+            #expect(Set(north).count == 1, "\(name) mixed the receivers: \(fixes.compactMap(\.latitude))")
+            hemispheres.append(north[0])
+        }
+        // One closed, the other carries on in the same process.
+        await (try kit.location(named: "receiver1")).close()
+        let after = try await collect(try kit.location(named: "receiver2")) { $0.filter(\.hasPosition).count >= 3 }
+        #expect(Set(after.filter(\.hasPosition).map { $0.latitude! > 0 }) == [hemispheres[1]], "\(after.compactMap(\.latitude))")
+        await kit.close()
         #expect(Set(hemispheres) == [true, false], "one receiver each: \(hemispheres)")
     }
 

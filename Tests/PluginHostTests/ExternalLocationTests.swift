@@ -12,9 +12,12 @@ import Testing
         let fixtures: PluginFixtures
     }
 
-    func load(_ mode: String, section: String = "device = \"/dev/ttyFIXTURE\"", log: CapturedLog = CapturedLog()) async throws -> Loaded {
+    /// The probe plugin in `mode`, its manifest at protocol 1.`minor`: a receiver in a
+    /// process of its own before 1.6, in the plugin's shared process since.
+    func load(_ mode: String, minor: Int = 0, section: String = "device = \"/dev/ttyFIXTURE\"",
+              log: CapturedLog = CapturedLog()) async throws -> Loaded {
         let fixtures = try PluginFixtures()
-        try fixtures.plugin("probe", mode: mode)
+        try fixtures.plugin("probe", mode: mode, manifest: PluginFixtures.manifest(name: "probe", minor: minor))
         let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root],
                                                           logger: log.logger)
         #expect(discovery.problems.isEmpty)
@@ -32,12 +35,13 @@ import Testing
         return fixtures.leftovers()
     }
 
-    @Test func aPluginServesFixesToTheKit() async throws {
-        let loaded = try await load("good")
+    @Test(arguments: [0, 6]) func aPluginServesFixesToTheKit(minor: Int) async throws {
+        let loaded = try await load("good", minor: minor)
         let status = loaded.kit.status(of: .location)
         #expect(status.isAvailable, "\(status)")
         #expect(status.plugin == "probe")
         #expect(status.device == "fixture /dev/ttyFIXTURE (plugin probe)")
+        #expect(status.identity?.serial == (minor >= 6 ? "ttyFIXTURE" : nil), "\(status)")
         let location = try loaded.kit.location()
         let reading = try await location.currentFix(FixRequest(timeout: .seconds(5)))
         #expect(reading.source == .live)
@@ -66,9 +70,9 @@ import Testing
         }
     }
 
-    @Test func aCrashedPluginIsALostSourceThenComesBack() async throws {
+    @Test(arguments: [0, 6]) func aCrashedPluginIsALostSourceThenComesBack(minor: Int) async throws {
         let log = CapturedLog()
-        let loaded = try await load("die-after-fixes", log: log)
+        let loaded = try await load("die-after-fixes", minor: minor, log: log)
         let location = try loaded.kit.location()
         var lost: Fix?
         var after = 0
@@ -88,13 +92,14 @@ import Testing
         let failed = try #require(said.first { $0.hasPrefix("error ") }, "\(said)")
         #expect(failed.contains("plugin probe") && failed.contains("exit status 3") && failed.hasSuffix("starting it again in 0.5 s"),
                 "\(failed)")
-        #expect(said.contains { $0.hasPrefix("notice plugin probe serves gps again") }, "\(said)")
+        // Named by its handle in a shared process (1.6): "serves gps-1 again".
+        #expect(said.contains { $0.hasPrefix("notice plugin probe serves \(minor >= 6 ? "gps-1" : "gps") again") }, "\(said)")
         await loaded.kit.close()
         #expect(try await settled(loaded.fixtures).isEmpty)
     }
 
-    @Test func aBadFixIsReportedAndTheStreamGoesOn() async throws {
-        let loaded = try await load("bad-fix")
+    @Test(arguments: [0, 6]) func aBadFixIsReportedAndTheStreamGoesOn(minor: Int) async throws {
+        let loaded = try await load("bad-fix", minor: minor)
         let location = try loaded.kit.location()
         var problems: [String] = []
         var good = 0
@@ -184,9 +189,9 @@ import Testing
 @Suite(.timeLimit(.minutes(2))) struct ExternalPluginRestartTests {
     func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0 }
 
-    @Test func aPluginThatKeepsFailingIsRestartedWithBackoffNotInAStorm() async throws {
+    @Test(arguments: [0, 6]) func aPluginThatKeepsFailingIsRestartedWithBackoffNotInAStorm(minor: Int) async throws {
         let fixtures = try PluginFixtures()
-        try fixtures.plugin("probe", mode: "flaky")
+        try fixtures.plugin("probe", mode: "flaky", manifest: PluginFixtures.manifest(name: "probe", minor: minor))
         let (registry, _) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root])
         let configuration = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", file: "kit.toml",
                                                        directory: fixtures.root, registry: registry)
@@ -204,6 +209,90 @@ import Testing
         try await Task.sleep(for: .seconds(2))
         let later = try String(contentsOfFile: fixtures.root + "/probe/starts", encoding: .utf8).split(separator: "\n").count
         #expect(later == stopped, "no restart after the kit is closed")
+    }
+}
+
+/// Receivers and a reader of one plugin of protocol 1.6 in one process: each receiver's
+/// stream its own, all asked for again by the host itself when the process dies, and one
+/// receiver closed while the other carries on.
+@Suite(.timeLimit(.minutes(1))) struct SharedReceiverTests {
+    static let capabilities = #"{"gps": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the receiver's tty"}]}, "#
+        + #""nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#
+
+    /// The next fix with a position from `location` (the first `skip` of them passed over).
+    func longitude(of location: any LocationProvider, skip: Int = 0) async throws -> Double? {
+        var seen = 0
+        for try await fix in location.watch() where fix.hasPosition {
+            if seen == skip { return fix.longitude }
+            seen += 1
+        }
+        return nil
+    }
+
+    @Test func twoReceiversAndAReaderShareOneProcessAndComeBackTogether() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("probe", manifest: PluginFixtures.manifest(name: "probe", minor: 6, capabilities: Self.capabilities))
+        let log = CapturedLog()
+        let kit = try await fixtures.kit("""
+            [gps.left]
+            plugin = "probe"
+            device = "/dev/ttyFIX1"
+            [gps.right]
+            plugin = "probe"
+            device = "/dev/ttyFIX2"
+            [nfc]
+            plugin = "probe"
+            device = "/dev/ttyFIX3"
+            """, logger: log.logger)
+        let left = try kit.location(named: "left"), right = try kit.location(named: "right")
+        #expect(kit.status(of: .location, named: "left")?.identity?.serial == "ttyFIX1")
+        #expect(kit.status(of: .location, named: "right")?.identity?.serial == "ttyFIX2")
+        let processes = fixtures.leftovers().filter { $0.contains("fixture-plugin.py") }
+        #expect(processes.count == 1, "one process for two receivers and a reader: \(processes)")
+        // Each receiver's stream is its own (the fixture puts ttyFIXn at longitude 10 + n).
+        let (first, second) = (try await longitude(of: left), try await longitude(of: right))
+        #expect(first == 11 && second == 12)
+
+        // The process killed: both receivers hear a lost source, and both streams come back
+        // with no request asking for them.
+        let pid = try #require(processes.first?.split(separator: ":").first.flatMap { Int32($0) })
+        /// The first lost source a stream hears, and the first fix with a position after it.
+        func lostThenBack(_ fixes: AsyncThrowingStream<Fix, any Error>) async throws -> (String?, Double?) {
+            var lost: String?
+            for try await fix in fixes {
+                if let problem = fix.sourceProblem, lost == nil { lost = problem }
+                if lost != nil, fix.hasPosition { return (lost, fix.longitude) }
+            }
+            return (lost, nil)
+        }
+        let (leftFixes, rightFixes) = (left.watch(), right.watch())  // both following before the kill
+        async let leftHeard = lostThenBack(leftFixes)
+        async let rightHeard = lostThenBack(rightFixes)
+        kill(pid, SIGKILL)
+        let (leftLost, leftBack) = try await leftHeard
+        let (rightLost, rightBack) = try await rightHeard
+        #expect(leftLost?.contains("plugin probe") == true && rightLost?.contains("killed by signal 9") == true,
+                "\(String(describing: leftLost)) \(String(describing: rightLost))")
+        #expect(leftBack == 11 && rightBack == 12)
+        let again = fixtures.leftovers().filter { $0.contains("fixture-plugin.py") }
+        #expect(again.count == 1 && again != processes, "one new process: \(again)")
+        // Said once, with every device the process serves again (its handles in the kit's order).
+        let notices = log.lines.filter { $0.hasPrefix("notice plugin probe serves ") && $0.hasSuffix(" again (restarted)") }
+        #expect(notices.count == 1 && notices.first.map { $0.components(separatedBy: ", ").count } == 3, "\(log.lines)")
+        let reader = try kit.nfcReader()
+        let tag = try await reader.readTag(timeout: .seconds(2))
+        #expect(tag.ndef != nil, "the reader was opened again too")
+
+        // One receiver closed: the plugin closes it (its stream ends), the other goes on.
+        await left.close()
+        let opens = try String(contentsOfFile: fixtures.root + "/probe/opens", encoding: .utf8)
+        #expect(opens.split(separator: "\n").last?.contains(" close gps gps-") == true, "\(opens)")
+        let carriesOn = try await longitude(of: right, skip: 2)
+        #expect(carriesOn == 12)
+        await kit.close()
+        let by = ContinuousClock.now + .seconds(5)
+        while !fixtures.leftovers().isEmpty, ContinuousClock.now < by { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(fixtures.leftovers().isEmpty)
     }
 }
 

@@ -220,7 +220,8 @@ import Testing
         }
         #expect(answers[4]?["error"]?["data"]?["kind"] == .string("cancelled"), "\(answers)")
         #expect(answers[5]?["result"] == .null && answers[5]?["error"] == nil, "\(answers)")
-        #expect(ContinuousClock.now - started < .seconds(1))
+        // Ended by the close, not by its minute (a bound far from both: a busy machine took 1.3 s).
+        #expect(ContinuousClock.now - started < .seconds(30))
         let closedRead = try await channel.call(6, "nfc.read", #"{"timeoutMs":100}"#)
         #expect(closedRead["error"]?["data"]?["kind"] == .string("notConfigured"), "\(closedRead)")
         let twice = try await channel.call(7, "close", #"{"capability":"nfc"}"#)

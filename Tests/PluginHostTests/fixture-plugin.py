@@ -23,6 +23,7 @@ lock = threading.Lock()
 stop_streams = threading.Event()
 locks = []  # "exclusive": the devices this process holds
 devices = {}  # protocol 1.6: the host's handle of each open device -> its tty
+streams = {}  # gps.watch's streams: number -> (the device's handle, its stop event)
 
 
 def text_record(text):
@@ -48,10 +49,13 @@ def send(message):
         sys.stdout.flush()
 
 
-def stream_fixes(stream):
-    """Synthetic fixes every 50 ms, each a little further north; the modes spoil them."""
+def stream_fixes(stream, tty, stopped):
+    """Synthetic fixes every 50 ms, each a little further north; the modes spoil them. A
+    receiver whose tty ends in a digit D is at longitude 10 + D (two receivers told apart),
+    any other at 13.4."""
     count = 0
-    while not stop_streams.is_set():
+    longitude = 10.0 + int(tty[-1]) if tty and tty[-1].isdigit() else 13.4
+    while not stop_streams.is_set() and not stopped.is_set():
         count += 1
         if mode == "die-after-fixes" and count > 3:
             sys.stderr.write("fixture: receiver fell over after %d fixes\n" % (count - 1))
@@ -60,7 +64,7 @@ def stream_fixes(stream):
         # "bad-fix": every fifth fix is out of range, so that a watcher who starts late
         # (a loaded machine) still meets one.
         latitude = 200.0 if (mode == "bad-fix" and count % 5 == 2) else 52.0 + count / 1000.0
-        fix = {"mode": "3d", "latitude": latitude, "longitude": 13.4, "altitude": 34.0,
+        fix = {"mode": "3d", "latitude": latitude, "longitude": longitude, "altitude": 34.0,
                "horizontalAccuracy": 4.5, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "satellitesUsed": 7}
         send({"jsonrpc": "2.0", "method": "gps.fix", "params": {"stream": stream, "fix": fix}})
@@ -131,6 +135,10 @@ for line in sys.stdin:
         with open(os.path.join(os.path.dirname(sys.argv[2]), "opens"), "a") as opens:
             opens.write("%d close %s%s\n" % (os.getpid(), request["params"]["capability"], " " + handle if handle else ""))
         devices.pop(handle, None)
+        for number, (owner, stopped) in list(streams.items()):
+            if owner == handle:  # a closed device's stream ends with it
+                stopped.set()
+                del streams[number]
         send({"jsonrpc": "2.0", "id": ident, "result": None})
     elif method == "nfc.emulate":
         send({"jsonrpc": "2.0", "id": ident, "result": {"wasRead": True, "commandCount": 4}})
@@ -186,8 +194,14 @@ for line in sys.stdin:
     elif method == "gps.watch":
         if mode == "die-in-watch":
             os._exit(4)
-        send({"jsonrpc": "2.0", "id": ident, "result": {"stream": 1}})
-        threading.Thread(target=stream_fixes, args=(1,), daemon=True).start()
+        if unknown_device(ident, request.get("params", {})):
+            continue
+        # Each stream's number is its request's id, as the Swift SDK numbers them.
+        handle = request.get("params", {}).get("device")
+        stopped = threading.Event()
+        streams[ident] = (handle, stopped)
+        send({"jsonrpc": "2.0", "id": ident, "result": {"stream": ident}})
+        threading.Thread(target=stream_fixes, args=(ident, devices.get(handle), stopped), daemon=True).start()
     elif method == "$/cancel":
         with open(os.path.join(os.path.dirname(sys.argv[2]), "cancels"), "a") as cancels:
             cancels.write("%d\n" % request["params"]["id"])
