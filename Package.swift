@@ -292,7 +292,7 @@ let package = Package(
         .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
-        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "FieldHALPluginHost", "FieldHALPluginSDK", "TestSupport", "FakePlugin",
+        .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "FieldHALPluginHost", "FieldHALPluginSDK", "FieldHALServer", "TestSupport", "FakePlugin",
                                                        .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "media-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FieldHALMedia", "FakePlugin"], swiftSettings: strictSwift),

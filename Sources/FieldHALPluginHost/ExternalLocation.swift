@@ -14,7 +14,7 @@ import Logging
 /// A plugin of 1.6 or later serves its receivers in the process it shares with its other
 /// devices (`RequestLink.Hold.watch`); an older one runs a process of its own per receiver
 /// (`Link`).
-final class ExternalLocation: LocationProvider {
+final class ExternalLocation: LocationProvider, SupervisedDevice {
     let deviceName: String
     private let feed: FixFeed
     private let source: Source
@@ -63,6 +63,9 @@ final class ExternalLocation: LocationProvider {
         /// journal). Watchers hear them too, as lost fixes, but only while they watch.
         let logger: Logger
         let feed: FixFeed
+        /// Why the process is down while it is (`SupervisedDevice`).
+        let health = Broadcaster<String?>(bufferLimit: 4)
+        let down = LockedValue<String?>(nil)
         let session = LockedValue<PluginSession?>(nil)
         let stream = LockedValue<Int64?>(nil)
         let restarting = LockedValue<Task<Void, Never>?>(nil)
@@ -137,6 +140,7 @@ final class ExternalLocation: LocationProvider {
             feed.failed(error)
             var delay = Duration.milliseconds(500)
             logger.error("\(error) — starting it again in \(delay.secondsDescription)")
+            say(health: "\(error) — starting it again in \(delay.secondsDescription)")
             let task = Task { [self] in
                 var attempts = 0
                 while !Task.isCancelled, !closed.value {
@@ -146,16 +150,30 @@ final class ExternalLocation: LocationProvider {
                     do {
                         _ = try await connect()
                         logger.notice("plugin \(manifest.name) serves \(Capability.location) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
+                        say(health: nil)
                         return
                     } catch {
                         guard !closed.value else { return }  // the cancelled start of a closed device
                         feed.failed((error as? FieldHALError) ?? FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "\(error)"))
                         delay = min(delay * 2, .seconds(30))
                         logger.warning("\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
+                        say(health: "\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
                     }
                 }
             }
             restarting.withLock { $0 = task }
+        }
+
+        /// The process went down for `reason`, or (nil) serves again.
+        func say(health reason: String?) {
+            down.withLock { $0 = reason }
+            health.yield(reason)
+        }
+
+        func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
+            let subscription = health.subscribe(handler)
+            if let now = down.value { handler(now) }
+            return subscription
         }
 
         func close() async {
@@ -205,6 +223,13 @@ final class ExternalLocation: LocationProvider {
         switch source {
         case .own(let link): link.identity.value
         case .shared(let hold): hold.identity
+        }
+    }
+
+    func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
+        switch source {
+        case .own(let link): link.followHealth(handler)
+        case .shared(let hold): hold.followHealth(handler)
         }
     }
 

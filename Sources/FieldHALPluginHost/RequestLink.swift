@@ -34,6 +34,10 @@ final class RequestLink: Sendable {
     private let state = LockedValue(State())
     /// Where a stream's notifications go: its number in the serving process to its feed.
     private let routes = LockedValue(Routes())
+    /// Why the process is down while it is after serving (nil: it serves, or never started),
+    /// for its devices' `followHealth`.
+    private let health = Broadcaster<String?>(bufferLimit: 4)
+    private let down = LockedValue<String?>(nil)
 
     /// How long past a request's own bound the host waits for the plugin's answer before it
     /// calls the plugin hung (the plugin answers a `timeout` itself at the bound).
@@ -206,6 +210,11 @@ final class RequestLink: Sendable {
             try await link.watch(device, method, feed: make)
         }
 
+        /// How the process stands (`SupervisedDevice`): every device on it shares its failures.
+        func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
+            link.followHealth(handler)
+        }
+
         /// A notification to the plugin, if it is running (none is started for it).
         func notify(_ method: String, _ parameters: JSONValue = .object([:])) {
             link.notify(method, PluginProtocol.naming(parameters, device: device.handle))
@@ -321,6 +330,18 @@ final class RequestLink: Sendable {
         if let started = try? await starting?.value { await started.stop() }
         await reviving?.value
         await session?.stop()
+    }
+
+    fileprivate func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
+        let subscription = health.subscribe(handler)
+        if let now = down.value { handler(now) }
+        return subscription
+    }
+
+    /// The process went down for `reason`, or (nil) serves again.
+    private func say(health reason: String?) {
+        guard down.withLock({ state in defer { state = reason }; return state != reason }) else { return }
+        health.yield(reason)
     }
 
     // MARK: - Streams
@@ -464,10 +485,14 @@ final class RequestLink: Sendable {
     private func retired(_ error: FieldHALError, _ delay: Duration) {
         let feeds = state.withLock { $0.watched.map(\.feed) }
         guard !feeds.isEmpty else {
-            logger.error("\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on")
+            let said = "\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on"
+            logger.error("\(said)")
+            say(health: said)
             return
         }
-        logger.error("\(error) — starting it again in \(delay.secondsDescription)")
+        let said = "\(error) — starting it again in \(delay.secondsDescription)"
+        logger.error("\(said)")
+        say(health: said)
         for feed in feeds { feed.failed(error) }
         revive()
     }
@@ -533,6 +558,7 @@ final class RequestLink: Sendable {
             }
             if recovering, !state.value.closed {
                 logger.notice("plugin \(manifest.name) serves \(serves) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
+                say(health: nil)
             }
             return session
         } catch {
@@ -547,7 +573,9 @@ final class RequestLink: Sendable {
             }
             let feeds = state.withLock { $0.closed ? [] : $0.watched.map(\.feed) }
             if recovering, !state.value.closed {
-                logger.warning("\(failure) — restart \(attempts) failed; the next \(feeds.isEmpty ? "at a request from \(next.secondsDescription) on" : "in \(next.secondsDescription)")")
+                let said = "\(failure) — restart \(attempts) failed; the next \(feeds.isEmpty ? "at a request from \(next.secondsDescription) on" : "in \(next.secondsDescription)")"
+                logger.warning("\(said)")
+                say(health: said)
                 for feed in feeds { feed.failed(failure) }
             }
             throw failure
@@ -590,7 +618,7 @@ protocol StreamFeed: AnyObject, Sendable {
 /// A kit's device served by request from a plugin process: its name for the kit and its
 /// hold on the link. Opening one claims its capability on a link (`RequestLink.started`);
 /// closing it lets go, once.
-protocol ExternalRequestDevice: Device {
+protocol ExternalRequestDevice: SupervisedDevice {
     static var capability: Capability { get }
     var link: RequestLink.Hold { get }
     init(deviceName: String, link: RequestLink.Hold)
@@ -599,6 +627,8 @@ protocol ExternalRequestDevice: Device {
 extension ExternalRequestDevice {
     /// What the plugin said of the device in its `open` answer (1.6).
     var identity: DeviceIdentity? { link.identity }
+
+    func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription { link.followHealth(handler) }
 
     static func open(_ manifest: PluginManifest, _ parameters: PluginParameters, in links: RequestLinks, logger: Logger) async throws -> Self {
         let (link, device) = try await RequestLink.started(manifest, capability, parameters, in: links, logger: logger)

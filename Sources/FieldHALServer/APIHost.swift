@@ -35,6 +35,16 @@ public final class APIHost: Sendable {
         var authorisation: APIAuthorisation
         var capabilities: APICapabilities
         var held: Kit?
+        /// Why a held device's backend is down while it is (a plugin process failed and is
+        /// being started again: `SupervisedDevice`). What the API reports shows the device
+        /// unavailable for it; the held kit, and so the flows and the requests, still reach
+        /// the device, whose next request may be what starts its plugin again.
+        var down: [DeviceKey: String] = [:]
+        /// The supervised devices followed, each under a number: a change heard from one
+        /// no longer followed (replaced by a reload or a replug) is dropped.
+        var following: [DeviceKey: Int] = [:]
+        var subscriptions: [DeviceKey: Subscription] = [:]
+        var followed = 0
     }
 
     private let state: Mutex<State>
@@ -87,6 +97,63 @@ public final class APIHost: Sendable {
         sharedLocation = SharedLocation(try? kit.location())
         nfc = NFCTurns(reader: try? kit.nfcReader(), emulator: try? kit.nfcEmulator())
         tags = TagPresence(nfc)
+        followHealth(of: kit, nil)
+    }
+
+    // MARK: - Supervised devices
+
+    /// Follows the health of `kit`'s supervised devices among `keys` (nil: all of them),
+    /// instead of whatever was followed under those keys before.
+    private func followHealth(of kit: Kit, _ keys: Set<DeviceKey>?) {
+        let old = state.withLock { state -> [Subscription] in
+            let dropped = state.following.keys.filter { keys?.contains($0) ?? true }
+            for key in dropped { state.following[key] = nil; state.down[key] = nil }
+            return dropped.compactMap { state.subscriptions.removeValue(forKey: $0) }
+        }
+        for subscription in old { subscription.cancel() }
+        for status in kit.devices {
+            guard let name = status.name else { continue }
+            let key = DeviceKey(status.capability, name)
+            guard keys?.contains(key) ?? true, let device = kit.device(of: key) as? any SupervisedDevice else { continue }
+            // Numbered before it is followed: a device that is down says so at once.
+            let number = state.withLock { state in
+                state.followed += 1
+                state.following[key] = state.followed
+                return state.followed
+            }
+            let subscription = device.followHealth { [weak self] reason in self?.heard(reason, of: key, following: number) }
+            let kept = state.withLock { state -> Bool in
+                guard state.following[key] == number else { return false }
+                state.subscriptions[key] = subscription
+                return true
+            }
+            if !kept { subscription.cancel() }
+        }
+    }
+
+    /// A followed device's backend went down (`reason`) or serves again (nil): a
+    /// `capability` event with the device's status as the API now reports it.
+    private func heard(_ reason: String?, of key: DeviceKey, following number: Int) {
+        let changed = state.withLock { state -> CapabilityStatus? in
+            guard state.following[key] == number, state.down[key] != reason else { return nil }
+            state.down[key] = reason
+            return state.held?.status(of: key).map { Self.reported($0, down: state.down) }
+        }
+        if let changed { capabilityChanges.yield(changed) }
+    }
+
+    /// `status` as the API reports it: unavailable, and why, while its backend is down.
+    private static func reported(_ status: CapabilityStatus, down: [DeviceKey: String]) -> CapabilityStatus {
+        guard status.isAvailable, let name = status.name, let reason = down[DeviceKey(status.capability, name)] else { return status }
+        var shown = status
+        shown.state = .unavailable
+        shown.reason = reason
+        return shown
+    }
+
+    private static func reported(_ capabilities: APICapabilities, down: [DeviceKey: String]) -> APICapabilities {
+        guard !down.isEmpty else { return capabilities }
+        return APICapabilities(capabilities: capabilities.capabilities.map { reported($0, down: down) }, loadedAt: capabilities.loadedAt)
     }
 
     /// Probes the kit and opens what the API holds.
@@ -116,10 +183,12 @@ public final class APIHost: Sendable {
                 state.capabilities = capabilities
                 state.held = held
             }
-            return (state.capabilities.capabilities, state.held)
+            return (Self.reported(state.capabilities, down: state.down).capabilities, state.held)
         }
+        followHealth(of: held, nil)
         await oldKit?.close()
-        for status in capabilities.capabilities where !before.contains(status) {
+        let reported = self.capabilities.capabilities
+        for status in reported where !before.contains(status) {
             capabilityChanges.yield(status)
         }
     }
@@ -138,6 +207,7 @@ public final class APIHost: Sendable {
                 return (provider, kit.status(of: device)!)
             }
             guard let (provider, status) = removed else { return nil }
+            if let kit = state.withLock({ $0.held }) { followHealth(of: kit, [device]) }
             await letGo(of: [device.capability], reason: reason)
             await provider?.device.close()
             capabilityChanges.yield(status)
@@ -164,6 +234,7 @@ public final class APIHost: Sendable {
                 return []
             }
             await fresh.closing(allBut: opened)
+            if let kit = state.withLock({ $0.held }) { followHealth(of: kit, opened) }
             await letGo(of: Set(opened.map(\.capability)), reason: nil)
             for provider in replaced { await provider.device.close() }
             for device in opened.sorted() {
@@ -210,7 +281,9 @@ public final class APIHost: Sendable {
 
     /// How `capability` stands in the held kit now.
     public func status(of capability: Capability) -> CapabilityStatus? {
-        state.withLock { $0.capabilities.capabilities.first { $0.capability == capability } }
+        state.withLock { state in
+            state.capabilities.capabilities.first { $0.capability == capability }.map { Self.reported($0, down: state.down) }
+        }
     }
 
     private static func probe(_ load: KitLoader) async -> (APICapabilities, Kit) {
@@ -221,7 +294,9 @@ public final class APIHost: Sendable {
 
     public var identity: Identity { state.withLock { $0.identity } }
     public var authorisation: APIAuthorisation { state.withLock { $0.authorisation } }
-    public var capabilities: APICapabilities { state.withLock { $0.capabilities } }
+    /// The capabilities as the API reports them (`GET /v1/status`): a device whose plugin is
+    /// down shows unavailable, with why.
+    public var capabilities: APICapabilities { state.withLock { Self.reported($0.capabilities, down: $0.down) } }
 
     /// The shared location watch, or the reason there is none.
     public func location() throws -> SharedLocation {
@@ -326,7 +401,9 @@ public final class APIHost: Sendable {
     }
 
     /// Every configured device of the kit the daemon holds, with its state: `GET /v1/devices`.
-    public var devices: [CapabilityStatus] { state.withLock { $0.held?.devices } ?? [] }
+    public var devices: [CapabilityStatus] {
+        state.withLock { state in (state.held?.devices ?? []).map { Self.reported($0, down: state.down) } }
+    }
 
     /// The key of the device `name` names (nil: the default one), or `noSuchDevice`.
     public func device(_ capability: Capability, named name: String?) throws -> DeviceKey {
@@ -378,10 +455,16 @@ public final class APIHost: Sendable {
 
     /// Closes what the API holds and ends every event stream.
     public func close() async {
-        let kit = state.withLock { state in
-            defer { state.held = nil }
-            return state.held
+        let (kit, subscriptions) = state.withLock { state in
+            defer {
+                state.held = nil
+                state.following = [:]
+                state.subscriptions = [:]
+                state.down = [:]
+            }
+            return (state.held, Array(state.subscriptions.values))
         }
+        for subscription in subscriptions { subscription.cancel() }
         await sharedLocation.close()
         await tags.close()
         for watch in namedLocations.withLock({ $0.values }) { await watch.close() }

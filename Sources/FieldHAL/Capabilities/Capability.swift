@@ -36,6 +36,18 @@ extension Device {
     public var identity: DeviceIdentity? { nil }
 }
 
+/// A device whose backend can fail and come back while the device stays open: a plugin
+/// process that ends and is started again. Whoever holds the kit (the daemon) follows it to
+/// report the device unavailable, with why, while its backend is down, and available again
+/// once it serves (`capability` events). Requests still go to the device meanwhile: for a
+/// request-driven plugin the next request is what starts it again.
+public protocol SupervisedDevice: Device {
+    /// `handler` hears why the backend is down, in a technician's words, or nil once it serves
+    /// again: first how it stands now if it is down, then each change, on whichever thread
+    /// saw it (it must not block).
+    func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription
+}
+
 /// What a device is, beyond where it is now: the vendor, model and serial it reports, and
 /// the stable address a replug or a reboot finds it under again (udev's `by-id` or
 /// `by-path` link, a libnfc connstring, gpsd's device path, fprintd's device). Every field

@@ -282,6 +282,9 @@ public final class Kit: Sendable {
         names(of: .microphone, withRole: .evidence).compactMap { try? microphone(named: $0) }
     }
 
+    /// The open device `key` names, if it opened.
+    public func device(of key: DeviceKey) -> (any Device)? { providers[key]?.device }
+
     /// The status of one configured device, or nil when the configuration has none such.
     public func status(of device: DeviceKey) -> CapabilityStatus? {
         devices.first { $0.capability == device.capability && $0.name == device.name }
