@@ -64,7 +64,7 @@ final class EvdevHaptics: HapticsEngine {
             .filter { path in (try? EvdevDevice(path: path, subject: path))?.features.isEmpty == false }
     }
 
-    func play(_ pattern: HapticPattern) async throws {
+    func play(_ pattern: HapticPattern) async throws -> HapticsPlayed {
         let steps = settings.theme.steps(for: pattern)
         try HapticPattern.custom(steps).validate(subject: subject)
         try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
@@ -89,6 +89,7 @@ final class EvdevHaptics: HapticsEngine {
                 if step.pauseMilliseconds > 0 { try waitInterruptibly(.milliseconds(step.pauseMilliseconds)) }
             }
         }
+        return HapticsPlayed(steps)  // the kit's theme, which a configuration may change
     }
 
     func close() async { thread.stop() }

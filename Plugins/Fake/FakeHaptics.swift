@@ -20,7 +20,7 @@ actor FakeHapticsEngine: HapticsEngine {
         self.realtime = realtime
     }
 
-    func play(_ pattern: HapticPattern) async throws {
+    func play(_ pattern: HapticPattern) async throws -> HapticsPlayed {
         let subject = "haptics \(deviceName)"
         try pattern.validate(subject: subject)
         if realtime {
@@ -34,6 +34,7 @@ actor FakeHapticsEngine: HapticsEngine {
             struct Entry: Encodable { let time: Date; let pattern: String; let steps: [HapticStep] }
             try JSONLinesLog.append(Entry(time: Date(), pattern: pattern.name, steps: pattern.steps), to: logFile, subject: subject)
         }
+        return HapticsPlayed(pattern.steps)
     }
 
     func close() {}

@@ -28,8 +28,9 @@ public struct APIHapticsPlay: Sendable, Codable, Equatable {
     }
 }
 
-/// What was played: the pattern, its steps and how long it took, pauses included (the same
-/// as `fieldhal haptics play --json`).
+/// What was played: the pattern, its steps and how long it took, pauses included, as the
+/// device played it (its theme's, for a named pattern; the same as `fieldhal haptics play
+/// --json`).
 public struct APIHapticsPlayed: Sendable, Codable, Equatable {
     public var pattern: String
     public var steps: Int
@@ -41,9 +42,8 @@ public struct APIHapticsPlayed: Sendable, Codable, Equatable {
         self.milliseconds = milliseconds
     }
 
-    public init(_ name: String, _ pattern: HapticPattern) {
-        self.init(pattern: name, steps: pattern.steps.count,
-                  milliseconds: pattern.steps.reduce(0) { $0 + $1.durationMilliseconds + $1.pauseMilliseconds })
+    public init(_ name: String, _ played: HapticsPlayed) {
+        self.init(pattern: name, steps: played.steps, milliseconds: played.milliseconds)
     }
 }
 

@@ -14,8 +14,12 @@ final class ExternalHaptics: HapticsEngine, ExternalRequestDevice {
         self.link = link
     }
 
-    func play(_ pattern: HapticPattern) async throws {
+    func play(_ pattern: HapticPattern) async throws -> HapticsPlayed {
         try pattern.validate(subject: "haptic pattern")
-        _ = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.bound(of: pattern))
+        let answer = try await link.call(PluginProtocol.HapticsMethod.play, PluginProtocol.value(of: pattern), timeout: PluginProtocol.bound(of: pattern))
+        // A plugin that does not say what it played (null: before 1.6, or a plugin that
+        // does not tell) played a named pattern by its own theme, unknown here: FieldHAL's
+        // theme is the best there is to report.
+        return try PluginProtocol.played(from: answer, plugin: link.manifest.name) ?? HapticsPlayed(pattern.steps)
     }
 }

@@ -15,8 +15,10 @@ public enum PluginCheck {
         public var duration: Duration
     }
 
-    /// How long a plugin has to start and answer `initialize`.
-    public static let handshakeTimeout = Duration.seconds(5)
+    /// How long a plugin has to start and answer `initialize`: 10 s, since an interpreter's
+    /// start on a busy small board takes seconds (a Python plugin on a loaded 2-CPU CI
+    /// machine once took more than the 5 s this was).
+    public static let handshakeTimeout = Duration.seconds(10)
 
     /// Runs the handshake with `manifest`'s plugin on a thread of its own; throws the first
     /// problem found, naming the plugin and saying what to do.

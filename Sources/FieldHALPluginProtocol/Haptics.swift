@@ -30,6 +30,25 @@ extension PluginProtocol {
         })])
     }
 
+    /// `haptics.play`'s answer: what was played (`{"steps": 3, "milliseconds": 1500}`).
+    public static func value(of played: HapticsPlayed) -> JSONValue {
+        .object(["steps": .integer(Int64(played.steps)), "milliseconds": .integer(Int64(played.milliseconds))])
+    }
+
+    /// What a `haptics.play` answer says was played: nil for `null` (a plugin that does not
+    /// say); a `protocolError` for anything else that is not a count of at least one step
+    /// and a length of at least none.
+    public static func played(from answer: JSONValue, plugin: String) throws(FieldHALError) -> HapticsPlayed? {
+        if case .null = answer { return nil }
+        guard let steps = answer["steps"]?.integer, (1...Int64(Int32.max)).contains(steps),
+              let milliseconds = answer["milliseconds"]?.integer, (0...Int64(Int32.max)).contains(milliseconds) else {
+            throw FieldHALError(.protocolError, subject: "plugin \(plugin)",
+                                detail: "its haptics.play answer is neither null nor {\"steps\": 1 or more, \"milliseconds\": 0 or more}",
+                                advice: "docs/plugin-protocol.md, Haptics")
+        }
+        return HapticsPlayed(steps: Int(steps), milliseconds: Int(milliseconds))
+    }
+
     /// The pattern a request names, checked as any custom pattern is (magnitudes 0…1,
     /// durations 1 ms…10 s, at most 64 steps).
     public static func pattern(from parameters: JSONValue, subject: String) throws(FieldHALError) -> HapticPattern {

@@ -360,14 +360,14 @@ public final class PluginServer: Sendable {
         }
     }
 
-    /// `haptics.play`: the pattern, answered (null) when it has finished; `$/cancel` stops it.
+    /// `haptics.play`: the pattern, answered with what was played when it has finished;
+    /// `$/cancel` stops it.
     private func playHaptics(_ id: JSONValue, _ parameters: JSONValue) async {
         await answer(id) { [self] in
             guard case .haptics(let engine)? = provider(.haptics, parameters) else {
                 throw FieldHALError(.notConfigured, subject: name, detail: "haptics.play before haptics is open")
             }
-            try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host"))
-            return .null
+            return PluginProtocol.value(of: try await engine.play(try PluginProtocol.pattern(from: parameters, subject: "haptics.play from the host")))
         }
     }
 

@@ -13,8 +13,8 @@ extension APIServer {
             let pattern = try body.named()
             let haptics = try host.haptics(named: try host.device(.haptics, try Self.query(request, taking: ["device"]), scope: .haptics, caller,
                                                                   doing: "POST /v1/haptics/play"))
-            try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
-            return try Self.json(APIHapticsPlayed(body.pattern, pattern))
+            let played = try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
+            return try Self.json(APIHapticsPlayed(body.pattern, played))
         }
         v1.post("speaker/play") { request, context in
             let caller = try await context.caller(host)

@@ -242,8 +242,7 @@ extension HapticsPlayCommand: FieldHALSubcommand {
         // Through the daemon when it runs (it holds the haptics), else here.
         var played = try await environment.throughDaemon { try await $0.playHaptics(pattern, device: target.device) }
         if played == nil {
-            try await environment.withKit(for: .haptics) { kit in try await kit.haptics(named: target.device).play(named) }
-            played = APIHapticsPlayed(pattern, named)
+            played = APIHapticsPlayed(pattern, try await environment.withKit(for: .haptics) { kit in try await kit.haptics(named: target.device).play(named) })
         }
         guard let played else { return }
         try emit(played)

@@ -160,7 +160,9 @@ struct UinputHapticsTests {
                 { "effect": "periodic", "magnitude": 0.5, "period-ms": 20, "duration-ms": 80, "pause-ms": 20 },
                 { "effect": "rumble", "strong": 0.2, "weak": 0.9, "duration-ms": 50 } ] } }
             """.write(toFile: theme, atomically: true, encoding: .utf8)
-            try await haptics(peer, ["theme": .string(theme)], way: way).play(.success)
+            let played = try await haptics(peer, ["theme": .string(theme)], way: way).play(.success)
+            // What the theme file says, in and out of process (the SDK answers with it).
+            #expect(played == HapticsPlayed(steps: 2, milliseconds: 150), "\(played)")
             let events = try await peer.waitFor("erase", count: 2)
             let uploads = events.filter { $0.name == "upload" }
             #expect(uploads.map { $0.string("type") } == ["periodic", "rumble"])

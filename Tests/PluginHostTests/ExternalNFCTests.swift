@@ -100,11 +100,27 @@ import Testing
         try fixtures.plugin("motor", mode: "slow-theme", manifest: PluginFixtures.manifest(name: "motor", minor: 1, capabilities: #"{"haptics": {}}"#))
         let kit = try await fixtures.kit("[haptics]\nplugin = \"motor\"\n")
         let started = ContinuousClock.now
-        try await kit.haptics().play(.warning)
+        let played = try await kit.haptics().play(.warning)
         #expect(ContinuousClock.now - started >= .seconds(6))
+        #expect(played == HapticsPlayed(steps: 2, milliseconds: 6000), "what the plugin played, not FieldHAL's theme: \(played)")
         #expect(try starts(fixtures, "motor") == 1, "the plugin served on: not killed and started again")
         await kit.close()
         #expect(fixtures.leftovers().isEmpty)
+    }
+
+    /// A plugin that answers null played a named pattern it does not describe: FieldHAL's
+    /// theme is reported; one that answers nonsense is the plugin's protocol error.
+    @Test func whatAPluginPlayedIsItsAnswerOrFieldHALsThemeWhenItSaysNothing() async throws {
+        let fixtures = try PluginFixtures()
+        try fixtures.plugin("quiet", manifest: PluginFixtures.manifest(name: "quiet", minor: 1, capabilities: #"{"haptics": {}}"#))
+        try fixtures.plugin("liar", mode: "bad-played", manifest: PluginFixtures.manifest(name: "liar", minor: 1, capabilities: #"{"haptics": {}}"#))
+        let quiet = try await fixtures.kit("[haptics]\nplugin = \"quiet\"\n")
+        #expect(try await quiet.haptics().play(.warning) == HapticsPlayed(HapticPattern.warning.steps))
+        await quiet.close()
+        let liar = try await fixtures.kit("[haptics]\nplugin = \"liar\"\n")
+        let error = await failure { _ = try await liar.haptics().play(.success) }
+        #expect(error?.kind == .protocolError && error?.detail.contains("haptics.play answer") == true, "\(String(describing: error))")
+        await liar.close()
     }
 
     @Test func aPluginThatNeverAnswersAReadIsATimeoutAndIsStopped() async throws {

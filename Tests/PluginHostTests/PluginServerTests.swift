@@ -226,7 +226,7 @@ import Testing
         #expect(closedRead["error"]?["data"]?["kind"] == .string("notConfigured"), "\(closedRead)")
         let twice = try await channel.call(7, "close", #"{"capability":"nfc"}"#)
         #expect(twice["error"]?["data"]?["kind"] == .string("notConfigured"), "\(twice)")
-        #expect(try await channel.call(8, "haptics.play", #"{"pattern":"success"}"#)["result"] == .null)
+        #expect(try await channel.call(8, "haptics.play", #"{"pattern":"success"}"#)["result"] == Self.played(.success))
         #expect(motor.played.value == [.success])
     }
 
@@ -247,17 +247,20 @@ import Testing
         #expect(second["result"]?["device"] == .string("right motor") && second["result"]?["identity"] == nil, "\(second)")
         let twice = try await channel.call(3, "open", #"{"capability":"haptics","device":"haptics-1","parameters":{"side":"left"}}"#)
         #expect(twice["error"]?["data"]?["kind"] == .string("busy"), "\(twice)")
-        #expect(try await channel.call(4, "haptics.play", #"{"device":"haptics-2","pattern":"success"}"#)["result"] == .null)
-        #expect(try await channel.call(5, "haptics.play", #"{"device":"haptics-1","pattern":"warning"}"#)["result"] == .null)
+        #expect(try await channel.call(4, "haptics.play", #"{"device":"haptics-2","pattern":"success"}"#)["result"] == Self.played(.success))
+        #expect(try await channel.call(5, "haptics.play", #"{"device":"haptics-1","pattern":"warning"}"#)["result"] == Self.played(.warning))
         #expect(left.played.value == [.warning] && right.played.value == [.success])
         let unknown = try await channel.call(6, "haptics.play", #"{"device":"haptics-9","pattern":"success"}"#)
         #expect(unknown["error"]?["data"]?["kind"] == .string("notConfigured"), "\(unknown)")
         #expect(try await channel.call(7, "close", #"{"capability":"haptics","device":"haptics-1"}"#)["result"] == .null)
         let closed = try await channel.call(8, "haptics.play", #"{"device":"haptics-1","pattern":"success"}"#)
         #expect(closed["error"]?["data"]?["kind"] == .string("notConfigured"), "\(closed)")
-        #expect(try await channel.call(9, "haptics.play", #"{"device":"haptics-2","pattern":"error"}"#)["result"] == .null)
+        #expect(try await channel.call(9, "haptics.play", #"{"device":"haptics-2","pattern":"error"}"#)["result"] == Self.played(.error))
         #expect(right.played.value == [.success, .error] && left.played.value == [.warning])
     }
+
+    /// `haptics.play`'s answer for `pattern` played as FieldHAL's theme has it: what was played.
+    static func played(_ pattern: HapticPattern) -> JSONValue { PluginProtocol.value(of: HapticsPlayed(pattern.steps)) }
 
     /// An engine that records what it plays; a pattern over 1 s plays until cancelled.
     final class Motor: HapticsEngine {
@@ -269,9 +272,10 @@ import Testing
             self.identity = identity
         }
         let played = LockedValue<[HapticPattern]>([])
-        func play(_ pattern: HapticPattern) async throws {
+        func play(_ pattern: HapticPattern) async throws -> HapticsPlayed {
             played.withLock { $0.append(pattern) }
             if PluginProtocol.length(of: pattern) > .seconds(1) { try await Task.sleep(for: .seconds(60)) }
+            return HapticsPlayed(pattern.steps)
         }
         func close() async {}
     }
@@ -281,11 +285,11 @@ import Testing
         let descriptor = PluginDescriptor(name: "probe", summary: "a test motor", capabilities: [.haptics: []]) { _, _, _ in .haptics(motor) }
         let channel = try Channel(descriptor)
         #expect(try await channel.call(1, "open", #"{"capability":"haptics","parameters":{}}"#)["result"]?["device"] == .string("test motor"))
-        #expect(try await channel.call(2, "haptics.play", #"{"pattern":"warning"}"#)["result"] == .null)
+        #expect(try await channel.call(2, "haptics.play", #"{"pattern":"warning"}"#)["result"] == Self.played(.warning))
         let custom = HapticPattern.custom([HapticStep(.periodic(magnitude: 0.5, periodMilliseconds: 20), durationMilliseconds: 80, pauseMilliseconds: 20),
                                            HapticStep(.rumble(strong: 0.25, weak: 0.75), durationMilliseconds: 50)])
         let encoded = String(decoding: try JSONEncoder().encode(PluginProtocol.value(of: custom)), as: UTF8.self)
-        #expect(try await channel.call(3, "haptics.play", encoded)["result"] == .null)
+        #expect(try await channel.call(3, "haptics.play", encoded)["result"] == Self.played(custom))
         #expect(motor.played.value == [.warning, custom])
         for (id, bad) in [(4, #"{"pattern":"purr"}"#), (5, #"{"steps":[{"effect":"rumble","strong":2,"weak":0,"durationMs":10}]}"#),
                           (6, #"{"steps":[]}"#), (7, #"{"steps":[{"effect":"buzz","durationMs":10}]}"#)] {

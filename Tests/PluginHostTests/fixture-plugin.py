@@ -166,11 +166,17 @@ for line in sys.stdin:
             tag["uid"] = "zz"
         send({"jsonrpc": "2.0", "id": ident, "result": {"tag": tag}})
     elif method == "haptics.play":
-        # "slow-theme": this plugin's named patterns are long (its warning plays 6 s), longer
-        # than FieldHAL's own theme's plus the host's 5 s grace.
+        # "slow-theme": this plugin's named patterns are long (its warning plays 6 s in two
+        # steps), longer than FieldHAL's own theme's plus the host's 5 s grace, and it says
+        # what it played. "bad-played": it says nonsense. Any other mode answers null.
         def play(request, seconds):
             time.sleep(seconds)
-            send({"jsonrpc": "2.0", "id": request, "result": None})
+            result = None
+            if mode == "slow-theme":
+                result = {"steps": 2, "milliseconds": int(seconds * 1000)}
+            elif mode == "bad-played":
+                result = {"steps": 0, "milliseconds": "soon"}
+            send({"jsonrpc": "2.0", "id": request, "result": result})
         named = "pattern" in request["params"]
         threading.Thread(target=play, args=(ident, 6.0 if (mode == "slow-theme" and named) else 0.05), daemon=True).start()
     elif method == "biometrics.availability":

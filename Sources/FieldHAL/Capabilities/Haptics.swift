@@ -70,6 +70,25 @@ public enum HapticPattern: Sendable, Equatable, Codable {
 }
 
 public protocol HapticsEngine: Device {
-    /// Plays the pattern and returns when it has finished. Cancelling stops the effect.
-    func play(_ pattern: HapticPattern) async throws
+    /// Plays the pattern and returns when it has finished, saying what was played: a named
+    /// pattern as the device's theme has it, which need not be FieldHAL's built-in theme.
+    /// Cancelling stops the effect.
+    @discardableResult
+    func play(_ pattern: HapticPattern) async throws -> HapticsPlayed
+}
+
+/// What a haptics device played: how many steps and how long, pauses included.
+public struct HapticsPlayed: Sendable, Equatable {
+    public var steps: Int
+    public var milliseconds: Int
+
+    public init(steps: Int, milliseconds: Int) {
+        self.steps = steps
+        self.milliseconds = milliseconds
+    }
+
+    /// `steps`, played as they are.
+    public init(_ steps: [HapticStep]) {
+        self.init(steps: steps.count, milliseconds: steps.reduce(0) { $0 + $1.durationMilliseconds + $1.pauseMilliseconds })
+    }
 }

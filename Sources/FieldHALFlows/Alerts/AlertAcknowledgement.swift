@@ -45,7 +45,7 @@ public struct AlertAcknowledgement: Sendable {
             throw Failure(message: "\(error.userMessage) The alert is still active.")
         }
         let lease = await haptics()
-        try? await lease.device?.play(.success)
+        _ = try? await lease.device?.play(.success)
         await lease.release()
     }
 }

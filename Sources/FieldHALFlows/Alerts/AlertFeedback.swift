@@ -9,7 +9,7 @@ public enum AlertFeedback {
     }
 
     public static func announce(haptics: (any HapticsEngine)?, speaker: (any Speaker)?) async {
-        async let buzz: Void? = try? await haptics?.play(.warning)
+        async let buzz: HapticsPlayed? = try? await haptics?.play(.warning)
         async let sound: Void? = try? await speaker?.play(.softAlert())
         _ = await (buzz, sound)
     }
