@@ -11,6 +11,8 @@ CLOCK_MONOTONIC nanoseconds, and serves until killed.
 
 What is in the field of the single emulated chip:
   --tag ntag213    an NTAG213 holding an NDEF Text (or URI) record; READ, WRITE, GET_VERSION
+  --data-area FILE the NTAG213's data area (pages 4 on, up to 144 bytes) from FILE instead:
+                   hex, whitespace and #-comments ignored (a golden tag dump)
   --tag type4      an ISO-DEP card with the NFC Forum Type 4 NDEF application (read-only)
   --tag vanishing  an NTAG213 that leaves the field after its first READ
   --tag corrupt    an NTAG213 whose NDEF TLV claims more bytes than the tag holds
@@ -500,6 +502,7 @@ def main():
     parser.add_argument("--link", help="also reach the pty through this symlink")
     parser.add_argument("--bridge", action="store_true")
     parser.add_argument("--baud", type=int, default=0)
+    parser.add_argument("--data-area", help="the NTAG213's data area, in hex, from this file")
     options = parser.parse_args()
     global BYTE_SECONDS
     BYTE_SECONDS = 10 / options.baud if options.baud > 0 else 0.0
@@ -514,7 +517,14 @@ def main():
 
     ndef = ndef_record(options.text, options.uri)
     uid7 = bytes([0x04, 0xA1, 0xB2, 0xC3, 0xD4, 0xE5, 0xF6])
+    if options.data_area:
+        with open(options.data_area) as dump:
+            area = bytes.fromhex("".join(line.split("#")[0] for line in dump).replace(" ", "").replace("\n", ""))
+        if len(area) > 144:
+            sys.exit("pn532-emulator.py: %s holds %d bytes; an NTAG213's data area holds 144" % (options.data_area, len(area)))
+        options.tag = "dump"
     tag = {
+        "dump": lambda: Type2Tag(uid7, data_area=area),
         "ntag213": lambda: Type2Tag(uid7, ndef),
         "vanishing": lambda: Type2Tag(uid7, ndef, vanish_after_reads=1),
         # NDEF TLV with a 3-byte length of 400: more than the 144-byte data area.
