@@ -85,7 +85,7 @@ struct PluginsCommand: AsyncParsableCommand {
 struct PluginCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "plugin",
                                                     abstract: "Check external plugins; run a built-in one as an external plugin process.",
-                                                    subcommands: [Check.self, Manifest.self, Serve.self])
+                                                    subcommands: [Check.self, Test.self, Manifest.self, Serve.self])
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -103,7 +103,7 @@ struct PluginCommand: AsyncParsableCommand {
             """)
         @Argument(help: "The manifest, or the plugin's directory.") var path: String
         @Flag(name: .long, help: "Print the result as JSON.") var json = false
-        @Option(name: .long, help: "Seconds the plugin has to answer `initialize`.") var timeout: Double = 5
+        @Option(name: .long, help: "Seconds the plugin has to answer `initialize`.") var timeout: Double = 10
 
         struct Report: Encodable {
             let passed = true
@@ -225,11 +225,23 @@ struct PluginCommand: AsyncParsableCommand {
                 Output.failure("--executable must be a file name in the plugin's directory, not \(executable)")
                 throw ExitCode(64)
             }
+            do {
+                try Self.install(plugin, as: external, manifest: text, executable: executable, into: output)
+            } catch {
+                Output.failure("cannot write the plugin into \(output): \(error.localizedDescription) — choose a directory you may write, or run with sudo")
+                throw ExitCode(73)  // EX_CANTCREAT
+            }
+            print("wrote \(output)/plugin.json and \(output)/\(executable): plugin \(external) serves \(plugin) out of process")
+            print("use it with plugin = \"\(external)\" in the section of a capability it provides (fieldhal plugin check \(output))")
+        }
+
+        /// Writes `manifest` and an executable running this fieldhal's `plugin serve PLUGIN`
+        /// into `output`.
+        static func install(_ plugin: String, as external: String, manifest text: String, executable: String, into output: String) throws {
             // This very binary, by its real path: /usr/bin/fieldhal may be the front.
             let binary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
             let script = "#!/bin/sh\n# Written by fieldhal plugin manifest: serves the built-in plugin \(plugin) out of process.\n"
                 + "exec '\(binary)' plugin serve \(plugin) --name \(external)\n"
-            do {
                 // 0755 and 0644 whatever the umask: a plugin must not be writable by others, or
                 // FieldHAL refuses it (PluginTrust).
                 try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)
@@ -241,12 +253,125 @@ struct PluginCommand: AsyncParsableCommand {
                 try Data(script.utf8).write(to: URL(fileURLWithPath: staged))
                 try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: staged)
                 guard rename(staged, output + "/" + executable) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-            } catch {
-                Output.failure("cannot write the plugin into \(output): \(error.localizedDescription) — choose a directory you may write, or run with sudo")
-                throw ExitCode(73)  // EX_CANTCREAT
+        }
+    }
+
+    struct Test: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "test",
+            abstract: "Run the plugin protocol's conformance checks against a plugin.",
+            discussion: """
+            PLUGIN is a manifest (a plugin.json, a NAME.json, or a directory holding \
+            plugin.json), a built-in plugin (tested out of process, as `fieldhal plugin \
+            manifest` installs it) or an external plugin in the plugin directories. Each \
+            capability the plugin declares is checked as docs/plugin-protocol.md says a plugin \
+            answers: the handshake, an unknown method, open and close, protocol 1.6's device \
+            handles (a second open is busy, an unknown handle notConfigured), and each method — \
+            gps.watch and its first report; nfc.read within its bound, and stopped by \
+            $/cancel; nfc.emulate; haptics.play with what it played, and a pattern out of \
+            bounds refused; biometrics.availability. The camera, microphone and speaker get \
+            open and close only. A capability with required settings needs them, as its \
+            configuration section would give them: --set nfc.device=/dev/ttyUSB0 (else its \
+            device checks are skipped). Each check prints as it ends; --json prints the report. \
+            Exit status: 0 when no check failed; 65 when one did; 66 when a PATH holds no \
+            manifest; 64 for a name that is no plugin or a bad --set.
+            """)
+        @Argument(help: "The manifest, its directory, or a plugin's name.") var plugin: String
+        @Option(name: .customLong("set"), help: ArgumentHelp("A capability's setting (repeatable).", valueName: "CAPABILITY.KEY=VALUE"))
+        var settings: [String] = []
+        @Flag(name: .long, help: "Print the report as JSON.") var json = false
+
+        func run() async throws {
+            let (manifest, scratch) = try await resolve()
+            defer { if let scratch { try? FileManager.default.removeItem(atPath: scratch) } }
+            let parameters = try settings(for: manifest)
+            let quiet = json
+            let report = await PluginConformance.run(manifest, parameters: parameters) { check in
+                guard !quiet else { return }
+                let label = check.outcome == .passed ? "PASS" : check.outcome == .failed ? "FAIL" : "SKIP"
+                Output.streamLine("\(label)  \(check.capability.map { "\($0): " } ?? "")\(check.name) — \(check.detail)")
             }
-            print("wrote \(output)/plugin.json and \(output)/\(executable): plugin \(external) serves \(plugin) out of process")
-            print("use it with plugin = \"\(external)\" in the section of a capability it provides (fieldhal plugin check \(output))")
+            let count = { (outcome: PluginConformance.Outcome) in report.checks.filter { $0.outcome == outcome }.count }
+            try Output.emit(report, json: json) {
+                "plugin \(manifest.name) \(TerminalText.escaped(manifest.version)) (protocol \(manifest.protocolVersion)): "
+                    + "\(count(.passed)) passed, \(count(.failed)) failed, \(count(.skipped)) skipped"
+            }
+            if !report.passed { throw ExitCode(65) }  // EX_DATAERR: the plugin answers wrongly
+        }
+
+        /// The manifest PLUGIN names, and a scratch directory to remove after (a built-in
+        /// plugin installed to be tested out of process).
+        private func resolve() async throws -> (PluginManifest, String?) {
+            var file = plugin
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) {
+                if isDirectory.boolValue { file = (file as NSString).appendingPathComponent("plugin.json") }
+                guard FileManager.default.fileExists(atPath: file) else {
+                    Output.failure("\(plugin): no plugin manifest there (a plugin.json, a NAME.json, or a directory holding plugin.json)")
+                    throw ExitCode(66)  // EX_NOINPUT
+                }
+                return (try PluginManifest.load(file), nil)
+            }
+            if let descriptor = BuiltinPlugins.registry.plugin(named: plugin) {
+                // A directory of our own (mkdtemp: 0700, a fresh name), never one found by name.
+                var template = Array((NSTemporaryDirectory() + "fieldhal-plugin-test-XXXXXX").utf8CString)
+                guard let made = mkdtemp(&template) else {
+                    Output.failure("cannot make a scratch directory to install \(plugin) in: \(SystemError.describe())")
+                    throw ExitCode(73)
+                }
+                let scratch = String(cString: made)
+                let external = PluginCommand.externalName(of: plugin)
+                let manifest = PluginManifest.json(for: descriptor, name: external, version: FieldHALVersion.current, executable: "run")
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                try Manifest.install(plugin, as: external, manifest: String(decoding: try encoder.encode(manifest), as: UTF8.self) + "\n",
+                                     executable: "run", into: scratch + "/" + external)
+                return (try PluginManifest.load(scratch + "/" + external + "/plugin.json"), scratch)
+            }
+            let discovery = PluginDirectories.discover(in: PluginDirectories.searched(), builtIn: Set(BuiltinPlugins.registry.all.map(\.name)))
+            if let found = discovery.plugins.first(where: { $0.name == plugin }) { return (found, nil) }
+            let names = (BuiltinPlugins.registry.all.map(\.name) + discovery.plugins.map(\.name)).sorted().joined(separator: ", ")
+            Output.failure("no plugin \(plugin): not a manifest's path, and the plugins are \(names)")
+            throw ExitCode(64)
+        }
+
+        /// `--set` as each capability's section, each value of its parameter's type.
+        private func settings(for manifest: PluginManifest) throws -> [Capability: [String: ConfigValue]] {
+            var parameters: [Capability: [String: ConfigValue]] = [:]
+            for setting in settings {
+                func refuse(_ why: String) -> ExitCode {
+                    Output.failure("--set \(setting): \(why)")
+                    return ExitCode(64)
+                }
+                guard let equals = setting.firstIndex(of: "="), let dot = setting[..<equals].firstIndex(of: ".") else {
+                    throw refuse("write it CAPABILITY.KEY=VALUE, such as nfc.device=/dev/ttyUSB0")
+                }
+                let name = String(setting[..<dot]), key = String(setting[setting.index(after: dot)..<equals])
+                let text = String(setting[setting.index(after: equals)...])
+                guard let capability = Capability(rawValue: name), let specs = manifest.capabilities[capability] else {
+                    throw refuse("the plugin declares no capability \(name) (it declares \(manifest.capabilities.keys.map(\.rawValue).sorted().joined(separator: ", ")))")
+                }
+                guard let spec = specs.first(where: { $0.name == key }) else {
+                    throw refuse("\(name) takes no setting \(key) (it takes \(specs.map(\.name).joined(separator: ", ")))")
+                }
+                let value: ConfigValue
+                switch spec.type {
+                case "string": value = .string(text)
+                case "integer":
+                    guard let number = Int(text) else { throw refuse("\(key) is an integer") }
+                    value = .integer(number)
+                case "number":
+                    guard let number = Double(text) else { throw refuse("\(key) is a number") }
+                    value = .float(number)
+                case "boolean":
+                    guard let flag = Bool(text) else { throw refuse("\(key) is true or false") }
+                    value = .boolean(flag)
+                default:
+                    throw refuse("\(key) is \(spec.type): write it in a configuration file; --set takes strings, integers, numbers and booleans")
+                }
+                parameters[capability, default: [:]][key] = value
+            }
+            return parameters
         }
     }
 

@@ -126,9 +126,9 @@ for line in sys.stdin:
             opens.write("%d open %s%s\n" % (os.getpid(), params["capability"], " " + handle if handle else ""))
         result = {"device": "fixture " + params["parameters"].get("device", params["capability"])}
         if handle is not None:
-            devices[handle] = params["parameters"]["device"]
+            devices[handle] = params["parameters"].get("device", params["capability"])
             result["identity"] = {"vendor": "Fixture Labs", "model": "probe reader",
-                                  "serial": os.path.basename(params["parameters"]["device"])}
+                                  "serial": os.path.basename(devices[handle])}
         send({"jsonrpc": "2.0", "id": ident, "result": result})
     elif method == "close":
         handle = request["params"].get("device")
@@ -177,6 +177,8 @@ for line in sys.stdin:
             elif mode == "bad-played":
                 result = {"steps": 0, "milliseconds": "soon"}
             send({"jsonrpc": "2.0", "id": request, "result": result})
+        if unknown_device(ident, request.get("params", {})):
+            continue
         named = "pattern" in request["params"]
         threading.Thread(target=play, args=(ident, 6.0 if (mode == "slow-theme" and named) else 0.05), daemon=True).start()
     elif method == "biometrics.availability":
