@@ -1,6 +1,7 @@
 @testable import ALSAPlugin
 import FieldHAL
 import FieldHALMedia
+import FieldHALPluginHost
 import Foundation
 import TestSupport
 import Testing
@@ -44,6 +45,17 @@ func writeTone(_ path: String, frequency: Int, amplitude: Double, seconds: Int, 
 struct LoopbackSoundTests {
     static let playbackSide = "hw:Loopback,0,0"
     static let captureSide = "hw:Loopback,1,0"
+
+    /// `fieldhal plugin test`'s checks against the alsa backend out of process on snd-aloop
+    /// (open and close of its microphone and speaker).
+    @Test func theConformanceChecksPassOnTheLoopback() async throws {
+        let manifest = try PluginManifest.load(try await ExternalBuiltin.install("alsa", as: "alsa-conformance"))
+        let report = await PluginConformance.run(manifest, parameters: [
+            .microphone: ["pcm": .string(Self.captureSide)], .speaker: ["pcm": .string(Self.playbackSide)],
+        ])
+        #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
+        #expect(report.checks.filter { $0.outcome == .passed && $0.name.hasPrefix("close answers") }.count == 2, "\(report.checks)")
+    }
 
     @Test(arguments: Way.allCases) func recordsAKnownToneAtItsFrequencyAndLevel(way: Way) async throws {
         let tone = KernelLab.scratch("tone.wav")

@@ -122,6 +122,18 @@ struct UinputHapticsTests {
         return engine
     }
 
+    /// `fieldhal plugin test`'s checks against the evdev backend out of process, on a uinput
+    /// force-feedback device: haptics.play says what it played, a pattern out of bounds is refused.
+    @Test func theConformanceChecksPassOnUinput() async throws {
+        try await UinputPeer.with { peer in
+            let manifest = try PluginManifest.load(try await ExternalBuiltin.install("evdev", as: "evdev-conformance"))
+            let report = await PluginConformance.run(manifest, parameters: [.haptics: ["device": .string(peer.node)]])
+            #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
+            let played = report.checks.first { $0.name.hasPrefix("haptics.play answers") }
+            #expect(played?.outcome == .passed && played?.detail.contains("steps") == true, "\(String(describing: played))")
+        }
+    }
+
     @Test(arguments: Way.allCases) func warningPlaysTheThemesStepsWithTheirTimings(way: Way) async throws {
         try await UinputPeer.with { peer in
             #expect(EvdevHaptics.forceFeedbackDevices().contains(peer.node))

@@ -58,6 +58,19 @@ struct FprintdPluginTests {
         return try await sensor.verify(timeout: timeout)
     }
 
+    /// `fieldhal plugin test`'s checks against the fprintd backend out of process, on a real
+    /// fprintd with its virtual sensor.
+    @Test func theConformanceChecksPassOnARealFprintd() async throws {
+        let lab = try await FprintdLab.start()
+        defer { lab.stop() }
+        let manifest = try PluginManifest.load(try await ExternalBuiltin.install("fprintd", as: "fprintd-conformance"))
+        let report = await PluginConformance.run(manifest, parameters: [
+            .biometrics: ["bus_address": .string(lab.busAddress), "user": .string("fieldhal-test")],
+        ])
+        #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("biometrics.availability") }, "\(report.checks)")
+    }
+
     @Test(arguments: Way.allCases) func enrollThenAvailabilityListsTheFinger(way: Way) async throws {
         let lab = try await FprintdLab.start()
         let sensor: any BiometricAuthenticator

@@ -239,6 +239,16 @@ struct GpsdPluginTests {
         #expect(!watcher.isCancelled, "the same watch carried on across the restart")
     }
 
+    /// `fieldhal plugin test`'s checks against the gpsd backend out of process, on gpsd.
+    @Test func theConformanceChecksPassOnARealGpsd() async throws {
+        let gpsd = try await startGpsd("moving-3d.nmea")
+        defer { gpsd.kill() }
+        let manifest = try PluginManifest.load(try await ExternalBuiltin.install("gpsd", as: "gpsd-conformance"))
+        let report = await PluginConformance.run(manifest, parameters: [.location: ["port": .integer(gpsd.port)]])
+        #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("the stream's first gps.fix") }, "\(report.checks)")
+    }
+
     @Test(arguments: Way.allCases) func gpsdNotRunningFailsOpenWithAdvice(way: Way) async throws {
         let port = try GPSFake.freePort()
         await #expect { try await open(port: port, way: way) } throws: { error in

@@ -125,6 +125,20 @@ struct LibnfcPluginTests {
         await kit.close()
     }
 
+    /// `fieldhal plugin test`'s checks against the libnfc backend out of process, on libnfc's
+    /// pn532_uart driver and the emulator: the reader (a tag in the field) and the emulator.
+    @Test func theConformanceChecksPassOnARealLibnfc() async throws {
+        let emulator = try await PN532Emulator.start(["--text", "conformance"])
+        defer { emulator.stop() }
+        let manifest = try PluginManifest.load(try await ExternalBuiltin.install("libnfc", as: "libnfc-conformance"))
+        let report = await PluginConformance.run(manifest, parameters: [
+            .nfcReader: ["connstring": .string(emulator.connstring())], .nfcEmulator: ["connstring": .string(emulator.connstring())],
+        ])
+        #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
+        let read = report.checks.first { $0.name.hasPrefix("nfc.read answers") }
+        #expect(read?.outcome == .passed && read?.detail.hasPrefix("a tag: 04:A1:B2:C3:D4:E5:F6") == true, "\(String(describing: read))")
+    }
+
     @Test(arguments: Way.allCases) func readsATextRecordSpanningManyPages(way: Way) async throws {
         let text = String(repeating: "long evidence note ", count: 6)  // 114 bytes: 8 READs
         let emulator = try await PN532Emulator.start(["--text", text])
