@@ -123,6 +123,8 @@ let package = Package(
 
         // Plugins: one folder each. A plugin imports the core and its own C module only.
         .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        // A kit recorded with `fieldhal record`, played back: no hardware, no C library.
+        .target(name: "ReplayPlugin", dependencies: ["FieldHAL"], path: "Plugins/Replay", swiftSettings: strictSwift),
         // fprintd has no C library to link: the plugin runs its tools (FieldHALProcess).
         .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(
@@ -154,7 +156,7 @@ let package = Package(
         // The list of compiled-in plugins: the only place that names them all.
         .target(
             name: "FieldHALPlugins",
-            dependencies: ["FieldHAL", "FakePlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin"] + backendTraits.compactMap { entry in
+            dependencies: ["FieldHAL", "FakePlugin", "ReplayPlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
             swiftSettings: strictSwift

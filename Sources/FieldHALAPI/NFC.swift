@@ -163,3 +163,28 @@ public struct APIRecord: Sendable, Codable, Equatable {
                   id: record.id.isEmpty ? nil : Data(record.id).base64EncodedString())
     }
 }
+
+extension NFCTag {
+    /// The tag an API event describes, as a trace records it (`fieldhal record`): its type,
+    /// UID, ATQA, SAK and records. The API shows an empty message as no records, so that is
+    /// what comes back; a tag read again from this gives the same API tag.
+    public init(api tag: APITag) throws(FieldHALError) {
+        func wrong(_ detail: String) -> FieldHALError { FieldHALError(.malformedData, subject: "tag \(tag.uid)", detail: detail) }
+        guard let type = NFCTagType(rawValue: tag.type) else { throw wrong("no tag type \"\(tag.type)\"") }
+        let uid = tag.uid.split(separator: ":").compactMap { UInt8($0, radix: 16) }
+        guard uid.count == tag.uid.split(separator: ":").count, !uid.isEmpty else { throw wrong("its UID is not hex bytes") }
+        var records: [NDEFRecord] = []
+        for record in tag.records {
+            guard let format = TypeNameFormat(rawValue: UInt8(clamping: record.tnf)), let payload = Data(base64Encoded: record.payload) else {
+                throw wrong("a record's TNF or payload is not what the API writes")
+            }
+            let id = try record.id.map { text throws(FieldHALError) -> [UInt8] in
+                guard let bytes = Data(base64Encoded: text) else { throw wrong("a record's id is not base64") }
+                return Array(bytes)
+            } ?? []
+            records.append(NDEFRecord(typeNameFormat: format, type: Array(record.recordType.utf8), id: id, payload: Array(payload)))
+        }
+        self.init(type: type, uid: uid, atqa: tag.atqa.flatMap { UInt16($0, radix: 16) }, sak: tag.sak.flatMap { UInt8($0, radix: 16) },
+                  ndef: records.isEmpty ? nil : NDEFMessage(records: records))
+    }
+}

@@ -5,6 +5,7 @@ import FieldHAL
 import FprintdPlugin
 import GpsdPlugin
 import LibnfcPlugin
+import ReplayPlugin
 import V4L2Plugin
 
 // The real backends' C modules are linked only when their traits are on. Importing them
@@ -26,7 +27,7 @@ import CEvdev
 /// new backend adds its folder, its target in Package.swift, and a line here.
 public enum BuiltinPlugins {
     public static var registry: PluginRegistry {
-        var plugins: [PluginDescriptor] = [FakePlugin.descriptor]
+        var plugins: [PluginDescriptor] = [FakePlugin.descriptor, ReplayPlugin.descriptor]
         plugins += realBackends
         return PluginRegistry(plugins)
     }

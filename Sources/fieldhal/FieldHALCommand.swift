@@ -24,7 +24,7 @@ struct FieldHALCommand: AsyncParsableCommand {
         version: FieldHALVersion.current,
         subcommands: [PluginsCommand.self, PluginCommand.self, DetectCommand.self, StatusCommand.self, DevicesCommand.self, DaemonCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, SoundCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
-                      LocationCommand.self, LockCommand.self, AuditCommand.self, VaultCommand.self, TenantCommand.self, SignInCommand.self,
+                      LocationCommand.self, LockCommand.self, AuditCommand.self, RecordCommand.self, VaultCommand.self, TenantCommand.self, SignInCommand.self,
                       SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self]
     )
 }

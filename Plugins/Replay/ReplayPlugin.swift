@@ -1,0 +1,157 @@
+import FieldHAL
+import Foundation
+
+/// A kit played back from a trace (`fieldhal record`, `KitTrace`): a receiver gives the
+/// trace's fixes at the times they came, a reader the trace's tags in the order they were
+/// found, at the recorded speed or faster. A field fault, brought back to the bench.
+public enum ReplayPlugin {
+    public static let descriptor = PluginDescriptor(
+        name: "replay",
+        summary: "a kit recorded with `fieldhal record`, played back (receivers and readers)",
+        capabilities: [.location: parameters, .nfcReader: parameters],
+        open: open
+    )
+
+    static let parameters: [ParameterSpec] = [
+        ParameterSpec("trace", .string, required: true, help: "the trace file `fieldhal record --output` wrote (relative to the configuration file's folder)"),
+        ParameterSpec("device", .string, help: "the trace's device to play, by name (default: the first of this capability in the trace)"),
+        ParameterSpec("speed", .number, range: 0.01...1000, help: "how many times faster than recorded (default 1)"),
+        ParameterSpec("loop", .boolean, help: "play the trace again when it ends (default false: the device falls silent)"),
+    ]
+
+    static func open(_ capability: Capability, _ parameters: PluginParameters, _ context: PluginContext) async throws -> CapabilityProvider {
+        guard let file = parameters.string("trace") else {
+            throw FieldHALError(.invalidArgument, subject: "replay", detail: "no trace", advice: "set trace = \"PATH\" to a file `fieldhal record` wrote")
+        }
+        let path = file.hasPrefix("/") ? file : context.configDirectory + "/" + file
+        let (_, entries) = try KitTrace.read(path)
+        let kind = capability.rawValue
+        let wanted = parameters.string("device")
+        let devices = entries.map(\.device).filter { $0.hasPrefix(kind + ".") }
+        guard let device = wanted.map({ "\(kind).\($0)" }) ?? devices.first, devices.contains(device) else {
+            let names = Array(Set(devices)).sorted().joined(separator: ", ")
+            throw FieldHALError(.deviceNotFound, subject: "replay \(path)",
+                                detail: wanted.map { "holds no \(kind) device named \($0)" } ?? "holds no \(kind) device",
+                                advice: names.isEmpty ? "record the kit while its \(kind) device works" : "its \(kind) devices: \(names)")
+        }
+        let mine = entries.filter { $0.device == device }
+        let speed = parameters.number("speed") ?? 1
+        let loop = parameters.boolean("loop") ?? false
+        let name = "\(device) from \((path as NSString).lastPathComponent)"
+        switch capability {
+        case .location:
+            return .location(ReplayedReceiver(deviceName: name, fixes: mine.compactMap { entry in entry.fix.map { (entry.t, $0) } },
+                                              speed: speed, loop: loop))
+        default:
+            return .nfcReader(ReplayedReader(deviceName: name, tags: mine.compactMap { entry in
+                entry.tagState == "found" ? entry.tag.map { (entry.t, $0) } : nil
+            }, speed: speed, loop: loop))
+        }
+    }
+}
+
+/// The trace's fixes, each at its recorded time (divided by the speed) from the first watch:
+/// a replay starts when someone listens, so that what is played back is what was recorded,
+/// from its first fix.
+final class ReplayedReceiver: LocationProvider {
+    let deviceName: String
+    private let recorded: [(Double, Fix)]
+    private let speed: Double
+    private let loop: Bool
+    private let fixes = Broadcaster<Fix>(bufferLimit: 64)
+    private let last = LockedValue<ReceivedFix?>(nil)
+    private let playing = LockedValue<Task<Void, Never>?>(nil)
+
+    init(deviceName: String, fixes recorded: [(Double, Fix)], speed: Double, loop: Bool) {
+        self.deviceName = deviceName
+        self.recorded = recorded
+        self.speed = speed
+        self.loop = loop
+    }
+
+    /// Starts playing, once: after the first subscriber is in, so that it hears the first fix.
+    private func play() {
+        let recorded = recorded, speed = speed, loop = loop, fixes = fixes, last = last
+        playing.withLock { playing in
+            guard playing == nil else { return }
+            playing = Task {
+                guard let start = recorded.first?.0 else { return }
+                repeat {
+                    let began = ContinuousClock.now
+                    for (t, fix) in recorded {
+                        do { try await Task.sleep(until: began + .seconds((t - start) / speed), clock: .continuous) } catch { return }
+                        if fix.hasPosition { last.withLock { $0 = ReceivedFix(fix: fix) } }
+                        fixes.yield(fix)
+                    }
+                } while loop && !Task.isCancelled
+            }
+        }
+    }
+
+    func watch() -> AsyncThrowingStream<Fix, any Error> {
+        defer { play() }
+        return fixes.subscribe()
+    }
+
+    func follow(_ handler: @escaping @Sendable (Fix) -> Void, end: @escaping @Sendable ((any Error)?) -> Void) -> Subscription {
+        defer { play() }
+        return fixes.subscribe(handler, end: end)
+    }
+
+    func lastKnownFix() async -> ReceivedFix? { last.value }
+
+    func close() async {
+        playing.value?.cancel()
+        fixes.finish()
+    }
+}
+
+/// The trace's tags, one per read in the order they were found, none before its recorded
+/// time (divided by the speed) from the open.
+actor ReplayedReader: NFCReader {
+    nonisolated let deviceName: String
+    private let tags: [(Double, NFCTag)]
+    private let speed: Double
+    private let loop: Bool
+    /// When the current pass of the trace began: the open, or the last wrap (`loop`).
+    private var passStarted = ContinuousClock.now
+    private var next = 0
+
+    init(deviceName: String, tags: [(Double, NFCTag)], speed: Double, loop: Bool) {
+        self.deviceName = deviceName
+        self.tags = tags
+        self.speed = speed
+        self.loop = loop
+    }
+
+    func readTag(timeout: Duration) async throws -> NFCTag {
+        let subject = "nfc \(deviceName)"
+        let deadline = ContinuousClock.now + timeout
+        if next == tags.count, loop, !tags.isEmpty {
+            next = 0
+            passStarted = .now
+        }
+        if next < tags.count {
+            let (t, tag) = tags[next]
+            let at = passStarted + .seconds((t - tags[0].0) / speed)
+            if at <= deadline {
+                try await sleepCancellable(until: at, subject: subject)
+                next += 1
+                return tag
+            }
+        }
+        try await sleepCancellable(until: deadline, subject: subject)
+        throw FieldHALError(.timeout, subject: subject, detail: "no tag within \(timeout.secondsDescription)")
+    }
+
+    func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
+        throw FieldHALError(.unsupported, subject: "nfc \(deviceName)", detail: "a replayed reader writes no tag",
+                            advice: "write with the kit's own reader")
+    }
+
+    func close() async {}
+
+    private func sleepCancellable(until instant: ContinuousClock.Instant, subject: String) async throws {
+        do { try await Task.sleep(until: instant, clock: .continuous) } catch { throw FieldHALError.cancelled(subject) }
+    }
+}

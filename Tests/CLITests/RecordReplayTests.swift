@@ -1,0 +1,90 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import Testing
+import TestSupport
+
+/// `fieldhal record` and the `replay` plugin (issue 44): a kit's receiver and reader,
+/// recorded through the daemon's API, played back as a kit of their own, give the same fixes
+/// and tags — at the recorded speed and ten times faster.
+@Suite(.timeLimit(.minutes(3))) struct RecordReplayTests {
+    /// Fix events as `fieldhal gps watch --json` prints them.
+    static func line(_ fix: Fix) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
+        return String(decoding: try encoder.encode(FixEventData(fix: fix, device: "default")), as: UTF8.self)
+    }
+
+    @Test func aRecordedKitPlaysBackIntoTheSameFixesAndTags() async throws {
+        let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/kit.toml", trace = directory + "/trace.jsonl"
+        try """
+        [gps]
+        plugin = "fake"
+        interval_ms = 100
+        track = [
+          { lat = 52.516275, lon = 13.377704, alt = 34.0, acc = 4.5, speed = 1.4, course = 90.0, sats = 9 },
+          { lat = 52.516290, lon = 13.377910, alt = 34.1, acc = 4.2, speed = 1.4, course = 88.0, sats = 10 },
+          { mode = "no-fix", lat = 0, lon = 0 },
+        ]
+        [nfc]
+        plugin = "fake"
+        tags = [{ type = "ntag213", uid = "04:A1:B2:C3:D4:E5:F6", text = "recorded in the field" }]
+        [api]
+        socket = "\(directory)/api.sock"
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", directory + "/state"])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(30)) != nil, "\(daemon.output)")
+        let recorded = try await CLI.run(["record", "--config", config, "--output", trace, "--seconds", "2"])
+        _ = await daemon.stop()
+        #expect(recorded.status == 0 && recorded.stderr.contains("entries to \(trace)"), "\(recorded.stdout)\(recorded.stderr)")
+        let mode = try FileManager.default.attributesOfItem(atPath: trace)[.posixPermissions] as? Int
+        #expect(mode == 0o600, "a trace is private")
+
+        let (header, entries) = try KitTrace.read(trace)
+        #expect(header.trace == KitTrace.format && header.source == config)
+        let fixes = entries.compactMap(\.fix)
+        let tags = entries.filter { $0.tagState == "found" }.compactMap(\.tag)
+        #expect(fixes.count >= 8 && fixes.contains { !$0.hasPosition }, "about 20 fixes in 2 s, no-fix ones among them: \(fixes.count)")
+        #expect(tags.first?.uidString == "04:A1:B2:C3:D4:E5:F6", "\(entries.filter { $0.tag != nil })")
+
+        for speed in [1, 10] {
+            let replay = directory + "/replay-\(speed).toml"
+            try """
+            [gps]
+            plugin = "replay"
+            trace = "trace.jsonl"
+            speed = \(speed)
+            [nfc]
+            plugin = "replay"
+            trace = "trace.jsonl"
+            speed = \(speed)
+            """.write(toFile: replay, atomically: true, encoding: .utf8)
+            let watched = try await CLI.run(["gps", "watch", "--json", "--count", "\(fixes.count)", "--config", replay, "--state-dir", directory + "/state"])
+            #expect(watched.status == 0, "\(watched.stderr)")
+            let played = watched.stdout.split(separator: "\n").map(String.init)
+            #expect(played == (try fixes.map(Self.line)), "speed \(speed): the same fixes, in order")
+            let read = try await CLI.run(["nfc", "read", "--json", "--config", replay, "--state-dir", directory + "/state"])
+            #expect(read.status == 0, "\(read.stderr)")
+            let tag = try JSONDecoder().decode(APITag.self, from: Data(read.stdout.utf8))
+            #expect(tag == APITag(try #require(tags.first)), "speed \(speed): \(read.stdout)")
+        }
+    }
+
+    @Test func recordWithoutADaemonSaysSo() async throws {
+        let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try "[gps]\nplugin = \"fake\"\n[api]\nsocket = \"\(directory)/api.sock\"\n".write(toFile: directory + "/kit.toml", atomically: true, encoding: .utf8)
+        let result = try await CLI.run(["record", "--config", directory + "/kit.toml", "--output", directory + "/t.jsonl", "--seconds", "1"])
+        #expect(result.status == 69 && result.stderr.contains("follows a running daemon"), "\(result.stderr)")
+        // A trace that is not one is refused by the replay plugin with the line.
+        try "{\"trace\": 1, \"recordedAt\": 0, \"source\": \"x\"}\nnot json\n".write(toFile: directory + "/bad.jsonl", atomically: true, encoding: .utf8)
+        try "[gps]\nplugin = \"replay\"\ntrace = \"bad.jsonl\"\n".write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
+        let replayed = try await CLI.run(["gps", "fix", "--config", directory + "/replay.toml", "--state-dir", directory + "/state"])
+        #expect(replayed.status != 0 && replayed.stderr.contains("line 2 is not a trace's entry"), "\(replayed.stderr)")
+    }
+}
