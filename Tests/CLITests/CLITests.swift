@@ -127,7 +127,8 @@ struct CLITests {
         #expect(result.status == 0)
         let listing = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         let names = (listing["plugins"] as! [[String: Any]]).map { $0["name"] as! String }
-        var built = ["fake"]
+        // The simulators are always built: the fake kit and the replay of a recorded one.
+        var built = ["fake", "replay"]
         #if GPS
         built.append("gpsd")
         #endif
