@@ -51,12 +51,16 @@ struct RecordCommand: FieldHALSubcommand {
         let served: Void? = try await environment.throughDaemon { daemon in
             let devices = try await daemon.devices()
             let names = watched.all ? devices.filter { [.location, .nfcReader].contains($0.capability) }.compactMap(\.name) : watched.names
+            // The daemon refuses a stream of a type the kit has no device for (a tag event
+            // with no [nfc]): ask for the kinds this kit has.
+            let configured = Set(devices.filter { $0.state != .notConfigured }.map(\.capability))
+            let kinds: [APIEvent.Kind] = (configured.contains(.location) ? [.fix] : []) + (configured.contains(.nfcReader) ? [.tag] : []) + [.capability]
             try write(try KitTrace.line(KitTrace.Header(recordedAt: Date(), source: file)))
             let started = ContinuousClock.now
             let stop = seconds.map { limit in Task { try? await Task.sleep(for: .seconds(limit)) } }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for try await event in daemon.events([.fix, .tag, .capability], devices: Array(Set(names)).sorted()) {
+                    for try await event in daemon.events(kinds, devices: Array(Set(names)).sorted()) {
                         let elapsed = ContinuousClock.now - started
                         let t = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
                         let entry: KitTrace.Entry

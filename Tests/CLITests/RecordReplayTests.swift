@@ -74,6 +74,34 @@ import TestSupport
         }
     }
 
+    #if GPS
+    /// The same from a real peer: a receiver's log replayed by gpsfake into gpsd, followed by
+    /// the daemon's gpsd backend, recorded, then played back with no gpsd at all.
+    @Test func aReceiverOnARealGpsdPlaysBackIntoTheSameFixes() async throws {
+        let gpsd = try await GPSFake.start(log: GPSFake.logPath("moving-3d.nmea"))
+        defer { gpsd.kill() }
+        let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/kit.toml", trace = directory + "/trace.jsonl"
+        try "[gps]\nplugin = \"gpsd\"\nport = \(gpsd.port)\n[api]\nsocket = \"\(directory)/api.sock\"\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", directory + "/state"])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(30)) != nil, "\(daemon.output)")
+        let recorded = try await CLI.run(["record", "--config", config, "--output", trace, "--seconds", "2"])
+        _ = await daemon.stop()
+        gpsd.kill()
+        #expect(recorded.status == 0, "\(recorded.stderr)")
+        let fixes = try KitTrace.read(trace).1.compactMap(\.fix)
+        #expect(fixes.filter(\.hasPosition).count >= 5, "gpsd's fixes in 2 s: \(fixes.count)")
+        try "[gps]\nplugin = \"replay\"\ntrace = \"trace.jsonl\"\nspeed = 10\n".write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
+        let watched = try await CLI.run(["gps", "watch", "--json", "--count", "\(fixes.count)", "--config", directory + "/replay.toml",
+                                         "--state-dir", directory + "/state"])
+        #expect(watched.status == 0, "\(watched.stderr)")
+        #expect(watched.stdout.split(separator: "\n").map(String.init) == (try fixes.map(Self.line)), "the same fixes, in order")
+    }
+    #endif
+
     @Test func recordWithoutADaemonSaysSo() async throws {
         let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

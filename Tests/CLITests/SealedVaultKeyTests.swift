@@ -134,7 +134,13 @@ struct SoftwareTPM {
         return tpm
     }
 
-    func stop() { process.process.terminate() }
+    /// SIGKILL and reaped: swtpm holding a client's connection outlived SIGTERM, and every host
+    /// stage left one behind.
+    func stop() {
+        guard process.process.isRunning else { return }
+        kill(process.process.processIdentifier, SIGKILL)
+        process.process.waitUntilExit()
+    }
 
     /// What the kernel's resource manager does when a program closes `/dev/tpmrm0`: flush the
     /// sessions it left loaded. swtpm's TCP interface has no resource manager, and a TPM holds
