@@ -64,8 +64,7 @@ final class ExternalLocation: LocationProvider, SupervisedDevice {
         let logger: Logger
         let feed: FixFeed
         /// Why the process is down while it is (`SupervisedDevice`).
-        let health = Broadcaster<String?>(bufferLimit: 4)
-        let down = LockedValue<String?>(nil)
+        let health = PluginHealth()
         let session = LockedValue<PluginSession?>(nil)
         let stream = LockedValue<Int64?>(nil)
         let restarting = LockedValue<Task<Void, Never>?>(nil)
@@ -140,7 +139,7 @@ final class ExternalLocation: LocationProvider, SupervisedDevice {
             feed.failed(error)
             var delay = Duration.milliseconds(500)
             logger.error("\(error) — starting it again in \(delay.secondsDescription)")
-            say(health: "\(error) — starting it again in \(delay.secondsDescription)")
+            health.say("\(error) — starting it again in \(delay.secondsDescription)")
             let task = Task { [self] in
                 var attempts = 0
                 while !Task.isCancelled, !closed.value {
@@ -150,31 +149,21 @@ final class ExternalLocation: LocationProvider, SupervisedDevice {
                     do {
                         _ = try await connect()
                         logger.notice("plugin \(manifest.name) serves \(Capability.location) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
-                        say(health: nil)
+                        health.say(nil)
                         return
                     } catch {
                         guard !closed.value else { return }  // the cancelled start of a closed device
                         feed.failed((error as? FieldHALError) ?? FieldHALError(.unavailable, subject: "plugin \(manifest.name)", detail: "\(error)"))
                         delay = min(delay * 2, .seconds(30))
                         logger.warning("\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
-                        say(health: "\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
+                        health.say("\(error) — restart \(attempts) failed; the next in \(delay.secondsDescription)")
                     }
                 }
             }
             restarting.withLock { $0 = task }
         }
 
-        /// The process went down for `reason`, or (nil) serves again.
-        func say(health reason: String?) {
-            down.withLock { $0 = reason }
-            health.yield(reason)
-        }
-
-        func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
-            let subscription = health.subscribe(handler)
-            if let now = down.value { handler(now) }
-            return subscription
-        }
+        func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription { health.follow(handler) }
 
         func close() async {
             closed.withLock { $0 = true }

@@ -34,10 +34,8 @@ final class RequestLink: Sendable {
     private let state = LockedValue(State())
     /// Where a stream's notifications go: its number in the serving process to its feed.
     private let routes = LockedValue(Routes())
-    /// Why the process is down while it is after serving (nil: it serves, or never started),
-    /// for its devices' `followHealth`.
-    private let health = Broadcaster<String?>(bufferLimit: 4)
-    private let down = LockedValue<String?>(nil)
+    /// Why the process is down while it is after serving, for its devices' `followHealth`.
+    private let health = PluginHealth()
 
     /// How long past a request's own bound the host waits for the plugin's answer before it
     /// calls the plugin hung (the plugin answers a `timeout` itself at the bound).
@@ -333,15 +331,7 @@ final class RequestLink: Sendable {
     }
 
     fileprivate func followHealth(_ handler: @escaping @Sendable (String?) -> Void) -> Subscription {
-        let subscription = health.subscribe(handler)
-        if let now = down.value { handler(now) }
-        return subscription
-    }
-
-    /// The process went down for `reason`, or (nil) serves again.
-    private func say(health reason: String?) {
-        guard down.withLock({ state in defer { state = reason }; return state != reason }) else { return }
-        health.yield(reason)
+        health.follow(handler)
     }
 
     // MARK: - Streams
@@ -487,12 +477,12 @@ final class RequestLink: Sendable {
         guard !feeds.isEmpty else {
             let said = "\(error) — FieldHAL starts it again at the next \(serves) request from \(delay.secondsDescription) on"
             logger.error("\(said)")
-            say(health: said)
+            health.say(said)
             return
         }
         let said = "\(error) — starting it again in \(delay.secondsDescription)"
         logger.error("\(said)")
-        say(health: said)
+        health.say(said)
         for feed in feeds { feed.failed(error) }
         revive()
     }
@@ -558,7 +548,7 @@ final class RequestLink: Sendable {
             }
             if recovering, !state.value.closed {
                 logger.notice("plugin \(manifest.name) serves \(serves) again (\(attempts == 1 ? "restarted" : "after \(attempts) attempts"))")
-                say(health: nil)
+                health.say(nil)
             }
             return session
         } catch {
@@ -575,7 +565,7 @@ final class RequestLink: Sendable {
             if recovering, !state.value.closed {
                 let said = "\(failure) — restart \(attempts) failed; the next \(feeds.isEmpty ? "at a request from \(next.secondsDescription) on" : "in \(next.secondsDescription)")"
                 logger.warning("\(said)")
-                say(health: said)
+                health.say(said)
                 for feed in feeds { feed.failed(failure) }
             }
             throw failure

@@ -213,10 +213,7 @@ struct PluginCommand: AsyncParsableCommand {
         func run() async throws {
             let descriptor = try PluginCommand.builtIn(plugin)
             let external = name ?? PluginCommand.externalName(of: plugin)
-            let manifest = PluginManifest.json(for: descriptor, name: external, version: FieldHALVersion.current, executable: executable)
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            let text = String(decoding: try encoder.encode(manifest), as: UTF8.self) + "\n"
+            let text = try Self.text(for: descriptor, name: external, executable: executable)
             guard let output else {
                 print(text, terminator: "")
                 return
@@ -233,6 +230,14 @@ struct PluginCommand: AsyncParsableCommand {
             }
             print("wrote \(output)/plugin.json and \(output)/\(executable): plugin \(external) serves \(plugin) out of process")
             print("use it with plugin = \"\(external)\" in the section of a capability it provides (fieldhal plugin check \(output))")
+        }
+
+        /// The plugin.json that runs `descriptor` out of process as `name`.
+        static func text(for descriptor: PluginDescriptor, name: String, executable: String) throws -> String {
+            let manifest = PluginManifest.json(for: descriptor, name: name, version: FieldHALVersion.current, executable: executable)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            return String(decoding: try encoder.encode(manifest), as: UTF8.self) + "\n"
         }
 
         /// Writes `manifest` and an executable running this fieldhal's `plugin serve PLUGIN`
@@ -321,10 +326,7 @@ struct PluginCommand: AsyncParsableCommand {
                 }
                 let scratch = String(cString: made)
                 let external = PluginCommand.externalName(of: plugin)
-                let manifest = PluginManifest.json(for: descriptor, name: external, version: FieldHALVersion.current, executable: "run")
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-                try Manifest.install(plugin, as: external, manifest: String(decoding: try encoder.encode(manifest), as: UTF8.self) + "\n",
+                try Manifest.install(plugin, as: external, manifest: try Manifest.text(for: descriptor, name: external, executable: "run"),
                                      executable: "run", into: scratch + "/" + external)
                 return (try PluginManifest.load(scratch + "/" + external + "/plugin.json"), scratch)
             }
