@@ -102,6 +102,41 @@ import TestSupport
     }
     #endif
 
+    #if NFC
+    /// And from the PN532 emulator: a reader on libnfc's pn532_uart driver, followed by the
+    /// daemon while a tag (a golden dump: an NTAG213 with a URI and a text record) lies on
+    /// it, recorded, then played back with no emulator, at 1× and 10×: `nfc read --json`
+    /// says what it said of the live tag.
+    @Test func aReaderOnThePN532EmulatorPlaysBackIntoTheSameTag() async throws {
+        let dump = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("LibnfcPluginTests/Golden/uri-and-text.tag").path
+        let emulator = try await PN532Emulator.start(["--data-area", dump])
+        defer { emulator.stop() }
+        let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/kit.toml", trace = directory + "/trace.jsonl"
+        try "[nfc]\nplugin = \"libnfc\"\nconnstring = \"\(emulator.connstring())\"\n[api]\nsocket = \"\(directory)/api.sock\"\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let live = try await CLI.run(["nfc", "read", "--json", "--timeout", "5", "--config", config, "--state-dir", directory + "/state"])
+        #expect(live.status == 0, "\(live.stderr)")
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", directory + "/state"])
+        #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(30)) != nil, "\(daemon.output)")
+        let recorded = try await CLI.run(["record", "--config", config, "--output", trace, "--seconds", "3"])
+        _ = await daemon.stop()
+        emulator.stop()
+        #expect(recorded.status == 0, "\(recorded.stderr)")
+        let found = try KitTrace.read(trace).1.filter { $0.tagState == "found" }
+        #expect(found.first?.device == "nfc.default" && found.first?.tag?.ndef != nil, "\(found)")
+        for speed in [1, 10] {
+            try "[nfc]\nplugin = \"replay\"\ntrace = \"trace.jsonl\"\nspeed = \(speed)\n".write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
+            let read = try await CLI.run(["nfc", "read", "--json", "--timeout", "5", "--config", directory + "/replay.toml", "--state-dir", directory + "/state"])
+            #expect(read.status == 0, "\(read.stderr)")
+            #expect(read.stdout == live.stdout, "speed \(speed): played back\n\(read.stdout)\nwhere the emulator's tag read\n\(live.stdout)")
+        }
+    }
+    #endif
+
     @Test func recordWithoutADaemonSaysSo() async throws {
         let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
