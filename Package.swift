@@ -115,7 +115,7 @@ let package = Package(
         .systemLibrary(name: "CMemfd"),
         .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "CMemfd"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
-        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALPluginProtocol",
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALMedia", "FieldHALProcess", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
@@ -124,7 +124,7 @@ let package = Package(
         // Plugins: one folder each. A plugin imports the core and its own C module only.
         .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
         // A kit recorded with `fieldhal record`, played back: no hardware, no C library.
-        .target(name: "ReplayPlugin", dependencies: ["FieldHAL"], path: "Plugins/Replay", swiftSettings: strictSwift),
+        .target(name: "ReplayPlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Replay", swiftSettings: strictSwift),
         // fprintd has no C library to link: the plugin runs its tools (FieldHALProcess).
         .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(

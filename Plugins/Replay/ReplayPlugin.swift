@@ -1,14 +1,19 @@
 import FieldHAL
+import FieldHALMedia
 import Foundation
 
 /// A kit played back from a trace (`fieldhal record`, `KitTrace`): a receiver gives the
 /// trace's fixes at the times they came, a reader the trace's tags in the order they were
-/// found, at the recorded speed or faster. A field fault, brought back to the bench.
+/// found, and the haptics, the speaker, the fingerprint sensor and the camera answer each
+/// request as the field's device answered the same request, in turn, after as long (a
+/// pattern's steps, a verification's outcome, a still of the same size, the same error), at
+/// the recorded speed or faster. A field fault, brought back to the bench.
 public enum ReplayPlugin {
     public static let descriptor = PluginDescriptor(
         name: "replay",
-        summary: "a kit recorded with `fieldhal record`, played back (receivers and readers)",
-        capabilities: [.location: parameters, .nfcReader: parameters],
+        summary: "a kit recorded with `fieldhal record`, played back",
+        capabilities: [.location: parameters, .nfcReader: parameters, .haptics: parameters, .speaker: parameters,
+                       .biometrics: parameters, .camera: parameters],
         open: open
     )
 
@@ -38,10 +43,15 @@ public enum ReplayPlugin {
         let speed = parameters.number("speed") ?? 1
         let loop = parameters.boolean("loop") ?? false
         let name = "\(device) from \((path as NSString).lastPathComponent)"
+        let uses = ReplayedUses(deviceName: name, mine.compactMap(\.use), speed: speed, loop: loop)
         switch capability {
         case .location:
             return .location(ReplayedReceiver(deviceName: name, fixes: mine.compactMap { entry in entry.fix.map { (entry.t, $0) } },
                                               speed: speed, loop: loop))
+        case .haptics: return .haptics(ReplayedHaptics(uses: uses))
+        case .speaker: return .speaker(ReplayedSpeaker(uses: uses))
+        case .biometrics: return .biometrics(ReplayedSensor(uses: uses))
+        case .camera: return .camera(ReplayedCamera(uses: uses))
         default:
             return .nfcReader(ReplayedReader(deviceName: name, tags: mine.compactMap { entry in
                 entry.tagState == "found" ? entry.tag.map { (entry.t, $0) } : nil
@@ -154,4 +164,126 @@ actor ReplayedReader: NFCReader {
     private func sleepCancellable(until instant: ContinuousClock.Instant, subject: String) async throws {
         do { try await Task.sleep(until: instant, clock: .continuous) } catch { throw FieldHALError.cancelled(subject) }
     }
+}
+
+/// A device's uses in the trace, handed out in turn per request: each after as long as the
+/// field's device took (divided by the speed), with its answer or its failure. Past the
+/// last one the device says so (`unavailable`), or starts again with `loop`.
+actor ReplayedUses {
+    nonisolated let deviceName: String
+    private let uses: [DeviceUse]
+    private let speed: Double
+    private let loop: Bool
+    private var next: [DeviceUse.Request: Int] = [:]
+
+    init(deviceName: String, _ uses: [DeviceUse], speed: Double, loop: Bool) {
+        self.deviceName = deviceName
+        self.uses = uses
+        self.speed = speed
+        self.loop = loop
+    }
+
+    /// The next use of `request`, once its time has passed; `answer` reads what it answered.
+    func play<T: Sendable>(_ request: DeviceUse.Request, _ answer: (DeviceUse) -> T?) async throws -> T {
+        let subject = "\(request.capability) \(deviceName)"
+        let recorded = uses.filter { $0.request == request }
+        var index = next[request, default: 0]
+        if index == recorded.count, loop { index = 0 }
+        guard index < recorded.count else {
+            throw FieldHALError(.unavailable, subject: subject,
+                                detail: recorded.isEmpty ? "the trace holds no \(request.rawValue)" : "the trace's \(recorded.count) \(request.rawValue) have been played",
+                                advice: "record a session that uses it, or set loop = true to play them again")
+        }
+        next[request] = index + 1
+        let use = recorded[index]
+        do { try await Task.sleep(for: .milliseconds(Double(use.milliseconds) / speed)) } catch { throw FieldHALError.cancelled(subject) }
+        if let failure = use.failure { throw failure }
+        guard let value = answer(use) else {
+            throw FieldHALError(.malformedData, subject: subject, detail: "the trace's \(request.rawValue) says neither an answer nor a failure",
+                                advice: "a trace is what `fieldhal record` writes")
+        }
+        return value
+    }
+
+    /// The last recorded answer to `request`, at once: for a question whose answer is a
+    /// state (the enrolled fingers), not an event.
+    func latest<T: Sendable>(_ request: DeviceUse.Request, _ answer: (DeviceUse) -> T?) throws -> T {
+        guard let value = uses.last(where: { $0.request == request }).flatMap(answer) else {
+            throw FieldHALError(.unavailable, subject: "\(request.capability) \(deviceName)", detail: "the trace holds no \(request.rawValue) answered",
+                                advice: "record a session that asks it")
+        }
+        return value
+    }
+
+    func refuse(_ what: String, capability: Capability) -> FieldHALError {
+        FieldHALError(.unsupported, subject: "\(capability) \(deviceName)", detail: "a replayed device does not \(what)",
+                      advice: "use the kit's own device")
+    }
+}
+
+struct ReplayedHaptics: HapticsEngine {
+    let uses: ReplayedUses
+    var deviceName: String { uses.deviceName }
+
+    func play(_ pattern: HapticPattern) async throws -> HapticsPlayed {
+        try await uses.play(.hapticsPlay) { $0.played }
+    }
+
+    func close() async {}
+}
+
+struct ReplayedSpeaker: Speaker {
+    let uses: ReplayedUses
+    var deviceName: String { uses.deviceName }
+
+    func play(_ clip: SoundClip) async throws {
+        try await uses.play(.speakerPlay) { _ in () }
+    }
+
+    func close() async {}
+}
+
+struct ReplayedSensor: BiometricAuthenticator {
+    let uses: ReplayedUses
+    var deviceName: String { uses.deviceName }
+
+    func availability() async throws -> BiometricAvailability {
+        try await uses.latest(.biometricsAvailability) { $0.availability }
+    }
+
+    func verify(timeout: Duration) async throws -> BiometricResult {
+        try await uses.play(.biometricsVerify) { $0.biometricResult }
+    }
+
+    func enroll(_ finger: Finger, progress: @Sendable (EnrollStage) -> Void) async throws {
+        throw await uses.refuse("enroll a finger", capability: .biometrics)
+    }
+
+    func close() async {}
+}
+
+/// Stills of the recorded sizes (a trace keeps a still by reference, not its pixels): a
+/// mid-grey frame, encoded at the quality asked for.
+struct ReplayedCamera: Camera {
+    let uses: ReplayedUses
+    var deviceName: String { uses.deviceName }
+
+    func formats() async throws -> [CameraFormat] { [] }
+
+    func captureStill(_ request: PhotoRequest) async throws -> Photo {
+        let still = try await uses.play(.cameraPhoto) { $0.still }
+        guard still.width > 0, still.height > 0, still.width <= 4096, still.height <= 4096 else {
+            throw FieldHALError(.malformedData, subject: "camera \(deviceName)", detail: "the trace's still is \(still.width)×\(still.height)",
+                                advice: "a trace is what `fieldhal record` writes")
+        }
+        let grey = [UInt8](repeating: 128, count: still.width * still.height * 3)
+        return Photo(jpeg: BaselineJPEGEncoder(quality: request.quality).encode(rgb: grey, width: still.width, height: still.height),
+                     width: still.width, height: still.height, capturedAt: Date())
+    }
+
+    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+        throw await uses.refuse("record video", capability: .camera)
+    }
+
+    func close() async {}
 }

@@ -78,6 +78,19 @@ public enum APIScope: String, Sendable, Codable, CaseIterable, Comparable {
     public static func < (lhs: APIScope, rhs: APIScope) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
+extension DeviceUse.Request {
+    /// The scope a caller needs to make this request, and to see it made.
+    public var scope: APIScope {
+        switch self {
+        case .hapticsPlay: .haptics
+        case .speakerPlay: .speaker
+        case .biometricsAvailability, .biometricsVerify: .biometrics
+        case .cameraPhoto: .camera
+        case .nfcWrite: .nfcWrite
+        }
+    }
+}
+
 /// Who the daemon takes the caller to be, from the socket's peer credentials.
 public struct APICaller: Sendable, Codable, Equatable {
     public var uid: UInt32
@@ -238,6 +251,11 @@ public enum APIEvent: Sendable, Equatable {
     /// the stream opens is found first. Only while someone follows these does the daemon
     /// look for tags (once a second, a quarter of a second each time).
     case tag(APITagEvent)
+    /// A device used through the API (stream scope `status`; each use only to a caller whose
+    /// scopes and grants cover its device): a pattern played, a clip, a verification, a
+    /// still, a tag written, with what the device answered or how it failed. Sent only when
+    /// asked for by name (`types=use`): `fieldhal record` keeps them in a trace.
+    case use(DeviceUse)
 
     public enum Kind: String, Sendable, CaseIterable {
         case fix
@@ -245,6 +263,10 @@ public enum APIEvent: Sendable, Equatable {
         case alert
         case lock
         case tag
+        case use
+
+        /// What a stream without `types` follows: every kind but `use`, which is asked for.
+        public static let unasked: [Kind] = [.fix, .capability, .alert, .lock, .tag]
 
         public var scope: APIScope {
             switch self {
@@ -253,6 +275,7 @@ public enum APIEvent: Sendable, Equatable {
             case .alert: .alerts
             case .lock: .lock
             case .tag: .nfcRead
+            case .use: .status
             }
         }
     }
@@ -264,6 +287,7 @@ public enum APIEvent: Sendable, Equatable {
         case .alert: .alert
         case .lock: .lock
         case .tag: .tag
+        case .use: .use
         }
     }
 
@@ -277,6 +301,7 @@ public enum APIEvent: Sendable, Equatable {
         case .alert(let alert): try encoder.encode(alert)
         case .lock(let status): try encoder.encode(status)
         case .tag(let event): try encoder.encode(event)
+        case .use(let use): try encoder.encode(use)
         }
         return "event: \(kind.rawValue)\ndata: \(String(decoding: data, as: UTF8.self))\n\n"
     }
@@ -292,6 +317,7 @@ public enum APIEvent: Sendable, Equatable {
         case .alert: self = .alert(try decoder.decode(APIAlert.self, from: data))
         case .lock: self = .lock(try decoder.decode(APILockStatus.self, from: data))
         case .tag: self = .tag(try decoder.decode(APITagEvent.self, from: data))
+        case .use: self = .use(try decoder.decode(DeviceUse.self, from: data))
         case nil: return nil
         }
     }

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALMedia
 import FieldHALPluginProtocol
 import Foundation
 
@@ -184,8 +185,9 @@ public enum PluginConformance {
             case .nfcEmulator: await emulator(on: session, named)
             case .haptics: await haptics(on: session, named)
             case .biometrics: await biometrics(on: session, named)
-            case .camera, .microphone, .speaker:
-                say("its methods", capability, .skipped, "this version of `plugin test` checks open and close only for \(capability)")
+            case .camera: await camera(on: session, named)
+            case .microphone: await microphone(on: session, named)
+            case .speaker: await speaker(on: session, named)
             }
             guard session.ended == nil else { return }
             await check("close answers null within 5 s", capability) {
@@ -219,7 +221,8 @@ public enum PluginConformance {
             case .nfcEmulator: nil  // an emulation needs a message: its own check covers it
             case .haptics: (PluginProtocol.HapticsMethod.play, .object(["pattern": .string("light")]))
             case .biometrics: (PluginProtocol.BiometricsMethod.availability, .object([:]))
-            case .camera, .microphone, .speaker: nil
+            case .camera: (PluginProtocol.CameraMethod.formats, .object([:]))
+            case .microphone, .speaker: nil  // a recording needs a directory, a play a clip: their own checks cover them
             }
         }
 
@@ -331,6 +334,73 @@ public enum PluginConformance {
                                                                                         "weak": .number(0), "durationMs": .integer(10)])])]), nil),
                                                timeout: .seconds(5))
                 }
+            }
+        }
+
+        func camera(on session: PluginSession, _ named: (JSONValue, String?) -> JSONValue) async {
+            await check("camera.formats answers {formats: [{pixelFormat, width, height, framesPerSecond}]}", .camera) {
+                let answer = try await session.call(PluginProtocol.CameraMethod.formats, named(.object([:]), nil), timeout: .seconds(10))
+                let formats = try PluginProtocol.formats(from: answer, plugin: manifest.name)
+                return formats.isEmpty ? "no formats" : formats.prefix(3).map { "\($0.pixelFormat) \($0.width)×\($0.height)" }.joined(separator: ", ")
+                    + (formats.count > 3 ? ", … (\(formats.count))" : "")
+            }
+            guard session.ended == nil else { return }
+            await check("camera.still answers a JPEG in a sealed memfd, of the size it says, within 30 s", .camera) {
+                let request = PhotoRequest(width: 320, height: 240, quality: 80, warmUpFrames: 1)
+                let answer = try await session.call(PluginProtocol.CameraMethod.still, named(PluginProtocol.value(of: request), nil), descriptors: [],
+                                                    timeout: .seconds(30))
+                let photo = try PluginProtocol.photo(from: answer.result, answer.descriptors, plugin: manifest.name)
+                guard let size = JPEGSize.of(photo.jpeg) else { throw Failure("its JPEG has no frame header (SOF) to say its size") }
+                guard size == (photo.width, photo.height) else {
+                    throw Failure("it says \(photo.width)×\(photo.height), its JPEG is \(size.0)×\(size.1)")
+                }
+                return "\(photo.width)×\(photo.height) asked 320×240, \(photo.jpeg.count) bytes"
+            }
+            guard session.ended == nil else { return }
+            await check("a still out of bounds (8×8) is invalidArgument", .camera) {
+                try await expect(.invalidArgument) {
+                    _ = try await session.call(PluginProtocol.CameraMethod.still,
+                                               named(.object(["width": .integer(8), "height": .integer(8), "quality": .integer(80), "warmUpFrames": .integer(0)]), nil),
+                                               timeout: .seconds(30))
+                }
+            }
+        }
+
+        func microphone(on session: PluginSession, _ named: (JSONValue, String?) -> JSONValue) async {
+            await check("microphone.record writes its file and answers what it recorded, within 1 s plus 30 s", .microphone) {
+                let request = RecordingRequest(duration: .seconds(1), sampleRate: 48_000, channels: 1)
+                let directory = try RecordingDirectory(beside: NSTemporaryDirectory() + "/fieldhal-plugin-test.wav", plugin: manifest.name)
+                let answer = try await session.call(PluginProtocol.MicrophoneMethod.record, named(PluginProtocol.value(of: request), nil),
+                                                    descriptors: [try directory.descriptor()], timeout: .seconds(31), holding: directory)
+                let file = directory.path + "/" + PluginProtocol.recordingFile(.microphone)
+                let recording = try PluginProtocol.audioRecording(from: answer.result, path: file, plugin: manifest.name)
+                let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? nil
+                guard let size, size > 44 else { throw Failure("it answered, but wrote no WAV file (\(PluginProtocol.recordingFile(.microphone))) into the directory") }
+                let seconds = Double(recording.frames) / Double(max(1, recording.sampleRate))
+                guard recording.endedEarly != nil || (0.9...1.5).contains(seconds) else {
+                    throw Failure("1 s asked, \(recording.frames) frames at \(recording.sampleRate) Hz recorded (\(seconds) s)")
+                }
+                return "\(recording.frames) frames at \(recording.sampleRate) Hz, \(recording.channels) channel(s), peak \(String(format: "%.1f", recording.peakDBFS)) dBFS, \(size) bytes"
+            }
+            guard session.ended == nil else { return }
+            await check("a recording out of bounds (0 ms) is invalidArgument", .microphone) {
+                try await expect(.invalidArgument) {
+                    let directory = try RecordingDirectory(beside: NSTemporaryDirectory() + "/fieldhal-plugin-test.wav", plugin: manifest.name)
+                    var parameters = PluginProtocol.value(of: RecordingRequest(duration: .seconds(1))).object ?? [:]
+                    parameters["durationMs"] = .integer(0)
+                    _ = try await session.call(PluginProtocol.MicrophoneMethod.record, named(.object(parameters), nil),
+                                               descriptors: [try directory.descriptor()], timeout: .seconds(10), holding: directory)
+                }
+            }
+        }
+
+        func speaker(on session: PluginSession, _ named: (JSONValue, String?) -> JSONValue) async {
+            await check("speaker.play answers once the clip has been heard, within its length plus 10 s", .speaker) {
+                let clip = SoundClip.softAlert()
+                let (parameters, samples) = try PluginProtocol.request(playing: clip)
+                let started = ContinuousClock.now
+                _ = try await session.call(PluginProtocol.SpeakerMethod.play, named(parameters, nil), descriptors: [samples], timeout: clip.duration + .seconds(10))
+                return "\(clip.name) (\(Self.milliseconds(clip.duration))) answered after \(Self.milliseconds(ContinuousClock.now - started))"
             }
         }
 

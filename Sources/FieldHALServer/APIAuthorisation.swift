@@ -154,6 +154,12 @@ public struct APIAuthorisation: Sendable {
             status: 403)
     }
 
+    /// Whether `peer` may see `use` on an event stream: when it could have made the request
+    /// itself (its scopes and grants cover the device).
+    public func maySee(_ use: DeviceUse, _ peer: PeerCredentials) -> Bool {
+        refusal(use.request.scope, for: peer, doing: "GET /v1/events?types=use", device: DeviceKey(use.request.capability, use.device)) == nil
+    }
+
     /// The refusal for a caller who may use nothing at all, answered at the connection's
     /// gate before any route is looked at (`CallerGate`).
     public func refusalOfEverything(for peer: PeerCredentials, doing what: String = "connection") -> APIProblem {

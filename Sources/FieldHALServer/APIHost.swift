@@ -60,6 +60,8 @@ public final class APIHost: Sendable {
     private let capabilityChanges = Broadcaster<CapabilityStatus>(bufferLimit: 64)
     /// The flows' events (alerts announced, the lock's changes), as the daemon publishes them.
     private let flowChanges = Broadcaster<APIEvent>(bufferLimit: 64)
+    /// Devices used through the API, for the streams that asked for `use` events.
+    private let deviceUses = Broadcaster<DeviceUse>(bufferLimit: 64)
     /// The devices recording for an API client now: a second recording at once on the same
     /// device is refused `busy` (api/openapi.yaml), not queued behind the first; another
     /// device of the kind records meanwhile.
@@ -448,6 +450,33 @@ public final class APIHost: Sendable {
         flowChanges.subscribe()
     }
 
+    /// Runs `work` on a device for an API client and says it as a `use` event: what the
+    /// device answered (`answer` writes it in) or how it failed, and how long it took.
+    public func use<T>(_ request: DeviceUse.Request, on device: String, asked: String? = nil, _ work: () async throws -> T,
+                       answer: (inout DeviceUse, T) -> Void = { _, _ in }) async throws -> T {
+        let started = ContinuousClock.now
+        func said() -> DeviceUse {
+            DeviceUse(request, device: device, asked: asked, milliseconds: Int((ContinuousClock.now - started).wholeMilliseconds))
+        }
+        do {
+            let value = try await work()
+            var use = said()
+            answer(&use, value)
+            deviceUses.yield(use)
+            return value
+        } catch {
+            var use = said()
+            use.failure = error as? FieldHALError ?? FieldHALError(.io, subject: "\(request.capability) \(device)", detail: "\(error)")
+            deviceUses.yield(use)
+            throw error
+        }
+    }
+
+    /// Devices used through the API from now on.
+    public func useEvents() -> AsyncThrowingStream<DeviceUse, any Error> {
+        deviceUses.subscribe()
+    }
+
     /// Capability states as they change, from now on.
     public func capabilityEvents() -> AsyncThrowingStream<CapabilityStatus, any Error> {
         capabilityChanges.subscribe()
@@ -474,5 +503,6 @@ public final class APIHost: Sendable {
         await kit?.close()
         capabilityChanges.finish()
         flowChanges.finish()
+        deviceUses.finish()
     }
 }

@@ -231,13 +231,18 @@ public struct APIServer: Sendable {
                     switch kind {
                     case .fix: (try? host.location()) != nil
                     case .tag: host.nfc.hasReader
-                    case .capability, .alert, .lock: true
+                    case .capability, .alert, .lock, .use: true
                     }
                 }
                 if !present.isEmpty { kinds = present }
             }
             for kind in kinds { try host.authorise(kind.scope, caller, doing: "GET /v1/events?types=\(kind.rawValue)") }
-            let sources = try host.eventSources(kinds, named: try Self.deviceNames(query), caller)
+            var sources = try host.eventSources(kinds, named: try Self.deviceNames(query), caller)
+            if kinds.contains(.use) {
+                // Each use only to a caller who may use its device: a kiosk granted the
+                // haptics does not learn what the fingerprint sensor said.
+                sources.mayFollowUse = { [host] use in host.authorisation.maySee(use, caller) }
+            }
             return try events(kinds, sources, on: context.channel)
         }
         addDeviceRoutes(to: v1)
@@ -293,7 +298,7 @@ public struct APIServer: Sendable {
 
     /// `types=fix,capability,alert,lock` (default: all).
     static func eventKinds(_ query: Parameters) throws -> [APIEvent.Kind] {
-        guard let text = query.get("types") else { return APIEvent.Kind.allCases }
+        guard let text = query.get("types") else { return APIEvent.Kind.unasked }
         var kinds: [APIEvent.Kind] = []
         for name in text.split(separator: ",") {
             guard let kind = APIEvent.Kind(rawValue: String(name)) else {
@@ -324,6 +329,7 @@ public struct APIServer: Sendable {
         let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
         // The lock's state first, as the capabilities': a client starts from where it stands.
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
+        let uses = sources.mayFollowUse.map { (events: host.useEvents(), mayFollow: $0) }
         let keepAlive = keepAlive
         let writesEventsDirectly = writesEventsDirectly
         let executor = EventLoopTaskExecutor(channel.eventLoop)
@@ -384,6 +390,12 @@ public struct APIServer: Sendable {
                             for try await event in flowChanges where flowKinds.contains(event.kind) { send(try event.serverSentEvent()) }
                         }
                     }
+                    if let uses {
+                        group.addTask {
+                            defer { ended() }
+                            for try await use in uses.events where uses.mayFollow(use) { send(try APIEvent.use(use).serverSentEvent()) }
+                        }
+                    }
                     for tags in tagWatches {
                         group.addTask {
                             defer { ended() }
@@ -440,6 +452,8 @@ extension APITagEvent {
 struct EventSources: Sendable {
     var receivers: [(name: @Sendable () -> String, watch: SharedLocation)] = []
     var readers: [(name: @Sendable () -> String, watch: TagPresence)] = []
+    /// For `use` events: whether the caller may see a use (its scopes and grants cover the device).
+    var mayFollowUse: (@Sendable (DeviceUse) -> Bool)?
 }
 
 extension APIHost {

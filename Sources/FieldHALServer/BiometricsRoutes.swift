@@ -12,18 +12,22 @@ extension APIServer {
         v1.get("biometrics") { request, context in
             let caller = try await context.caller(host)
             try host.authorise(.biometrics, caller, doing: "GET /v1/biometrics")
-            let sensor = try host.biometrics(named: try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller,
-                                                                    doing: "GET /v1/biometrics"))
-            return try Self.json(try await Self.whileConnected(context.channel) { try await sensor.availability() })
+            let device = try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller, doing: "GET /v1/biometrics")
+            let sensor = try host.biometrics(named: device)
+            return try Self.json(try await host.use(.biometricsAvailability, on: device) {
+                try await Self.whileConnected(context.channel) { try await sensor.availability() }
+            } answer: { $0.availability = $1 })
         }
         v1.post("biometrics/verify") { request, context in
             let caller = try await context.caller(host)
             try host.authorise(.biometrics, caller, doing: "POST /v1/biometrics/verify")
             let body = try await APIRequestBody.decode(APIBiometricVerify.self, request, fields: ["timeoutMs"], empty: APIBiometricVerify())
             let timeout = try APIRequestBody.timeout(body.timeoutMs, default: 10_000)
-            let sensor = try host.biometrics(named: try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller,
-                                                                    doing: "POST /v1/biometrics/verify"))
-            return try Self.json(APIBiometricResult(try await Self.whileConnected(context.channel) { try await sensor.verify(timeout: timeout) }))
+            let device = try host.device(.biometrics, try Self.query(request, taking: ["device"]), scope: .biometrics, caller, doing: "POST /v1/biometrics/verify")
+            let sensor = try host.biometrics(named: device)
+            return try Self.json(APIBiometricResult(try await host.use(.biometricsVerify, on: device) {
+                try await Self.whileConnected(context.channel) { try await sensor.verify(timeout: timeout) }
+            } answer: { $0.setBiometricResult($1) }))
         }
         v1.post("biometrics/enroll") { request, context in
             let caller = try await context.caller(host)

@@ -20,8 +20,11 @@ extension APIServer {
             try host.authorise(.camera, caller, doing: "GET /v1/camera/photo")
             let query = try Self.query(request, taking: ["device", "width", "height", "quality"])
             let photoRequest = try Self.photoRequest(query)
-            let camera = try host.camera(named: try host.device(.camera, query, scope: .camera, caller, doing: "GET /v1/camera/photo"))
-            let photo = try await Self.whileConnected(context.channel) { try await camera.captureStill(photoRequest) }
+            let device = try host.device(.camera, query, scope: .camera, caller, doing: "GET /v1/camera/photo")
+            let camera = try host.camera(named: device)
+            let photo = try await host.use(.cameraPhoto, on: device) {
+                try await Self.whileConnected(context.channel) { try await camera.captureStill(photoRequest) }
+            } answer: { $0.still = DeviceUse.Still(width: $1.width, height: $1.height, bytes: $1.jpeg.count) }
             return Response(status: .ok,
                             headers: [.contentType: "image/jpeg", .cacheControl: "no-store"],
                             body: .init(byteBuffer: ByteBuffer(bytes: photo.jpeg)))

@@ -11,9 +11,11 @@ extension APIServer {
             try host.authorise(.haptics, caller, doing: "POST /v1/haptics/play")
             let body = try await APIRequestBody.decode(APIHapticsPlay.self, request, fields: ["pattern"])
             let pattern = try body.named()
-            let haptics = try host.haptics(named: try host.device(.haptics, try Self.query(request, taking: ["device"]), scope: .haptics, caller,
-                                                                  doing: "POST /v1/haptics/play"))
-            let played = try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
+            let device = try host.device(.haptics, try Self.query(request, taking: ["device"]), scope: .haptics, caller, doing: "POST /v1/haptics/play")
+            let haptics = try host.haptics(named: device)
+            let played = try await host.use(.hapticsPlay, on: device, asked: body.pattern) {
+                try await Self.whileConnected(context.channel) { try await haptics.play(pattern) }
+            } answer: { $0.played = $1 }
             return try Self.json(APIHapticsPlayed(body.pattern, played))
         }
         v1.post("speaker/play") { request, context in
@@ -21,9 +23,11 @@ extension APIServer {
             try host.authorise(.speaker, caller, doing: "POST /v1/speaker/play")
             let body = try await APIRequestBody.decode(APISoundPlay.self, request, fields: ["sound"])
             let clip = try body.clip()
-            let speaker = try host.speaker(named: try host.device(.speaker, try Self.query(request, taking: ["device"]), scope: .speaker, caller,
-                                                                  doing: "POST /v1/speaker/play"))
-            try await Self.whileConnected(context.channel) { try await speaker.play(clip) }
+            let device = try host.device(.speaker, try Self.query(request, taking: ["device"]), scope: .speaker, caller, doing: "POST /v1/speaker/play")
+            let speaker = try host.speaker(named: device)
+            try await host.use(.speakerPlay, on: device, asked: clip.name) {
+                try await Self.whileConnected(context.channel) { try await speaker.play(clip) }
+            }
             return try Self.json(APISoundPlayed(clip))
         }
     }

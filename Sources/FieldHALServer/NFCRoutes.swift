@@ -31,7 +31,10 @@ extension APIServer {
             let chip = try host.nfc(named: named)
             try host.checkGrant(.nfcReader, named: named, scope: .nfcWrite, caller, doing: "POST /v1/nfc/write")
             let label = "a tag write (\(caller.label))"
-            let tag = try await Self.whileConnected(context.channel) { try await chip.write(message, timeout: timeout, for: label) }
+            let device = (try? host.device(.nfcReader, named: named))?.name ?? named ?? KitConfiguration.defaultDeviceName
+            let tag = try await host.use(.nfcWrite, on: device) {
+                try await Self.whileConnected(context.channel) { try await chip.write(message, timeout: timeout, for: label) }
+            } answer: { $0.tag = $1 }
             return try Self.json(APITag(tag))
         }
         nfc.post("emulate") { request, context in

@@ -11,14 +11,18 @@ import Foundation
 struct RecordCommand: FieldHALSubcommand {
     static let configuration = CommandConfiguration(
         commandName: "record",
-        abstract: "Record what the kit's receivers and readers do, to play it back later.",
+        abstract: "Record what the kit's devices do, to play it back later.",
         discussion: """
         Follows the daemon answering on the configuration's [api] socket (fieldhal run) and \
-        writes each fix, each tag found or lost, and each change of a device's state to \
-        FILE, one JSON line each with its time from the start (a trace: docs/testing.md, \
-        Record and replay). Nothing else: never a PIN, a key, a session, an alert or the \
-        lock's events. A section `[gps]` or `[nfc]` with plugin = "replay" and trace = FILE \
-        plays it back (speed = 10 for ten times faster). Stops after --seconds, or when \
+        writes each fix, each tag found or lost, each change of a device's state, and each \
+        use of a device by the daemon's clients with its answer (a haptic pattern, a sound, \
+        a fingerprint's outcome, a still by its size, a tag written) to FILE, one JSON line \
+        each with its time from the start (a trace: docs/testing.md, Record and replay). \
+        Nothing else: never a PIN, a key, a session, an alert, the lock's events or the \
+        kit's own work with its devices. A section ([gps], [nfc], [haptics], [speaker], \
+        [biometrics], [camera]) with plugin = "replay" and trace = FILE plays it back \
+        (speed = 10 for ten times faster). With --device or --all, uses of other devices \
+        are left out. Stops after --seconds, or when \
         interrupted (every line is written as it happens). The file is made 0600 and never \
         follows a symbolic link. Exit status: 0; 69 when no daemon answers; 73 when FILE \
         cannot be made.
@@ -54,10 +58,10 @@ struct RecordCommand: FieldHALSubcommand {
             // The daemon refuses a stream of a type the kit has no device for (a tag event
             // with no [nfc]): ask for the kinds this kit has.
             let configured = Set(devices.filter { $0.state != .notConfigured }.map(\.capability))
-            let kinds: [APIEvent.Kind] = (configured.contains(.location) ? [.fix] : []) + (configured.contains(.nfcReader) ? [.tag] : []) + [.capability]
+            let kinds: [APIEvent.Kind] = (configured.contains(.location) ? [.fix] : []) + (configured.contains(.nfcReader) ? [.tag] : []) + [.capability, .use]
+            let usesOf = watched.all || watched.names.isEmpty ? nil : Set(watched.names)
             try write(try KitTrace.line(KitTrace.Header(recordedAt: Date(), source: file)))
             let started = ContinuousClock.now
-            let stop = seconds.map { limit in Task { try? await Task.sleep(for: .seconds(limit)) } }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for try await event in daemon.events(kinds, devices: Array(Set(names)).sorted()) {
@@ -72,6 +76,9 @@ struct RecordCommand: FieldHALSubcommand {
                                                    tag: try NFCTag(api: found.tag), tagState: found.state.rawValue)
                         case .capability(let status):
                             entry = KitTrace.Entry(t: t, device: "\(status.capability.rawValue).\(status.name ?? KitConfiguration.defaultDeviceName)", state: status)
+                        case .use(let use):
+                            if let usesOf, !usesOf.contains(use.device) { continue }
+                            entry = KitTrace.Entry(t: t, device: "\(use.request.capability.rawValue).\(use.device)", use: use)
                         default:
                             continue
                         }
@@ -79,8 +86,10 @@ struct RecordCommand: FieldHALSubcommand {
                         recorded.withLock { $0 += 1 }
                     }
                 }
-                if let stop {
-                    group.addTask { await stop.value }
+                if let seconds {
+                    // In the group, so that cancelling it ends the wait (a task's value
+                    // awaited from the group would keep the group open until the time is up).
+                    group.addTask { try? await Task.sleep(for: .seconds(seconds)) }
                     // The first to end (the time is up, or the daemon stopped) ends the recording.
                     try await group.next()
                     group.cancelAll()

@@ -162,6 +162,7 @@ struct APITests {
             case .lock(let status): locks.append(status)
             case .alert(let alert): Issue.record("an alert on a kit nobody signed in to: \(alert)")
             case .tag(let tag): tags.append(tag)
+            case .use(let use): Issue.record("a use event, not asked for: \(use)")
             }
             if fixes.count == 2 { break }
         }
@@ -270,7 +271,7 @@ struct APITests {
             switch event {
             case .capability(let status): change = status
             case .fix(let fix, _) where change != nil && fix.hasPosition: fixesAfter += 1
-            case .fix, .alert, .lock, .tag: break
+            case .fix, .alert, .lock, .tag, .use: break
             }
         }
         #expect(change?.capability == .camera && change?.state == .notConfigured, "\(String(describing: change))")

@@ -74,6 +74,100 @@ import TestSupport
         }
     }
 
+    /// The devices a client uses through the daemon — haptics, speaker, fingerprint sensor,
+    /// camera — recorded as `use` events, then played back by a daemon on `replay` devices
+    /// at 10×: the same commands say the same, the sensor's outcomes come in the same order
+    /// (its failure included), and the replayed daemon's own trace holds the same uses.
+    @Test func usesOfTheKitsDevicesPlayBackIntoTheSameAnswers() async throws {
+        let directory = NSTemporaryDirectory() + "fieldhal-record-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try """
+        [haptics]
+        plugin = "fake"
+        [speaker]
+        plugin = "fake"
+        [biometrics]
+        plugin = "fake"
+        outcomes = ["no-match", "match", "gone"]
+        [camera]
+        plugin = "fake"
+        [api]
+        socket = "\(directory)/live.sock"
+        """.write(toFile: directory + "/live.toml", atomically: true, encoding: .utf8)
+        try """
+        [haptics]
+        plugin = "replay"
+        trace = "live.jsonl"
+        speed = 10
+        [speaker]
+        plugin = "replay"
+        trace = "live.jsonl"
+        speed = 10
+        [biometrics]
+        plugin = "replay"
+        trace = "live.jsonl"
+        speed = 10
+        [camera]
+        plugin = "replay"
+        trace = "live.jsonl"
+        speed = 10
+        [api]
+        socket = "\(directory)/replay.sock"
+        """.write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
+        let commands: [[String]] = [
+            ["haptics", "play", "warning", "--json"], ["sound", "play", "--json"], ["bio", "status", "--json"],
+            ["bio", "verify", "--json"], ["bio", "verify", "--json"], ["bio", "verify", "--json"],
+            ["camera", "snap", "--output", directory + "/still.jpg", "--width", "320", "--height", "240", "--json"],
+        ]
+        /// Each command through the daemon on `name`, recorded meanwhile: what each said, and the trace's uses.
+        func session(_ name: String) async throws -> (said: [String], uses: [DeviceUse]) {
+            let config = directory + "/\(name).toml", trace = directory + "/\(name).jsonl"
+            let daemon = try DaemonProcess(["--config", config, "--state-dir", directory + "/state-\(name)"])
+            #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(30)) != nil, "\(daemon.output)")
+            async let recording = CLI.run(["record", "--config", config, "--output", trace, "--seconds", "20"])
+            // The recording follows once the devices' states are in the trace (the uses are
+            // followed from before those are sent).
+            let following = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < following, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("\"state\"") {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            var said: [String] = []
+            for command in commands {
+                let result = try await CLI.run(command + ["--config", config, "--state-dir", directory + "/state-\(name)"])
+                // A still's bytes and time are its own: its size is what is replayed.
+                let text = command[0] == "camera"
+                    ? result.stdout.split(separator: "\n").filter { $0.contains("width") || $0.contains("height") }.joined(separator: "\n")
+                    : result.stdout
+                said.append("\(command.prefix(2).joined(separator: " ")) → \(result.status)\n\(text)\(result.stderr)")
+            }
+            // Every use is in the trace before the recording stops.
+            while ContinuousClock.now < following, ((try? KitTrace.read(trace).1.compactMap(\.use).count) ?? 0) < commands.count {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            // The daemon stopping ends the recording.
+            _ = await daemon.stop()
+            let recorded = try await recording
+            #expect(recorded.status == 0, "\(recorded.stderr)")
+            return (said, try KitTrace.read(trace).1.compactMap(\.use))
+        }
+        let live = try await session("live")
+        #expect(live.uses.map(\.request) == [.hapticsPlay, .speakerPlay, .biometricsAvailability, .biometricsVerify, .biometricsVerify,
+                                             .biometricsVerify, .cameraPhoto], "\(live.uses)")
+        #expect(live.uses.compactMap(\.result) == ["no-match", "match"] && live.uses.last?.still?.width == 320
+                && live.uses[5].failure?.kind == .disconnected, "\(live.uses)")
+        let replayed = try await session("replay")
+        #expect(replayed.said == live.said, "played back:\n\(replayed.said.joined(separator: "\n"))\nwhere live:\n\(live.said.joined(separator: "\n"))")
+        /// A use apart from how long it took and a still's bytes.
+        func answer(_ use: DeviceUse) -> DeviceUse {
+            var use = use
+            use.milliseconds = 0
+            use.still?.bytes = 0
+            return use
+        }
+        #expect(replayed.uses.map(answer) == live.uses.map(answer), "\(replayed.uses)")
+    }
+
     #if GPS
     /// The same from a real peer: a receiver's log replayed by gpsfake into gpsd, followed by
     /// the daemon's gpsd backend, recorded, then played back with no gpsd at all.

@@ -46,8 +46,9 @@ struct LoopbackSoundTests {
     static let playbackSide = "hw:Loopback,0,0"
     static let captureSide = "hw:Loopback,1,0"
 
-    /// `fieldhal plugin test`'s checks against the alsa backend out of process on snd-aloop
-    /// (open and close of its microphone and speaker).
+    /// `fieldhal plugin test`'s checks against the alsa backend out of process on snd-aloop:
+    /// its microphone's and speaker's open and close, a 1 s recording of its length, a
+    /// recording out of bounds refused, a clip played.
     @Test func theConformanceChecksPassOnTheLoopback() async throws {
         let manifest = try PluginManifest.load(try await ExternalBuiltin.install("alsa", as: "alsa-conformance"))
         let report = await PluginConformance.run(manifest, parameters: [
@@ -55,6 +56,8 @@ struct LoopbackSoundTests {
         ])
         #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
         #expect(report.checks.filter { $0.outcome == .passed && $0.name.hasPrefix("close answers") }.count == 2, "\(report.checks)")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("microphone.record writes") }, "\(report.checks)")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("speaker.play answers") }, "\(report.checks)")
     }
 
     @Test(arguments: Way.allCases) func recordsAKnownToneAtItsFrequencyAndLevel(way: Way) async throws {

@@ -21,8 +21,8 @@ struct VividCameraTests {
         return camera
     }
 
-    /// `fieldhal plugin test`'s checks against the v4l2 backend out of process on vivid
-    /// (open and close: the camera's methods are not in the checks yet).
+    /// `fieldhal plugin test`'s checks against the v4l2 backend out of process on vivid: open,
+    /// its formats, a still of the size its JPEG says, a still out of bounds refused, close.
     @Test func theConformanceChecksPassOnVivid() async throws {
         let manifest = try PluginManifest.load(try await ExternalBuiltin.install("v4l2", as: "v4l2-conformance"))
         let node = try KernelLab.vividCaptureNode(instance: 0)
@@ -30,6 +30,8 @@ struct VividCameraTests {
         let report = await PluginConformance.run(manifest, parameters: settings)
         #expect(report.passed, "\(report.checks.filter { $0.outcome != .passed })")
         #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("close answers") }, "\(report.checks)")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("camera.still answers") }, "\(report.checks)")
+        #expect(report.checks.contains { $0.outcome == .passed && $0.name.hasPrefix("camera.formats answers") }, "\(report.checks)")
     }
 
     @Test(arguments: Way.allCases) func findsVividAndListsItsFormats(way: Way) async throws {

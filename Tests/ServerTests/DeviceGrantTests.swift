@@ -35,6 +35,17 @@ struct DeviceGrantTests {
         #expect(authorisation.refusal(.nfcRead, for: root, doing: "POST /v1/nfc/read", device: DeviceKey(.nfcReader, "back")) == nil)
     }
 
+    /// A `use` event goes to a caller who could have made the request: the kiosk sees the
+    /// stills of the camera it may use, not the writes to the reader it may only read, nor
+    /// the fingerprint sensor's answers.
+    @Test func aUseIsSeenByWhoMayMakeIt() throws {
+        let authorisation = try Self.grants(["nfc.front", "camera.default"])
+        #expect(authorisation.maySee(DeviceUse(.cameraPhoto, device: "default", milliseconds: 40), Self.kiosk))
+        #expect(!authorisation.maySee(DeviceUse(.nfcWrite, device: "front", milliseconds: 40), Self.kiosk))
+        #expect(!authorisation.maySee(DeviceUse(.biometricsVerify, device: "default", milliseconds: 40), Self.kiosk))
+        #expect(authorisation.maySee(DeviceUse(.biometricsVerify, device: "default", milliseconds: 40), PeerCredentials(pid: 1, uid: 0, gid: 0, groups: [])))
+    }
+
     @Test(arguments: [(["nfc.side"], "no device nfc.side in this configuration; its devices: camera.default, nfc.back, nfc.front"),
                       (["front"], "is not a device: write it as capability.name"),
                       (["nfc.bad name"], "is not a device")])

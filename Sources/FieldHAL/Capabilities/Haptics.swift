@@ -78,7 +78,7 @@ public protocol HapticsEngine: Device {
 }
 
 /// What a haptics device played: how many steps and how long, pauses included.
-public struct HapticsPlayed: Sendable, Equatable {
+public struct HapticsPlayed: Sendable, Equatable, Codable {
     public var steps: Int
     public var milliseconds: Int
 

@@ -7,8 +7,10 @@ import Foundation
 /// One JSON object per line: a header, then entries in the order they happened, each with
 /// its time from the start of the recording (monotonic seconds), the device
 /// (`gps.default`, `nfc.bench1`) and what it did — a fix, a tag found or lost, a change of
-/// its state. Only what devices produced: never a PIN, a key, a session or the lock's and
-/// the alerts' events, so a duress session's trace is a normal one's.
+/// its state, a use through the API and its answer (`DeviceUse`: a pattern played, a
+/// verification's outcome, a still by its size). Only what devices produced for the kit's
+/// clients: never a PIN, a key, a session, the lock's and the alerts' events or the kit's
+/// own work with its devices, so a duress session's trace is a normal one's.
 public enum KitTrace {
     /// The format's version, in the header.
     public static let format = 1
@@ -38,14 +40,18 @@ public enum KitTrace {
         public var tagState: String?
         /// The device's state changed (it went away, came back, its plugin failed).
         public var state: CapabilityStatus?
+        /// The device was used through the API, and answered so (`t` is when it answered).
+        public var use: DeviceUse?
 
-        public init(t: Double, device: String, fix: Fix? = nil, tag: NFCTag? = nil, tagState: String? = nil, state: CapabilityStatus? = nil) {
+        public init(t: Double, device: String, fix: Fix? = nil, tag: NFCTag? = nil, tagState: String? = nil, state: CapabilityStatus? = nil,
+                    use: DeviceUse? = nil) {
             self.t = t
             self.device = device
             self.fix = fix
             self.tag = tag
             self.tagState = tagState
             self.state = state
+            self.use = use
         }
     }
 

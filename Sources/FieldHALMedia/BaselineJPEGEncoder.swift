@@ -1,18 +1,18 @@
 import FieldHAL
-import FieldHALMedia
 
 /// A small baseline JPEG encoder (ITU T.81, JFIF, YCbCr 4:4:4, the standard tables of
-/// Annex K) for the fake camera's test pattern. Real cameras deliver MJPEG or use
-/// libturbojpeg in the V4L2 plugin; the fake must build on a machine with no libraries.
-struct BaselineJPEGEncoder {
-    let quality: Int
+/// Annex K) for the stills of the fake camera's test pattern and of a replayed camera. Real
+/// cameras deliver MJPEG or use libturbojpeg in the V4L2 plugin; these must build on a
+/// machine with no libraries.
+public struct BaselineJPEGEncoder: Sendable {
+    public let quality: Int
 
-    init(quality: Int) {
+    public init(quality: Int) {
         self.quality = min(100, max(1, quality))
     }
 
     /// Encodes `width`×`height` RGB pixels, `rgb[(y * width + x) * 3 + channel]`.
-    func encode(rgb: [UInt8], width: Int, height: Int) -> [UInt8] {
+    public func encode(rgb: [UInt8], width: Int, height: Int) -> [UInt8] {
         precondition(rgb.count == width * height * 3 && width > 0 && height > 0 && width < 65536 && height < 65536)
         let luminanceTable = Self.scaled(Self.luminanceQuantization, quality: quality)
         let chrominanceTable = Self.scaled(Self.chrominanceQuantization, quality: quality)
