@@ -45,6 +45,8 @@ public enum LibnfcPlugin {
     static let readerParameters: [ParameterSpec] = commonParameters + [
         ParameterSpec("poll_interval_ms", .integer, help: "pause between polls for a tag (default 100)"),
         ParameterSpec("command_timeout_ms", .integer, help: "how long a tag may take to answer one command (default 500)"),
+        ParameterSpec("exchanges", .boolean,
+                      help: "give each tag read with the commands and answers that read it, for `fieldhal record` to keep (default false)"),
     ]
 
     #if NFC
@@ -58,6 +60,7 @@ public enum LibnfcPlugin {
             guard (50...10000).contains(timeout) else { throw invalid("command_timeout_ms", "must be 50–10000") }
             settings.commandTimeout = .milliseconds(timeout)
         }
+        settings.keepsExchanges = parameters.boolean("exchanges") ?? false
         return settings
     }
 

@@ -10,6 +10,8 @@ final class LibnfcReader: NFCReader {
         var pollInterval = Duration.milliseconds(100)
         /// How long one tag command may take before the tag counts as gone.
         var commandTimeout = Duration.milliseconds(500)
+        /// Whether a tag read comes with the commands and answers that read it (`exchanges`).
+        var keepsExchanges = false
     }
 
     let device: LibnfcDevice
@@ -51,7 +53,15 @@ final class LibnfcReader: NFCReader {
     /// Polls until a tag is in the field, the timeout passes or the task is cancelled.
     private func waitForTag(timeout: Duration, _ interrupt: OperationInterrupt) throws -> NFCTag {
         let deadline = ContinuousClock.now + timeout
-        try device.ensureInitiator()
+        do {
+            try device.ensureInitiator()
+        } catch let failure as FieldHALError where failure.kind == .timeout {
+            // Once more, on the chip opened again (the failed call dropped it): a PN532 woken
+            // from power-down misses the first command it is sent, and a chip on a loaded
+            // machine's pty can answer a set-up late. A chip that fails twice has failed; a
+            // hung one fails the poll below at once rather than wait out the request.
+            try device.ensureInitiator()
+        }
         while true {
             guard !interrupt.isCancelled else { throw FieldHALError.cancelled(device.subject) }
             var target = fieldhal_nfc_iso14443a()
@@ -63,40 +73,30 @@ final class LibnfcReader: NFCReader {
         }
     }
 
-    /// The tag as selected, typed from its SAK (NFC Forum Digital, 4.8.2).
+    /// The tag as selected, typed from its SAK.
     static func tag(from target: fieldhal_nfc_iso14443a) -> NFCTag {
         let uid = withUnsafeBytes(of: target.uid) { Array($0.prefix(target.uid_length)) }
         let atqa = UInt16(target.atqa.0) << 8 | UInt16(target.atqa.1)
-        let type: NFCTagType = switch target.sak {
-        case 0x00: .type2                      // Ultralight family: NTAG21x, Ultralight C/EV1
-        case let sak where sak & 0x20 != 0: .type4  // ISO-DEP; the NDEF application decides
-        case 0x08, 0x09, 0x18, 0x88: .mifareClassic
-        default: .iso14443a
-        }
-        return NFCTag(type: type, uid: uid, atqa: atqa, sak: target.sak)
+        return NFCTag(type: NFCTagType(sak: target.sak), uid: uid, atqa: atqa, sak: target.sak)
     }
 
+    /// The found tag's message, with the exchanges that read it when they are kept.
     private func read(_ found: NFCTag) throws -> NFCTag {
-        var tag = found
-        switch found.type {
-        case .type2:
-            tag.ndef = try decoding(found) { try Type2NDEFAccess.readMessage(transceive: transceive) }
-        case .type4:
-            guard try hasNDEFApplication() else {
-                tag.type = .iso14443a  // a smart card without the NFC Forum application
-                return tag
+        guard settings.keepsExchanges else { return try decoding(found) { try TagReading.read(found, transceive: transceive) } }
+        var exchanges: [TagExchange] = []
+        func kept(_ command: [UInt8]) throws -> [UInt8] {
+            do {
+                let response = try transceive(command)
+                exchanges.append(TagExchange(command: command, response: response))
+                return response
+            } catch {
+                exchanges.append(TagExchange(command: command, response: nil))
+                throw error
             }
-            tag.ndef = try decoding(found) { try Type4NDEFReader.readMessage(transceive: transceive) }
-        case .mifareClassic, .iso14443a:
-            break
         }
+        var tag = try decoding(found) { try TagReading.read(found, transceive: kept) }
+        tag.exchanges = exchanges
         return tag
-    }
-
-    private func hasNDEFApplication() throws -> Bool {
-        let aid = Type4TagApplication.ndefApplicationID
-        let response = try transceive([0x00, 0xA4, 0x04, 0x00, UInt8(aid.count)] + aid + [0x00])
-        return response.suffix(2) == Type4TagApplication.StatusWord.ok[...]
     }
 
     /// Runs an NDEF procedure; a tag whose data does not decode is a typed error naming it.
@@ -104,13 +104,7 @@ final class LibnfcReader: NFCReader {
         do {
             return try body()
         } catch let error as NDEFError {
-            let kind: FieldHALError.Kind = switch error {
-            case .unsupported: .unsupported
-            case .invalidArgument: .invalidArgument
-            default: .malformedData
-            }
-            throw FieldHALError(kind, subject: device.subject, detail: "tag \(tag.uidString): \(error)",
-                                advice: kind == .malformedData ? "rewrite the tag with `fieldhal nfc write`" : nil)
+            throw TagReading.error(error, reading: tag, subject: device.subject)
         }
     }
 

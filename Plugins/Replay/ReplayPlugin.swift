@@ -4,16 +4,17 @@ import Foundation
 
 /// A kit played back from a trace (`fieldhal record`, `KitTrace`): a receiver gives the
 /// trace's fixes at the times they came, a reader the trace's tags in the order they were
-/// found, and the haptics, the speaker, the fingerprint sensor and the camera answer each
-/// request as the field's device answered the same request, in turn, after as long (a
-/// pattern's steps, a verification's outcome, a still of the same size, the same error), at
-/// the recorded speed or faster. A field fault, brought back to the bench.
+/// found, and the haptics, the speaker, the fingerprint sensor, the camera and the
+/// microphone answer each request as the field's device answered the same request, in turn,
+/// after as long (a pattern's steps, a verification's outcome, a still or a recording of the
+/// same size and length, the same error), at the recorded speed or faster. A field fault,
+/// brought back to the bench.
 public enum ReplayPlugin {
     public static let descriptor = PluginDescriptor(
         name: "replay",
         summary: "a kit recorded with `fieldhal record`, played back",
         capabilities: [.location: parameters, .nfcReader: parameters, .haptics: parameters, .speaker: parameters,
-                       .biometrics: parameters, .camera: parameters],
+                       .biometrics: parameters, .camera: parameters, .microphone: parameters],
         open: open
     )
 
@@ -52,6 +53,7 @@ public enum ReplayPlugin {
         case .speaker: return .speaker(ReplayedSpeaker(uses: uses))
         case .biometrics: return .biometrics(ReplayedSensor(uses: uses))
         case .camera: return .camera(ReplayedCamera(uses: uses))
+        case .microphone: return .microphone(ReplayedMicrophone(uses: uses))
         default:
             return .nfcReader(ReplayedReader(deviceName: name, tags: mine.compactMap { entry in
                 entry.tagState == "found" ? entry.tag.map { (entry.t, $0) } : nil
@@ -147,12 +149,46 @@ actor ReplayedReader: NFCReader {
             if at <= deadline {
                 try await sleepCancellable(until: at, subject: subject)
                 next += 1
-                return tag
+                return try Self.readAgain(tag, subject: subject)
             }
         }
         try await sleepCancellable(until: deadline, subject: subject)
         throw FieldHALError(.timeout, subject: subject, detail: "no tag within \(timeout.secondsDescription)")
     }
+
+    /// A tag whose exchanges the trace kept is read again from them, by the procedure a
+    /// reader on a chip uses: the same bytes parse the same way, and a tag whose data did
+    /// not decode in the field fails the same way here. Each command must be the one the
+    /// trace has next (a read that asks otherwise is not the read that was recorded).
+    static func readAgain(_ tag: NFCTag, subject: String) throws -> NFCTag {
+        guard let exchanges = tag.exchanges, let sak = tag.sak else { return tag }
+        let found = NFCTag(type: NFCTagType(sak: sak), uid: tag.uid, atqa: tag.atqa, sak: sak)
+        var remaining = exchanges[...]
+        func recorded(_ command: [UInt8]) throws -> [UInt8] {
+            guard let exchange = remaining.popFirst() else {
+                throw FieldHALError(.malformedData, subject: subject, detail: "tag \(tag.uidString): the read sends more commands than the trace kept",
+                                    advice: "a trace is what `fieldhal record` writes")
+            }
+            guard exchange.command == command else {
+                throw FieldHALError(.malformedData, subject: subject,
+                                    detail: "tag \(tag.uidString): the read sends \(hex(command)) where the trace has \(hex(exchange.command))",
+                                    advice: "a trace is what `fieldhal record` writes")
+            }
+            guard let response = exchange.response else {
+                throw FieldHALError(.disconnected, subject: subject, detail: "tag \(tag.uidString) did not answer \(hex(command)) (as recorded)")
+            }
+            return response
+        }
+        do {
+            var read = try TagReading.read(found, transceive: recorded)
+            read.exchanges = exchanges
+            return read
+        } catch let error as NDEFError {
+            throw TagReading.error(error, reading: found, subject: subject)
+        }
+    }
+
+    private static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02X", $0) }.joined() }
 
     func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
         throw FieldHALError(.unsupported, subject: "nfc \(deviceName)", detail: "a replayed reader writes no tag",
@@ -262,8 +298,8 @@ struct ReplayedSensor: BiometricAuthenticator {
     func close() async {}
 }
 
-/// Stills of the recorded sizes (a trace keeps a still by reference, not its pixels): a
-/// mid-grey frame, encoded at the quality asked for.
+/// Stills and recordings of the recorded sizes and lengths (a trace keeps them by
+/// reference, not their pixels): mid-grey frames, encoded at the quality asked for.
 struct ReplayedCamera: Camera {
     let uses: ReplayedUses
     var deviceName: String { uses.deviceName }
@@ -281,8 +317,51 @@ struct ReplayedCamera: Camera {
                      width: still.width, height: still.height, capturedAt: Date())
     }
 
+    /// The recorded recording's frames, grey, in a Motion-JPEG AVI at `path`; its report as
+    /// the field's camera gave it.
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
-        throw await uses.refuse("record video", capability: .camera)
+        var video = try await uses.play(.cameraRecord) { $0.video }
+        guard (1...4096).contains(video.width), (1...4096).contains(video.height), (0...1_000_000).contains(video.frames) else {
+            throw FieldHALError(.malformedData, subject: "camera \(deviceName)", detail: "the trace's recording is \(video.width)×\(video.height), \(video.frames) frames",
+                                advice: "a trace is what `fieldhal record` writes")
+        }
+        let frame = BaselineJPEGEncoder(quality: request.quality).encode(rgb: [UInt8](repeating: 128, count: video.width * video.height * 3),
+                                                                         width: video.width, height: video.height)
+        let writer = try MJPEGAVIWriter(path: path, width: video.width, height: video.height)
+        for _ in 0..<video.frames { try frame.withUnsafeBytes { try writer.append(jpeg: $0) } }
+        try writer.finish(duration: .seconds(video.durationSeconds))
+        video.path = path
+        return video
+    }
+
+    func close() async {}
+}
+
+/// Recordings of the recorded lengths, formats and channels, silent (a trace keeps a
+/// recording by reference, not its sound); the report as the field's microphone gave it.
+struct ReplayedMicrophone: Microphone {
+    let uses: ReplayedUses
+    var deviceName: String { uses.deviceName }
+
+    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+        var audio = try await uses.play(.microphoneRecord) { $0.audio }
+        let frameBytes = audio.channels * audio.format.bytesPerSample
+        guard (1...8).contains(audio.channels), (1...768_000).contains(audio.sampleRate), (0...audio.sampleRate * 3600).contains(audio.frames) else {
+            throw FieldHALError(.malformedData, subject: "microphone \(deviceName)",
+                                detail: "the trace's recording is \(audio.frames) frames of \(audio.channels) channels at \(audio.sampleRate) Hz",
+                                advice: "a trace is what `fieldhal record` writes")
+        }
+        let writer = try WAVFileWriter(path: path, sampleRate: audio.sampleRate, channels: audio.channels, format: audio.format)
+        let second = [UInt8](repeating: 0, count: audio.sampleRate * frameBytes)
+        var left = audio.frames
+        while left > 0 {
+            let frames = min(left, audio.sampleRate)
+            try second.withUnsafeBytes { try writer.append(UnsafeRawBufferPointer(rebasing: $0.prefix(frames * frameBytes))) }
+            left -= frames
+        }
+        try writer.finish()
+        audio.path = path
+        return audio
     }
 
     func close() async {}

@@ -85,7 +85,8 @@ extension DeviceUse.Request {
         case .hapticsPlay: .haptics
         case .speakerPlay: .speaker
         case .biometricsAvailability, .biometricsVerify: .biometrics
-        case .cameraPhoto: .camera
+        case .cameraPhoto, .cameraRecord: .camera
+        case .microphoneRecord: .microphone
         case .nfcWrite: .nfcWrite
         }
     }

@@ -85,18 +85,23 @@ public struct APITag: Sendable, Codable, Equatable {
     /// The NDEF message's records; empty when the tag holds none, or the empty message (one
     /// empty record, `D0 00 00`, which the NFC Forum writes for a message of nothing).
     public var records: [APIRecord]
+    /// The commands and answers that read the tag, in hex, when its reader keeps them (the
+    /// libnfc plugin's `exchanges = true`): what `fieldhal record` keeps for a replay.
+    public var exchanges: [TagExchange]?
 
-    public init(type: String, uid: String, atqa: String?, sak: String?, records: [APIRecord]) {
+    public init(type: String, uid: String, atqa: String?, sak: String?, records: [APIRecord], exchanges: [TagExchange]? = nil) {
         self.type = type
         self.uid = uid
         self.atqa = atqa
         self.sak = sak
         self.records = records
+        self.exchanges = exchanges
     }
 
     public init(_ tag: NFCTag) {
         self.init(type: tag.type.rawValue, uid: tag.uidString, atqa: tag.atqa.map { String(format: "%04X", $0) },
-                  sak: tag.sak.map { String(format: "%02X", $0) }, records: (tag.ndef?.records ?? []).map(APIRecord.init))
+                  sak: tag.sak.map { String(format: "%02X", $0) }, records: (tag.ndef?.records ?? []).map(APIRecord.init),
+                  exchanges: tag.exchanges)
     }
 }
 
@@ -166,7 +171,7 @@ public struct APIRecord: Sendable, Codable, Equatable {
 
 extension NFCTag {
     /// The tag an API event describes, as a trace records it (`fieldhal record`): its type,
-    /// UID, ATQA, SAK and records. The API shows an empty message as no records, so that is
+    /// UID, ATQA, SAK, records and, when its reader kept them, the exchanges that read it. The API shows an empty message as no records, so that is
     /// what comes back; a tag read again from this gives the same API tag.
     public init(api tag: APITag) throws(FieldHALError) {
         func wrong(_ detail: String) -> FieldHALError { FieldHALError(.malformedData, subject: "tag \(tag.uid)", detail: detail) }
@@ -185,6 +190,6 @@ extension NFCTag {
             records.append(NDEFRecord(typeNameFormat: format, type: Array(record.recordType.utf8), id: id, payload: Array(payload)))
         }
         self.init(type: type, uid: uid, atqa: tag.atqa.flatMap { UInt16($0, radix: 16) }, sak: tag.sak.flatMap { UInt8($0, radix: 16) },
-                  ndef: records.isEmpty ? nil : NDEFMessage(records: records))
+                  ndef: records.isEmpty ? nil : NDEFMessage(records: records), exchanges: tag.exchanges)
     }
 }

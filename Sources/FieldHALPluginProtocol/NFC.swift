@@ -64,6 +64,13 @@ extension PluginProtocol {
         if let atqa = tag.atqa { object["atqa"] = .string(hex(UInt64(atqa), digits: 4)) }
         if let sak = tag.sak { object["sak"] = .string(hex(UInt64(sak), digits: 2)) }
         if let ndef = tag.ndef { object["ndef"] = try value(of: ndef) }
+        if let exchanges = tag.exchanges {
+            object["exchanges"] = .array(exchanges.map { exchange in
+                var fields: [String: JSONValue] = ["command": .string(exchange.command.map { hex(UInt64($0), digits: 2) }.joined())]
+                if let response = exchange.response { fields["response"] = .string(response.map { hex(UInt64($0), digits: 2) }.joined()) }
+                return .object(fields)
+            })
+        }
         return .object(object)
     }
 
@@ -96,8 +103,20 @@ extension PluginProtocol {
                 throw FieldHALError(.protocolError, subject: subject, detail: "sent a tag with \(error.detail)")
             }
         }
+        var exchanges: [TagExchange]?
+        if let field = object["exchanges"], field != .null {
+            guard let items = field.array else { throw wrong("whose exchanges are not an array") }
+            exchanges = try items.map { item throws(FieldHALError) -> TagExchange in
+                guard let command = item["command"]?.string.flatMap({ [UInt8](hexString: $0) }), !command.isEmpty else {
+                    throw wrong("with an exchange whose command is not hex bytes")
+                }
+                guard let text = item["response"]?.string else { return TagExchange(command: command, response: nil) }
+                guard let response = [UInt8](hexString: text) else { throw wrong("with an exchange whose response is not hex bytes") }
+                return TagExchange(command: command, response: response)
+            }
+        }
         return NFCTag(type: type, uid: uid, atqa: try number("atqa", digits: 4).map { UInt16($0) },
-                      sak: try number("sak", digits: 2).map { UInt8($0) }, ndef: ndef)
+                      sak: try number("sak", digits: 2).map { UInt8($0) }, ndef: ndef, exchanges: exchanges)
     }
 
     /// An emulation's outcome: `{"wasRead": true, "commandCount": 6}`.

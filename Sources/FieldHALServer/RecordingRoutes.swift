@@ -33,10 +33,13 @@ extension APIServer {
             let device = try host.device(.microphone, named: name)
             let file = try Self.scratchFile(scratchBase, "wav")
             do {
-                var report = try await host.recordingAlone(on: device) {
-                    try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
-                }
-                report.path = ""
+                let report = try await host.use(.microphoneRecord, on: name) {
+                    var report = try await host.recordingAlone(on: device) {
+                        try await Self.whileConnected(context.channel) { try await microphone.record(recording, to: file) }
+                    }
+                    report.path = ""
+                    return report
+                } answer: { $0.audio = $1 }
                 return try Self.streaming(file, contentType: "audio/wav", report: report)
             } catch {
                 unlink(file)
@@ -57,10 +60,13 @@ extension APIServer {
             let device = try host.device(.camera, named: name)
             let file = try Self.scratchFile(scratchBase, "avi")
             do {
-                var report = try await host.recordingAlone(on: device) {
-                    try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
-                }
-                report.path = ""
+                let report = try await host.use(.cameraRecord, on: name) {
+                    var report = try await host.recordingAlone(on: device) {
+                        try await Self.whileConnected(context.channel) { try await camera.recordVideo(video, to: file) }
+                    }
+                    report.path = ""
+                    return report
+                } answer: { $0.video = $1 }
                 return try Self.streaming(file, contentType: "video/x-msvideo", report: report)
             } catch {
                 unlink(file)

@@ -75,7 +75,7 @@ import TestSupport
     }
 
     /// The devices a client uses through the daemon — haptics, speaker, fingerprint sensor,
-    /// camera — recorded as `use` events, then played back by a daemon on `replay` devices
+    /// camera, microphone — recorded as `use` events, then played back by a daemon on `replay` devices
     /// at 10×: the same commands say the same, the sensor's outcomes come in the same order
     /// (its failure included), and the replayed daemon's own trace holds the same uses.
     @Test func usesOfTheKitsDevicesPlayBackIntoTheSameAnswers() async throws {
@@ -91,6 +91,8 @@ import TestSupport
         plugin = "fake"
         outcomes = ["no-match", "match", "gone"]
         [camera]
+        plugin = "fake"
+        [microphone]
         plugin = "fake"
         [api]
         socket = "\(directory)/live.sock"
@@ -112,6 +114,10 @@ import TestSupport
         plugin = "replay"
         trace = "live.jsonl"
         speed = 10
+        [microphone]
+        plugin = "replay"
+        trace = "live.jsonl"
+        speed = 10
         [api]
         socket = "\(directory)/replay.sock"
         """.write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
@@ -119,6 +125,8 @@ import TestSupport
             ["haptics", "play", "warning", "--json"], ["sound", "play", "--json"], ["bio", "status", "--json"],
             ["bio", "verify", "--json"], ["bio", "verify", "--json"], ["bio", "verify", "--json"],
             ["camera", "snap", "--output", directory + "/still.jpg", "--width", "320", "--height", "240", "--json"],
+            ["camera", "record", "--seconds", "0.5", "--output", directory + "/video.avi", "--width", "160", "--height", "120", "--json"],
+            ["mic", "record", "--seconds", "0.5", "--rate", "16000", "--output", directory + "/sound.wav", "--json"],
         ]
         /// Each command through the daemon on `name`, recorded meanwhile: what each said, and the trace's uses.
         func session(_ name: String) async throws -> (said: [String], uses: [DeviceUse]) {
@@ -153,9 +161,11 @@ import TestSupport
         }
         let live = try await session("live")
         #expect(live.uses.map(\.request) == [.hapticsPlay, .speakerPlay, .biometricsAvailability, .biometricsVerify, .biometricsVerify,
-                                             .biometricsVerify, .cameraPhoto], "\(live.uses)")
-        #expect(live.uses.compactMap(\.result) == ["no-match", "match"] && live.uses.last?.still?.width == 320
+                                             .biometricsVerify, .cameraPhoto, .cameraRecord, .microphoneRecord], "\(live.uses)")
+        try #require(live.uses.count == commands.count)
+        #expect(live.uses.compactMap(\.result) == ["no-match", "match"] && live.uses[6].still?.width == 320
                 && live.uses[5].failure?.kind == .disconnected, "\(live.uses)")
+        #expect(live.uses[7].video?.width == 160 && live.uses[8].audio?.sampleRate == 16000 && live.uses[8].audio?.path == "", "\(live.uses)")
         let replayed = try await session("replay")
         #expect(replayed.said == live.said, "played back:\n\(replayed.said.joined(separator: "\n"))\nwhere live:\n\(live.said.joined(separator: "\n"))")
         /// A use apart from how long it took and a still's bytes.
@@ -166,6 +176,9 @@ import TestSupport
             return use
         }
         #expect(replayed.uses.map(answer) == live.uses.map(answer), "\(replayed.uses)")
+        // The replayed recordings are files of the recorded length: a WAV of 0.5 s at 16 kHz.
+        let wav = try Data(contentsOf: URL(fileURLWithPath: directory + "/sound.wav"))
+        #expect(wav.count == 44 + 8000 * 2, "\(wav.count) bytes")
     }
 
     #if GPS
@@ -197,10 +210,12 @@ import TestSupport
     #endif
 
     #if NFC
-    /// And from the PN532 emulator: a reader on libnfc's pn532_uart driver, followed by the
-    /// daemon while a tag (a golden dump: an NTAG213 with a URI and a text record) lies on
-    /// it, recorded, then played back with no emulator, at 1× and 10×: `nfc read --json`
-    /// says what it said of the live tag.
+    /// And from the PN532 emulator: a reader on libnfc's pn532_uart driver keeping each
+    /// tag's exchanges, followed by the daemon while a tag (a golden dump: an NTAG213 with a
+    /// URI and a text record) lies on it, recorded, then played back with no emulator, at 1×
+    /// and 10×: the replayed reader reads the tag again from the recorded bytes, and `nfc read
+    /// --json` says what it said of the live tag. A byte of the trace changed is a fault the
+    /// replay finds as the reader would have.
     @Test func aReaderOnThePN532EmulatorPlaysBackIntoTheSameTag() async throws {
         let dump = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("LibnfcPluginTests/Golden/uri-and-text.tag").path
@@ -210,7 +225,7 @@ import TestSupport
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let config = directory + "/kit.toml", trace = directory + "/trace.jsonl"
-        try "[nfc]\nplugin = \"libnfc\"\nconnstring = \"\(emulator.connstring())\"\n[api]\nsocket = \"\(directory)/api.sock\"\n"
+        try "[nfc]\nplugin = \"libnfc\"\nconnstring = \"\(emulator.connstring())\"\nexchanges = true\n[api]\nsocket = \"\(directory)/api.sock\"\n"
             .write(toFile: config, atomically: true, encoding: .utf8)
         let live = try await CLI.run(["nfc", "read", "--json", "--timeout", "5", "--config", config, "--state-dir", directory + "/state"])
         #expect(live.status == 0, "\(live.stderr)")
@@ -222,12 +237,22 @@ import TestSupport
         #expect(recorded.status == 0, "\(recorded.stderr)")
         let found = try KitTrace.read(trace).1.filter { $0.tagState == "found" }
         #expect(found.first?.device == "nfc.default" && found.first?.tag?.ndef != nil, "\(found)")
+        // Page 0 (the CC) and the data area from page 4, as Type2NDEFAccess reads them.
+        #expect(found.first?.tag?.exchanges?.map(\.command) == [[0x30, 0x00], [0x30, 0x04], [0x30, 0x08], [0x30, 0x0C]],
+                "\(String(describing: found.first?.tag?.exchanges))")
         for speed in [1, 10] {
             try "[nfc]\nplugin = \"replay\"\ntrace = \"trace.jsonl\"\nspeed = \(speed)\n".write(toFile: directory + "/replay.toml", atomically: true, encoding: .utf8)
             let read = try await CLI.run(["nfc", "read", "--json", "--timeout", "5", "--config", directory + "/replay.toml", "--state-dir", directory + "/state"])
             #expect(read.status == 0, "\(read.stderr)")
             #expect(read.stdout == live.stdout, "speed \(speed): played back\n\(read.stdout)\nwhere the emulator's tag read\n\(live.stdout)")
         }
+        // The URI record's header made reserved (TNF 7) in the recorded answer to READ 4:
+        // the replayed read fails on it as a reader in the field would, with the tag named.
+        let text = try String(contentsOfFile: trace, encoding: .utf8)
+        #expect(text.contains("0003219101"), "the NDEF TLV and the URI record's header in the answer to READ 4")
+        try text.replacingOccurrences(of: "0003219101", with: "0003219701").write(toFile: trace, atomically: true, encoding: .utf8)
+        let faulty = try await CLI.run(["nfc", "read", "--json", "--timeout", "5", "--config", directory + "/replay.toml", "--state-dir", directory + "/state"])
+        #expect(faulty.status == 65 && faulty.stderr.contains("tag 04:A1:B2:C3:D4:E5:F6"), "\(faulty.status) \(faulty.stderr)")
     }
     #endif
 

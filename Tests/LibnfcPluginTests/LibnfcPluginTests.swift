@@ -215,6 +215,19 @@ struct LibnfcPluginTests {
         #expect(error?.description.contains("144-byte data area") == true, "\(String(describing: error))")
     }
 
+    /// A chip that does not answer the first command of its set-up (a PN532 woken from
+    /// power-down; an emulator on a loaded CI machine's pty was late once) is opened again
+    /// and set up once more, within the read: the tag is read.
+    @Test(arguments: Way.allCases) func aChipThatMissesItsSetUpIsOpenedAgainAndReads(way: Way) async throws {
+        let emulator = try await PN532Emulator.start(["--miss-setup"])
+        defer { emulator.stop() }
+        let nfc = try await reader(emulator.connstring(), way: way)
+        defer { Task { await nfc.close() } }
+        let tag = try await nfc.readTag(timeout: .seconds(10))
+        #expect(tag.uidString == "04:A1:B2:C3:D4:E5:F6" && tag.ndef != nil)
+        #expect(await emulator.waitForEvent("missed-setup", timeout: .seconds(1)) != nil)
+    }
+
     @Test(arguments: Way.allCases) func aChipThatStopsAnsweringIsATimeoutNotAHang(way: Way) async throws {
         let emulator = try await PN532Emulator.start(["--tag", "mute"])
         defer { emulator.stop() }

@@ -20,13 +20,19 @@ public struct NFCTag: Sendable, Equatable, Codable {
     public var sak: UInt8?
     /// The tag's NDEF message; `nil` when the tag holds none (blank or not NDEF-formatted).
     public var ndef: NDEFMessage?
+    /// The commands and answers that read it, in order, when its reader was asked to keep
+    /// them (the libnfc plugin's `exchanges = true`): what a trace keeps for a replay to
+    /// parse again. Nil otherwise.
+    public var exchanges: [TagExchange]?
 
-    public init(type: NFCTagType, uid: [UInt8], atqa: UInt16? = nil, sak: UInt8? = nil, ndef: NDEFMessage? = nil) {
+    public init(type: NFCTagType, uid: [UInt8], atqa: UInt16? = nil, sak: UInt8? = nil, ndef: NDEFMessage? = nil,
+                exchanges: [TagExchange]? = nil) {
         self.type = type
         self.uid = uid
         self.atqa = atqa
         self.sak = sak
         self.ndef = ndef
+        self.exchanges = exchanges
     }
 
     /// The UID as reader tools print it: `04:A1:B2:C3:D4:E5:F6`.

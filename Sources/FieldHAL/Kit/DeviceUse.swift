@@ -1,5 +1,6 @@
 /// One use of a device through the kit's API — a pattern played, a clip, a verification, a
-/// still, a tag written — and what the device answered, how long it took, or how it failed.
+/// still, a recording, a tag written — and what the device answered, how long it took, or
+/// how it failed.
 ///
 /// The daemon says these as `use` events to a client that asks for them (`fieldhal record`
 /// keeps them in a trace), and the `replay` plugin answers with them: a replayed sensor
@@ -13,6 +14,8 @@ public struct DeviceUse: Sendable, Equatable, Codable {
         case biometricsAvailability = "biometrics.availability"
         case biometricsVerify = "biometrics.verify"
         case cameraPhoto = "camera.photo"
+        case cameraRecord = "camera.record"
+        case microphoneRecord = "microphone.record"
         case nfcWrite = "nfc.write"
 
         public var capability: Capability {
@@ -20,7 +23,8 @@ public struct DeviceUse: Sendable, Equatable, Codable {
             case .hapticsPlay: .haptics
             case .speakerPlay: .speaker
             case .biometricsAvailability, .biometricsVerify: .biometrics
-            case .cameraPhoto: .camera
+            case .cameraPhoto, .cameraRecord: .camera
+            case .microphoneRecord: .microphone
             case .nfcWrite: .nfcReader
             }
         }
@@ -54,6 +58,9 @@ public struct DeviceUse: Sendable, Equatable, Codable {
     public var reason: String?
     public var availability: BiometricAvailability?
     public var still: Still?
+    /// A recording, by reference: what it held (its length, size, levels), not its file.
+    public var video: VideoRecording?
+    public var audio: AudioRecording?
     /// The tag a write left, as read back.
     public var tag: NFCTag?
     /// How the device failed, when it did.

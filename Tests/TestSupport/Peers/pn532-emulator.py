@@ -46,6 +46,9 @@ SW_OK, SW_NOT_FOUND, SW_WRONG_P = b"\x90\x00", b"\x6a\x82", b"\x6b\x00"
 SW_NOT_ALLOWED, SW_UNSUPPORTED = b"\x69\x85", b"\x6d\x00"
 
 
+MISS_SETUP = False
+
+
 def emit(event, **fields):
     fields["event"] = event
     fields["t"] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -222,6 +225,7 @@ class Chip:
         self.registers = {}
         self.pending = None             # a command whose answer waits for the field
         self.hung = False
+        self.missed_setup = False
         self.buffer = bytearray()
 
     def reply(self, data):
@@ -272,6 +276,10 @@ class Chip:
     def command(self, command, data):
         if self.hung:
             return                                       # not even an ACK
+        if MISS_SETUP and command == 0x32 and data == b"\x01\x00" and not self.missed_setup:
+            self.missed_setup = True                     # the initiator set-up's first RFConfiguration
+            emit("missed-setup", chip=self.name)
+            return
         if command == 0x14:             # SAMConfiguration
             return self.reply(b"\x15")
         if command == 0x00:             # Diagnose: echo the test data
@@ -503,9 +511,13 @@ def main():
     parser.add_argument("--bridge", action="store_true")
     parser.add_argument("--baud", type=int, default=0)
     parser.add_argument("--data-area", help="the NTAG213's data area, in hex, from this file")
+    parser.add_argument("--miss-setup", action="store_true",
+                        help="answer nothing (not even an ACK) to the first RF field-off of an initiator set-up, "
+                             "as a PN532 woken from power-down misses the first command")
     options = parser.parse_args()
-    global BYTE_SECONDS
+    global BYTE_SECONDS, MISS_SETUP
     BYTE_SECONDS = 10 / options.baud if options.baud > 0 else 0.0
+    MISS_SETUP = options.miss_setup
 
     if options.bridge:
         field = Bridge()
