@@ -322,6 +322,6 @@ let package = Package(
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
-        .target(name: "TestSupport", dependencies: ["FieldHALProcess"], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
+        .target(name: "TestSupport", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
     ]
 )

@@ -130,34 +130,10 @@ import TestSupport
         ]
         /// Each command through the daemon on `name`, recorded meanwhile: what each said, and the trace's uses.
         func session(_ name: String) async throws -> (said: [String], uses: [DeviceUse]) {
-            let config = directory + "/\(name).toml", trace = directory + "/\(name).jsonl"
-            let daemon = try DaemonProcess(["--config", config, "--state-dir", directory + "/state-\(name)"])
-            #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(30)) != nil, "\(daemon.output)")
-            async let recording = CLI.run(["record", "--config", config, "--output", trace, "--seconds", "20"])
-            // The recording follows once the devices' states are in the trace (the uses are
-            // followed from before those are sent).
-            let following = ContinuousClock.now + .seconds(20)
-            while ContinuousClock.now < following, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("\"state\"") {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            var said: [String] = []
-            for command in commands {
-                let result = try await CLI.run(command + ["--config", config, "--state-dir", directory + "/state-\(name)"])
-                // A still's bytes and time are its own: its size is what is replayed.
-                let text = command[0] == "camera"
-                    ? result.stdout.split(separator: "\n").filter { $0.contains("width") || $0.contains("height") }.joined(separator: "\n")
-                    : result.stdout
-                said.append("\(command.prefix(2).joined(separator: " ")) → \(result.status)\n\(text)\(result.stderr)")
-            }
-            // Every use is in the trace before the recording stops.
-            while ContinuousClock.now < following, ((try? KitTrace.read(trace).1.compactMap(\.use).count) ?? 0) < commands.count {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            // The daemon stopping ends the recording.
-            _ = await daemon.stop()
-            let recorded = try await recording
-            #expect(recorded.status == 0, "\(recorded.stderr)")
-            return (said, try KitTrace.read(trace).1.compactMap(\.use))
+            let outcome = try await RecordedSession.run(config: directory + "/\(name).toml", trace: directory + "/\(name).jsonl",
+                                                        state: directory + "/state-\(name)", commands: commands, keeping: RecordedSession.sizeOnly)
+            #expect(outcome.daemonStarted && outcome.recordStatus == 0, "\(outcome.recordErrors)")
+            return (outcome.said, outcome.trace.compactMap(\.use))
         }
         let live = try await session("live")
         #expect(live.uses.map(\.request) == [.hapticsPlay, .speakerPlay, .biometricsAvailability, .biometricsVerify, .biometricsVerify,

@@ -41,29 +41,11 @@ struct RecordReplayLabTests {
             ["sound", "play", "--json"],
         ]
         func session(_ name: String) async throws -> (said: [String], trace: [KitTrace.Entry]) {
-            let config = directory + "/\(name).toml", trace = directory + "/\(name).jsonl", state = directory + "/state-\(name)"
-            let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
-            #expect(await daemon.waitForLine(containing: "api: serving on", timeout: .seconds(60)) != nil, "\(daemon.output)")
-            async let recording = CLI.run(["record", "--config", config, "--output", trace, "--seconds", "120"])
-            let by = ContinuousClock.now + .seconds(60)
-            while ContinuousClock.now < by, !((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").contains("\"state\"") {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            var said: [String] = []
-            for command in commands {
-                let result = try await CLI.run(command + ["--config", config, "--state-dir", state])
-                let text = command[0] == "camera"
-                    ? result.stdout.split(separator: "\n").filter { $0.contains("width") || $0.contains("height") }.joined(separator: "\n")
-                    : result.stdout
-                said.append("\(command.prefix(2).joined(separator: " ")) → \(result.status)\n\(text)\(result.stderr)")
-            }
-            while ContinuousClock.now < by, ((try? KitTrace.read(trace).1.compactMap(\.use).count) ?? 0) < commands.count {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            _ = await daemon.stop()
-            let recorded = try await recording
-            #expect(recorded.status == 0, "\(recorded.stderr)")
-            return (said, try KitTrace.read(trace).1)
+            let outcome = try await RecordedSession.run(config: directory + "/\(name).toml", trace: directory + "/\(name).jsonl",
+                                                        state: directory + "/state-\(name)", commands: commands, patience: .seconds(60),
+                                                        keeping: RecordedSession.sizeOnly)
+            #expect(outcome.daemonStarted && outcome.recordStatus == 0, "\(outcome.recordErrors)")
+            return (outcome.said, outcome.trace)
         }
         let live = try await session("live")
         let uses = live.trace.compactMap(\.use)
