@@ -296,7 +296,7 @@ public struct APIServer: Sendable {
         return names
     }
 
-    /// `types=fix,capability,alert,lock` (default: all).
+    /// `types=fix,capability,alert,lock,tag,use` (default: every type but `use`, which is asked for by name).
     static func eventKinds(_ query: Parameters) throws -> [APIEvent.Kind] {
         guard let text = query.get("types") else { return APIEvent.Kind.unasked }
         var kinds: [APIEvent.Kind] = []

@@ -16,13 +16,14 @@ struct RecordCommand: FieldHALSubcommand {
         Follows the daemon answering on the configuration's [api] socket (fieldhal run) and \
         writes each fix, each tag found or lost, each change of a device's state, and each \
         use of a device by the daemon's clients with its answer (a haptic pattern, a sound, \
-        a fingerprint's outcome, a still by its size, a tag written) to FILE, one JSON line \
+        a fingerprint's outcome, a still or a recording by its size, a tag written, with \
+        its exchanges when the reader keeps them) to FILE, one JSON line \
         each with its time from the start (a trace: docs/testing.md, Record and replay). \
         Nothing else: never a PIN, a key, a session, an alert, the lock's events or the \
         kit's own work with its devices. A section ([gps], [nfc], [haptics], [speaker], \
-        [biometrics], [camera]) with plugin = "replay" and trace = FILE plays it back \
+        [biometrics], [camera], [microphone]) with plugin = "replay" and trace = FILE plays it back \
         (speed = 10 for ten times faster). With --device or --all, uses of other devices \
-        are left out. Stops after --seconds, or when \
+        are left out. Stops after --seconds, when the daemon stops, or when \
         interrupted (every line is written as it happens). The file is made 0600 and never \
         follows a symbolic link. Exit status: 0; 69 when no daemon answers; 73 when FILE \
         cannot be made.

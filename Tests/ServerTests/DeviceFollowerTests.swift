@@ -97,8 +97,10 @@ struct DeviceFollowerTests {
 
         func state(_ capability: Capability) -> CapabilityStatus.State? { host.status(of: capability)?.state }
 
+        /// Waits for an event, with a bound that only guards against a hang: 5 s was exceeded
+        /// by a retry schedule on a machine running 180 tests at once.
         func waitFor(_ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
-            let deadline = ContinuousClock.now + .seconds(5)
+            let deadline = ContinuousClock.now + .seconds(30)
             while !condition() {
                 guard ContinuousClock.now < deadline else { Issue.record("timed out waiting for \(what)"); return }
                 try await Task.sleep(for: .milliseconds(10))

@@ -56,8 +56,9 @@ final class ScriptedChipEmulator: NFCTagEmulator {
     func close() async {}
 }
 
-/// Waits until `condition` holds (the full suite loads the machine: no fixed sleeps).
-func waitUntil(_ what: String, within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws {
+/// Waits until `condition` holds (the full suite loads the machine: no fixed sleeps). The
+/// bound only guards against a hang: 10 s was exceeded on a machine running 180 tests at once.
+func waitUntil(_ what: String, within limit: Duration = .seconds(30), _ condition: () -> Bool) async throws {
     let deadline = ContinuousClock.now + limit
     while !condition() {
         guard ContinuousClock.now < deadline else {
