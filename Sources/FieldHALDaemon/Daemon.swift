@@ -81,8 +81,7 @@ public final class Daemon: Sendable {
     /// Opens what the daemon holds for everyone (the API's host: the shared receiver, NFC
     /// chip, camera, …) and says it is running.
     public func openDevices() async -> APIHost {
-        // The same thread names before and after HTTP requests (see DispatchWorkers).
-        DispatchWorkers.hold()
+        // The same thread names before and after HTTP requests: the HTTP client's from the start.
         await HTTPSession.prepare()
         EvidenceSealer.prepare()
         if HotplugMonitor.isAvailable {

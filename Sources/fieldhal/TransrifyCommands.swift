@@ -198,8 +198,7 @@ struct AfterSignInCommand: FieldHALSubcommand {
             // Bounded: a starter that hangs on its way out must not cost the evidence.
             _ = try? await DeviceThread.runOnce(name: "fieldhal-starter-exit") { DetachedRun.waitForExit(of: starter, upTo: .seconds(10)) }
         }
-        // Its threads must not show whether it makes requests (see DispatchWorkers).
-        DispatchWorkers.hold()
+        // Its threads must not show whether it makes requests: the HTTP client's from the start.
         await HTTPSession.prepare()
         EvidenceSealer.prepare()  // its thread, whatever the verdict (docs/stealth.md)
         let work = try environment.afterAuthenticationWork()
