@@ -94,11 +94,17 @@ extension DeviceUse.Request {
 
 /// Who the daemon takes the caller to be, from the socket's peer credentials.
 public struct APICaller: Sendable, Codable, Equatable {
-    public var uid: UInt32
-    public var gid: UInt32
-    public var pid: Int32
+    /// A program on the Unix socket: who the kernel says it is.
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var pid: Int32?
     /// The user's name, when the user database has one.
     public var user: String?
+    /// A page through the web door: its token's id and origin, and the devices the token is
+    /// limited to (nil: every device).
+    public var token: String?
+    public var origin: String?
+    public var devices: [String]?
     /// What this caller may do, sorted.
     public var scopes: [APIScope]
 
@@ -107,6 +113,13 @@ public struct APICaller: Sendable, Codable, Equatable {
         self.gid = gid
         self.pid = pid
         self.user = user
+        self.scopes = scopes
+    }
+
+    public init(token: String? = nil, origin: String? = nil, devices: [String]? = nil, scopes: [APIScope]) {
+        self.token = token
+        self.origin = origin
+        self.devices = devices
         self.scopes = scopes
     }
 }

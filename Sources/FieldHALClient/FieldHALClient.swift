@@ -334,6 +334,22 @@ public struct FieldHALClient: Sendable {
         FieldHALAPI.route(name, query: query)
     }
 
+    // MARK: Web door
+
+    /// `GET /v1/web/tokens`: the web door's tokens (never their text).
+    public func webTokens() async throws -> [APIWebToken] { try await get("web/tokens", as: APIWebTokens.self).tokens }
+
+    /// `POST /v1/web/tokens`: a new token; its text is in this answer only.
+    public func issueWebToken(_ request: APIWebTokenRequest) async throws -> APIWebToken {
+        try await post("web/tokens", request, waiting: .zero, as: APIWebToken.self)
+    }
+
+    /// `DELETE /v1/web/tokens/{id}`: the token revoked, from the next request on.
+    public func revokeWebToken(id: String) async throws -> APIWebToken {
+        let escaped = id.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? id
+        return try await call(.DELETE, route("web/tokens/\(escaped)"), body: nil, waiting: .zero, as: APIWebToken.self)
+    }
+
     private func get<T: Decodable>(_ name: String, query: [(String, String)] = [], waiting: Duration = .zero, as type: T.Type) async throws -> T {
         try await call(.GET, route(name, query: query), body: nil, waiting: waiting, as: type)
     }
@@ -379,7 +395,7 @@ public struct FieldHALClient: Sendable {
             switch part {
             case .head(let status, let headers):
                 answered = true
-                if status != 200 { refused = (status, Data()) } else { try onHead(headers) }
+                if !(200...299).contains(status) { refused = (status, Data()) } else { try onHead(headers) }
             case .body(let chunk):
                 if var problem = refused {
                     // An error body is small; a hostile one is cut at 1 MiB.

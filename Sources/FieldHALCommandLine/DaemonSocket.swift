@@ -41,7 +41,7 @@ public struct DaemonSocket: Sendable {
             return nil  // nobody accepts there (no daemon, or one killed with SIGKILL): the caller does the work
         }
         let response = try HTTPResponse(parts, subject: subject)
-        guard response.status == 200 else {
+        guard (200...299).contains(response.status) else {
             if let problem = try? FieldHALAPI.decoder.decode(APIErrorBody.self, from: response.body) { throw problem.error }
             throw FieldHALError(.protocolError, subject: subject, detail: "HTTP \(response.status) without an error body")
         }

@@ -46,6 +46,9 @@ public final class Daemon: Sendable {
     /// and the API's state: made when the daemon starts, before anything uses them.
     let api = LockedValue<APIHost?>(nil)
     let authorisation: APIAuthorisation
+    /// `[web]`: where the web door listens, or nil (no door). Read when the daemon starts;
+    /// a reload does not move it.
+    let webDoor: WebDoorSettings?
     /// udev's (or the kernel's) device events, listened to from before the devices open, so
     /// that a device going away while they open is not missed. nil: not followed.
     let hotplug = LockedValue<HotplugMonitor?>(nil)
@@ -72,6 +75,7 @@ public final class Daemon: Sendable {
         var environment = try Environment(options)
         environment.clock = clock  // as `environment()` makes it; self is not ready yet
         authorisation = try environment.apiAuthorisation()
+        webDoor = try WebDoorSettings(settings: environment.configuration.settings["web"], file: environment.configuration.file)
         self.configuration = LockedValue((environment, 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
@@ -97,6 +101,11 @@ public final class Daemon: Sendable {
             await environment.loadKit(devices: only)
         }
         host.flows = DaemonFlows(daemon: self)
+        do {
+            host.webTokens = try DaemonWebTokens(stateDirectory: environment.stateDirectory)
+        } catch {
+            logger.error("web tokens: \(CommandFailure(error).description) — no page gets through the web door until it is fixed")
+        }
         api.withLock { $0 = host }
         logger.info("fieldhal \(FieldHALVersion.current) running; state \(environment.stateDirectory.path)")
         if let obsolete = DaemonSettings.obsolete(in: environment.configuration) { logger.warning("\(obsolete)") }
@@ -109,6 +118,7 @@ public final class Daemon: Sendable {
     public func services(host: APIHost, hangUps: UnixSignalsSequence) -> [ServiceGroupConfiguration.ServiceConfiguration] {
         let loops: [DaemonLoop] = [
             DaemonLoop("api") { await self.serveAPI(host) },
+            DaemonLoop("web door") { await self.serveWebDoor(host) },
             DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
             DaemonLoop("hotplug") { await self.followDevices(host) },
             DaemonLoop("alerts") { await self.watchAlerts() },
@@ -317,6 +327,18 @@ public final class Daemon: Sendable {
             try await server.run { self.logger.info("api: serving on \(path)") }
         } catch where !Task.isCancelled {
             logger.error("api \(path): \(CommandFailure(error).description) — the API is off until the daemon restarts")
+        } catch {}
+    }
+
+    /// The web door (`[web]`), when configured: the same host and routes as the socket's.
+    private func serveWebDoor(_ host: APIHost) async {
+        guard let webDoor else { return }
+        let place = "\(webDoor.address.contains(":") ? "[\(webDoor.address)]" : webDoor.address):\(webDoor.port)"
+        do {
+            let api = APIServer(socketPath: current.apiSocketPath, host: host, scratchBase: PrivateScratch.base(stateDirectory: current.stateDirectory.path))
+            try await WebDoorServer(settings: webDoor, api: api).run { self.logger.info("web door: serving on http://\(place)") }
+        } catch where !Task.isCancelled {
+            logger.error("web door \(place): \(CommandFailure(error).description) — the web door is closed until the daemon restarts")
         } catch {}
     }
 

@@ -18,6 +18,8 @@ public struct APIAuthorisation: Sendable {
         public enum Who: Sendable, Equatable {
             case user(UInt32, name: String)
             case group(UInt32, name: String)
+            /// A web door's token (`WebTokenBook`): its id and the origin it is bound to.
+            case token(id: String, origin: String)
         }
 
         public var who: Who
@@ -25,6 +27,12 @@ public struct APIAuthorisation: Sendable {
         /// The devices the grant is limited to (`camera.front`, `nfc.bench1`), for the
         /// capabilities they name; nil: every device. A kiosk allowed only the front reader.
         public var devices: Set<String>?
+
+        public init(who: Who, scopes: Set<APIScope>, devices: Set<String>?) {
+            self.who = who
+            self.scopes = scopes
+            self.devices = devices
+        }
     }
 
     /// The daemon's own user: it may do everything its own CLI may.
@@ -113,70 +121,107 @@ public struct APIAuthorisation: Sendable {
         ]), help: "what other users and groups may do, e.g. { user = \"kiosk\", allow = [\"status\", \"location\"] }"),
     ]
 
-    /// Whether the peer may do everything.
-    public func isTrusted(_ peer: PeerCredentials) -> Bool {
-        peer.uid == 0 || peer.uid == serviceUID || controlGroupID.map(peer.isMember(of:)) == true
+    /// Whether the caller may do everything: never through the web door.
+    public func isTrusted(_ caller: Caller) -> Bool {
+        guard case .peer(let peer) = caller else { return false }
+        return peer.uid == 0 || peer.uid == serviceUID || controlGroupID.map(peer.isMember(of:)) == true
     }
 
-    /// Everything the peer may do (on some device, where its grants name devices).
-    public func scopes(for peer: PeerCredentials) -> Set<APIScope> {
-        if isTrusted(peer) { return Set(APIScope.allCases) }
-        return grants(of: peer).reduce(into: []) { $0.formUnion($1.scopes) }
+    /// Everything the caller may do (on some device, where its grants name devices).
+    public func scopes(for caller: Caller) -> Set<APIScope> {
+        if isTrusted(caller) { return Set(APIScope.allCases) }
+        return grants(of: caller).reduce(into: []) { $0.formUnion($1.scopes) }
     }
 
-    /// The grants that name the peer, by user or by one of its groups.
-    private func grants(of peer: PeerCredentials) -> [Grant] {
-        grants.filter { grant in
-            switch grant.who {
-            case .user(let uid, _): uid == peer.uid
-            case .group(let gid, _): peer.isMember(of: gid)
+    /// The grants that name the caller: by user or by one of its groups; a web caller's
+    /// token is its one grant.
+    private func grants(of caller: Caller) -> [Grant] {
+        switch caller {
+        case .web(let token): return [token]
+        case .peer(let peer):
+            return grants.filter { grant in
+                switch grant.who {
+                case .user(let uid, _): uid == peer.uid
+                case .group(let gid, _): peer.isMember(of: gid)
+                case .token: false
+                }
             }
         }
     }
 
-    /// Nil when allowed; else the refusal, naming the two ways to change it. With `device`,
+    /// Nil when allowed; else the refusal, naming the ways to change it. With `device`,
     /// a grant limited to other devices of its capability does not allow it.
-    public func refusal(_ scope: APIScope, for peer: PeerCredentials, doing what: String, device: DeviceKey? = nil) -> APIProblem? {
-        if let device, !isTrusted(peer), scopes(for: peer).contains(scope) {
-            if grants(of: peer).contains(where: { $0.scopes.contains(scope) && $0.covers(device) }) { return nil }
-            let (who, grantee) = Self.named(peer)
+    public func refusal(_ scope: APIScope, for caller: Caller, doing what: String, device: DeviceKey? = nil) -> APIProblem? {
+        if let device, !isTrusted(caller), scopes(for: caller).contains(scope) {
+            if grants(of: caller).contains(where: { $0.scopes.contains(scope) && $0.covers(device) }) { return nil }
+            let (who, grantee) = Self.named(caller)
             return APIProblem(
                 kind: APIProblem.forbidden, subject: what, detail: "\(who) may use \(scope.rawValue) on other devices, not \(device)",
-                advice: "grant it: { \(grantee), allow = [\"\(scope.rawValue)\"], devices = [\"\(device)\"] } in [api] grants of \(configurationFile), then reload the daemon",
+                advice: caller.isWeb ? Self.tokenAdvice(caller, scope, device: device)
+                    : "grant it: { \(grantee), allow = [\"\(scope.rawValue)\"], devices = [\"\(device)\"] } in [api] grants of \(configurationFile), then reload the daemon",
                 status: 403)
         }
-        if scopes(for: peer).contains(scope) { return nil }
-        let (who, grantee) = Self.named(peer)
+        if scopes(for: caller).contains(scope) { return nil }
+        let (who, grantee) = Self.named(caller)
         return APIProblem(
             kind: APIProblem.forbidden, subject: what, detail: "\(who) may not use \(scope.rawValue)",
-            advice: "add the user to group \(controlGroupName) for everything, or grant only this: "
+            advice: caller.isWeb ? Self.tokenAdvice(caller, scope, device: nil)
+                : "add the user to group \(controlGroupName) for everything, or grant only this: "
                 + "{ \(grantee), allow = [\"\(scope.rawValue)\"] } in [api] grants of \(configurationFile), then reload the daemon",
             status: 403)
     }
 
-    /// Whether `peer` may see `use` on an event stream: when it could have made the request
+    /// Whether `caller` may see `use` on an event stream: when it could have made the request
     /// itself (its scopes and grants cover the device).
-    public func maySee(_ use: DeviceUse, _ peer: PeerCredentials) -> Bool {
-        refusal(use.request.scope, for: peer, doing: "GET /v1/events?types=use", device: DeviceKey(use.request.capability, use.device)) == nil
+    public func maySee(_ use: DeviceUse, _ caller: Caller) -> Bool {
+        refusal(use.request.scope, for: caller, doing: "GET /v1/events?types=use", device: DeviceKey(use.request.capability, use.device)) == nil
     }
 
     /// The refusal for a caller who may use nothing at all, answered at the connection's
     /// gate before any route is looked at (`CallerGate`).
-    public func refusalOfEverything(for peer: PeerCredentials, doing what: String = "connection") -> APIProblem {
-        let (who, grantee) = Self.named(peer)
+    public func refusalOfEverything(for caller: Caller, doing what: String = "connection") -> APIProblem {
+        let (who, grantee) = Self.named(caller)
         return APIProblem(
             kind: APIProblem.forbidden, subject: what, detail: "\(who) may use nothing on this daemon",
-            advice: "add the user to group \(controlGroupName) for everything, or grant what it needs, such as "
+            advice: caller.isWeb ? "issue a token with the scopes the page needs: fieldhal web token add --origin ORIGIN --allow status,…"
+                : "add the user to group \(controlGroupName) for everything, or grant what it needs, such as "
                 + "{ \(grantee), allow = [\"status\"] } in [api] grants of \(configurationFile), then reload the daemon",
             status: 403)
     }
 
-    /// The caller as a refusal names it ("user kiosk (uid 1001)"), and as a grant would
-    /// (`user = "kiosk"`; the uid when the user database has no name).
-    private static func named(_ peer: PeerCredentials) -> (who: String, grantee: String) {
-        let name = peer.userName
-        return (name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)",
-                name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\"")
+    /// The refusal of a route only root, the daemon's user and the control group may use
+    /// (the web door's tokens): no grant or token reaches it.
+    public func refusalUnlessTrusted(_ caller: Caller, doing what: String) -> APIProblem? {
+        if isTrusted(caller) { return nil }
+        let (who, _) = Self.named(caller)
+        return APIProblem(
+            kind: APIProblem.forbidden, subject: what, detail: "\(who) may not manage the web door's tokens",
+            advice: caller.isWeb ? "tokens are managed over the daemon's Unix socket, never through the web door"
+                : "run it as root, or as a member of group \(controlGroupName)",
+            status: 403)
+    }
+
+    /// The caller as a refusal names it ("user kiosk (uid 1001)", "token 3f2a9c01 of
+    /// https://kiosk.example"), and as a grant would (`user = "kiosk"`; the uid when the user
+    /// database has no name).
+    private static func named(_ caller: Caller) -> (who: String, grantee: String) {
+        switch caller {
+        case .web(let grant):
+            guard case .token(let id, let origin) = grant.who else { return ("a web token", "") }
+            return ("token \(id) of \(origin)", "")
+        case .peer(let peer):
+            let name = peer.userName
+            return (name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)",
+                    name.map { "user = \"\($0)\"" } ?? "user = \"\(peer.uid)\"")
+        }
+    }
+
+    /// How a page gets a scope: a token is never widened; a new one is issued.
+    private static func tokenAdvice(_ caller: Caller, _ scope: APIScope, device: DeviceKey?) -> String {
+        guard case .web(let grant) = caller, case .token(_, let origin) = grant.who else { return "" }
+        let scopes = (grant.scopes.map(\.rawValue) + [scope.rawValue]).sorted()
+        let devices = device.map { " --device \($0)" } ?? ""
+        return "issue the page a token that allows it (fieldhal web token add --origin \(origin) --allow \(Set(scopes).sorted().joined(separator: ","))\(devices)), then revoke this one"
     }
 
     static func userID(_ text: String) -> UInt32? {
@@ -187,6 +232,28 @@ public struct APIAuthorisation: Sendable {
     static func groupID(_ text: String) -> UInt32? {
         if let number = UInt32(text) { return number }
         return getgrnam(text).map { UInt32($0.pointee.gr_gid) }
+    }
+}
+
+/// Who is calling: a program on the kit, known by the kernel's peer credentials on the Unix
+/// socket, or a page through the web door, known by its token (bound to an origin).
+public enum Caller: Sendable, Equatable {
+    case peer(PeerCredentials)
+    /// The token's grant (`who` is `.token`).
+    case web(APIAuthorisation.Grant)
+
+    public var isWeb: Bool { if case .web = self { true } else { false } }
+}
+
+extension APIAuthorisation {
+    public func isTrusted(_ peer: PeerCredentials) -> Bool { isTrusted(.peer(peer)) }
+    public func scopes(for peer: PeerCredentials) -> Set<APIScope> { scopes(for: .peer(peer)) }
+    public func refusal(_ scope: APIScope, for peer: PeerCredentials, doing what: String, device: DeviceKey? = nil) -> APIProblem? {
+        refusal(scope, for: .peer(peer), doing: what, device: device)
+    }
+    public func maySee(_ use: DeviceUse, _ peer: PeerCredentials) -> Bool { maySee(use, .peer(peer)) }
+    public func refusalOfEverything(for peer: PeerCredentials, doing what: String = "connection") -> APIProblem {
+        refusalOfEverything(for: .peer(peer), doing: what)
     }
 }
 

@@ -51,6 +51,14 @@ public final class APIHost: Sendable {
     /// One change of the held devices at a time: a reload, a device gone, a device back.
     private let changes = SerialGate()
     private let flowsSlot = Mutex<(any APIFlows)?>(nil)
+    private let webTokensSlot = Mutex<(any APIWebTokenBook)?>(nil)
+
+    /// The web door's tokens, as the daemon keeps them (nil: the routes say the book is not
+    /// open, and the door admits nobody).
+    public var webTokens: (any APIWebTokenBook)? {
+        get { webTokensSlot.withLock { $0 } }
+        set { webTokensSlot.withLock { $0 = newValue } }
+    }
 
     /// What answers the flow routes (the lock, the evidence queue): the daemon's.
     public var flows: (any APIFlows)? {
@@ -471,6 +479,14 @@ public final class APIHost: Sendable {
             throw error
         }
     }
+
+    /// Web tokens revoked (their ids), so that a revoked page's open event streams end too.
+    private let revokedTokens = Broadcaster<String>(bufferLimit: 16)
+
+    func tokenRevoked(_ id: String) { revokedTokens.yield(id) }
+
+    /// The ids of tokens revoked from now on.
+    func revocations() -> AsyncThrowingStream<String, any Error> { revokedTokens.subscribe() }
 
     /// Devices used through the API from now on.
     public func useEvents() -> AsyncThrowingStream<DeviceUse, any Error> {

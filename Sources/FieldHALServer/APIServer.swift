@@ -184,8 +184,11 @@ public struct APIServer: Sendable {
 
     // MARK: Routes
 
-    func makeRouter() -> Router<APIRequestContext> {
+    /// The routes, the same on both doors; through the web door, each request passes the
+    /// door's checks first (`WebDoorMiddleware`: Host, Origin, token, preflight).
+    func makeRouter(webDoor: WebDoorSettings? = nil) -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
+        if let webDoor { router.middlewares.add(WebDoorMiddleware(settings: webDoor, host: host)) }
         router.middlewares.add(APIErrorMiddleware())
         // `APIErrorMiddleware.routes` knows each route's method, to answer another with 405.
         let v1 = router.group(RouterPath("/\(FieldHALAPI.version)"))
@@ -243,6 +246,7 @@ public struct APIServer: Sendable {
                 // haptics does not learn what the fingerprint sensor said.
                 sources.mayFollowUse = { [host] use in host.authorisation.maySee(use, caller) }
             }
+            if case .web(let grant) = caller, case .token(let id, _) = grant.who { sources.token = id }
             return try events(kinds, sources, on: context.channel)
         }
         addDeviceRoutes(to: v1)
@@ -252,13 +256,14 @@ public struct APIServer: Sendable {
         addRecordingRoutes(to: v1)
         addBiometricsRoutes(to: v1)
         addFlowRoutes(to: v1)
+        addWebTokenRoutes(to: v1)
         return router
     }
 
     private func json(_ value: some Encodable) throws -> Response { try Self.json(value) }
 
-    static func json(_ value: some Encodable) throws -> Response {
-        Response(status: .ok, headers: [.contentType: "application/json"],
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        Response(status: status, headers: [.contentType: "application/json"],
                  body: .init(byteBuffer: ByteBuffer(bytes: try FieldHALAPI.encoder.encode(value))))
     }
 
@@ -330,6 +335,7 @@ public struct APIServer: Sendable {
         // The lock's state first, as the capabilities': a client starts from where it stands.
         let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
         let uses = sources.mayFollowUse.map { (events: host.useEvents(), mayFollow: $0) }
+        let revocations = sources.token.map { (id: $0, ids: host.revocations()) }
         let keepAlive = keepAlive
         let writesEventsDirectly = writesEventsDirectly
         let executor = EventLoopTaskExecutor(channel.eventLoop)
@@ -396,6 +402,14 @@ public struct APIServer: Sendable {
                             for try await use in uses.events where uses.mayFollow(use) { send(try APIEvent.use(use).serverSentEvent()) }
                         }
                     }
+                    if let revocations {
+                        group.addTask {
+                            for try await id in revocations.ids where id == revocations.id {
+                                ended()
+                                return
+                            }
+                        }
+                    }
                     for tags in tagWatches {
                         group.addTask {
                             defer { ended() }
@@ -454,6 +468,8 @@ struct EventSources: Sendable {
     var readers: [(name: @Sendable () -> String, watch: TagPresence)] = []
     /// For `use` events: whether the caller may see a use (its scopes and grants cover the device).
     var mayFollowUse: (@Sendable (DeviceUse) -> Bool)?
+    /// Through the web door, the caller's token: its revocation ends the stream.
+    var token: String?
 }
 
 extension APIHost {
@@ -462,7 +478,7 @@ extension APIHost {
     /// that is neither is `noSuchDevice`; each device is checked against the caller's grant.
     /// Before the response starts, so that a missing device is a plain error, not a stream
     /// that ends.
-    func eventSources(_ kinds: [APIEvent.Kind], named names: [String], _ caller: PeerCredentials) throws -> EventSources {
+    func eventSources(_ kinds: [APIEvent.Kind], named names: [String], _ caller: Caller) throws -> EventSources {
         let kit = try heldKit()
         var sources = EventSources()
         var used = Set<String>()
@@ -516,14 +532,14 @@ extension APIHost {
 
 extension APIHost {
     /// Throws the refusal when `caller` may not use `scope`.
-    func authorise(_ scope: APIScope, _ caller: PeerCredentials, doing what: String) throws {
+    func authorise(_ scope: APIScope, _ caller: Caller, doing what: String) throws {
         if let refusal = authorisation.refusal(scope, for: caller, doing: what) { throw refusal }
     }
 
     /// The device `query`'s `?device=` names for `capability` (the default one when none),
     /// once the caller's grant is found to cover it: a kiosk granted the front reader is
     /// refused the others.
-    func device(_ capability: Capability, _ query: Parameters, scope: APIScope, _ caller: PeerCredentials,
+    func device(_ capability: Capability, _ query: Parameters, scope: APIScope, _ caller: Caller,
                 doing what: String) throws -> String {
         let key = try device(capability, named: try APIServer.deviceName(query))
         if let refusal = authorisation.refusal(scope, for: caller, doing: what, device: key) { throw refusal }
@@ -533,7 +549,7 @@ extension APIHost {
     /// The same check for routes whose devices are shared (the location watch, the NFC chips):
     /// a name the kit lacks is `noSuchDevice`; no name, the default device's grant, when the
     /// kit has one (otherwise the route says what is missing).
-    func checkGrant(_ capability: Capability, named name: String?, scope: APIScope, _ caller: PeerCredentials, doing what: String) throws {
+    func checkGrant(_ capability: Capability, named name: String?, scope: APIScope, _ caller: Caller, doing what: String) throws {
         let key: DeviceKey
         if let name {
             key = try device(capability, named: name)
@@ -547,25 +563,35 @@ extension APIHost {
 
 extension APIHost {
     /// The caller as `GET /v1/status` shows it: who, and what they may do.
-    func describe(_ caller: PeerCredentials) -> APICaller {
-        APICaller(uid: caller.uid, gid: caller.gid, pid: caller.pid, user: caller.userName,
-                  scopes: authorisation.scopes(for: caller).sorted())
+    func describe(_ caller: Caller) -> APICaller {
+        let scopes = authorisation.scopes(for: caller).sorted()
+        switch caller {
+        case .peer(let peer):
+            return APICaller(uid: peer.uid, gid: peer.gid, pid: peer.pid, user: peer.userName, scopes: scopes)
+        case .web(let grant):
+            guard case .token(let id, let origin) = grant.who else { return APICaller(scopes: scopes) }
+            return APICaller(token: id, origin: origin, devices: grant.devices?.sorted(), scopes: scopes)
+        }
     }
 }
 
-/// A request and the connection it came on: the connection's peer is the caller.
+/// A request and the connection it came on: on the Unix socket the connection's peer is the
+/// caller; through the web door, the token the door checked (`WebDoorMiddleware`).
 public struct APIRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     let channel: any Channel
+    /// Set by the web door once the request's token and origin are checked.
+    var webCaller: APIAuthorisation.Grant?
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         channel = source.channel
     }
 
-    func caller(_ host: APIHost) async throws -> PeerCredentials {
+    func caller(_ host: APIHost) async throws -> Caller {
+        if let webCaller { return .web(webCaller) }
         do {
-            return try await PeerCredentials.of(channel)
+            return .peer(try await PeerCredentials.of(channel))
         } catch {
             throw APIProblem(kind: APIProblem.forbidden, subject: "caller", detail: "the kernel did not say who is calling (\(error))",
                              advice: "connect over the daemon's Unix socket", status: 403)
@@ -585,7 +611,7 @@ struct APIErrorMiddleware: RouterMiddleware {
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/formats": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],
-        "session": [.get, .post, .delete], "alerts": [.get], "alerts/acknowledge": [.post],
+        "session": [.get, .post, .delete], "alerts": [.get], "alerts/acknowledge": [.post], "web/tokens": [.get, .post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

@@ -63,9 +63,14 @@ extension APIServer {
     }
 }
 
-extension PeerCredentials {
-    /// How a caller is named to whoever waits behind it: `uid 1000 alice, pid 4242`.
+extension Caller {
+    /// How a caller is named to whoever waits behind it: `uid 1000 alice, pid 4242`, or
+    /// `web token 3f2a9c01`.
     var label: String {
-        "uid \(uid)" + (userName.map { " \($0)" } ?? "") + ", pid \(pid)"
+        switch self {
+        case .peer(let peer): "uid \(peer.uid)" + (peer.userName.map { " \($0)" } ?? "") + ", pid \(peer.pid)"
+        case .web(let grant):
+            if case .token(let id, _) = grant.who { "web token \(id)" } else { "a web page" }
+        }
     }
 }

@@ -25,6 +25,6 @@ struct FieldHALCommand: AsyncParsableCommand {
         subcommands: [PluginsCommand.self, PluginCommand.self, DetectCommand.self, StatusCommand.self, DevicesCommand.self, DaemonCommand.self, GPSCommand.self, NFCCommand.self, CameraCommand.self,
                       MicCommand.self, SoundCommand.self, HapticsCommand.self, BioCommand.self, KeysCommand.self,
                       LocationCommand.self, LockCommand.self, AuditCommand.self, RecordCommand.self, VaultCommand.self, TenantCommand.self, SignInCommand.self,
-                      SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self]
+                      SessionCommand.self, SignOutCommand.self, EvidenceCommand.self, AlertsCommand.self, WebCommand.self, RunCommand.self, DemoCommand.self, AfterSignInCommand.self]
     )
 }
