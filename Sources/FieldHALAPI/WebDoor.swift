@@ -80,3 +80,20 @@ public struct WebOriginProblem: Error, Sendable, Equatable, CustomStringConverti
     public var description: String
     public init(_ description: String) { self.description = description }
 }
+
+/// `event: gap` on an event stream resumed with `Last-Event-ID`: events the client did not
+/// get and will not. Said, never hidden; the stream then goes on (with the state first
+/// when the daemon no longer had the client's stream).
+public struct APIEventGap: Sendable, Codable, Equatable {
+    /// The id the client resumed from.
+    public var lastEventId: String
+    /// How many events were lost, when the daemon knows.
+    public var missed: Int?
+    public var reason: String
+
+    public init(lastEventId: String, missed: Int?, reason: String) {
+        self.lastEventId = lastEventId
+        self.missed = missed
+        self.reason = reason
+    }
+}

@@ -480,6 +480,9 @@ public final class APIHost: Sendable {
         }
     }
 
+    /// The event streams' sessions, found again by `Last-Event-ID` on either door.
+    let eventSessions = EventSessions()
+
     /// Web tokens revoked (their ids), so that a revoked page's open event streams end too.
     private let revokedTokens = Broadcaster<String>(bufferLimit: 16)
 

@@ -39,7 +39,7 @@ public struct APIServer: Sendable {
     public var writesEventsDirectly = true
     /// The last fix event written per receiver, so that a fix fanned out to a hundred
     /// streams is encoded once, not a hundred times, on the receiver's thread.
-    private let lastFixEvents = LockedValue<[String: (fix: Fix, text: String, chunk: [UInt8])]>([:])
+    private let lastFixEvents = LockedValue<[String: (fix: Fix, text: String)]>([:])
 
     /// Where recordings are made before they are streamed: private to the daemon's user
     /// (`PrivateScratch.base`: the unit's RuntimeDirectory, or inside the state directory).
@@ -247,7 +247,8 @@ public struct APIServer: Sendable {
                 sources.mayFollowUse = { [host] use in host.authorisation.maySee(use, caller) }
             }
             if case .web(let grant) = caller, case .token(let id, _) = grant.who { sources.token = id }
-            return try events(kinds, sources, on: context.channel)
+            let followed = kinds.map(\.rawValue).joined(separator: ",") + "|" + (try Self.deviceNames(query)).joined(separator: ",")
+            return try events(kinds, sources, caller: caller, query: followed, lastEventID: request.headers[.init("Last-Event-ID")!], on: context.channel)
         }
         addDeviceRoutes(to: v1)
         addNFCRoutes(to: v1)
@@ -320,108 +321,55 @@ public struct APIServer: Sendable {
     }
 
     /// Server-Sent Events: each capability's state first (when asked for), then fixes and
-    /// changes as they come, one event per write so that a client sees each at once.
+    /// changes as they come, one event per write so that a client sees each at once. Each
+    /// event has an id (`EventSession`); a client that comes back with `Last-Event-ID`
+    /// within the grace gets what came meanwhile, and a `gap` event for what it cannot.
     ///
     /// The response starts on its connection's event loop, then writes straight to the
     /// connection (`EventStreamSocket`): a fix is encoded once where the provider hands it
     /// over (its device thread) and written from there, so it wakes no other thread in the
     /// daemon. When the connection cannot be taken over, events are queued to the loop,
     /// which writes them.
-    private func events(_ kinds: [APIEvent.Kind], _ sources: EventSources, on channel: any Channel) throws -> Response {
-        let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
-        let initial = kinds.contains(.capability) ? host.capabilities.capabilities : []
-        let flowKinds = Set(kinds).intersection([.alert, .lock])
-        let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
-        // The lock's state first, as the capabilities': a client starts from where it stands.
-        let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
-        let uses = sources.mayFollowUse.map { (events: host.useEvents(), mayFollow: $0) }
-        let revocations = sources.token.map { (id: $0, ids: host.revocations()) }
+    private func events(_ kinds: [APIEvent.Kind], _ sources: EventSources, caller: Caller, query: String, lastEventID: String?,
+                        on channel: any Channel) throws -> Response {
         let keepAlive = keepAlive
         let writesEventsDirectly = writesEventsDirectly
         let executor = EventLoopTaskExecutor(channel.eventLoop)
-        let lastFixEvents = lastFixEvents
-        /// A receiver's fix as an event, encoded once for every stream that follows it.
-        let fixEvent = { @Sendable (fix: Fix, device: String) -> (text: String, chunk: [UInt8])? in
-            if let cached = lastFixEvents.withLock({ $0[device].flatMap { $0.fix == fix ? $0 : nil } }) { return (cached.text, cached.chunk) }
-            guard let text = try? APIEvent.fix(fix, device: device).serverSentEvent(encoder: FieldHALAPI.encoder) else { return nil }
-            let chunk = EventStreamSocket.chunk(text)
-            lastFixEvents.withLock { $0[device] = (fix, text, chunk) }
-            return (text, chunk)
-        }
+        let sessions = host.eventSessions
+        let resumption = sessions.resumption(of: lastEventID, caller: caller, query: query)
+        let follow = { @Sendable [self] (session: EventSession) in self.follow(kinds, sources, into: session, sessions: sessions) }
         let body = ResponseBody { writer in
             try await withTaskExecutorPreference(executor) {
-                let tagWatches = sources.readers.map { (name: $0.name, watch: $0.watch.watch()) }
-                // The state to start from, through SwiftNIO; the stream always opens with a
-                // comment, so that the head is out before the stream is handed over.
+                // The stream always opens with a comment, so that the head is out before the
+                // stream is handed over.
                 try await writer.write(ByteBuffer(string: ": events\n\n"))
-                for status in initial { try await writer.write(ByteBuffer(string: try APIEvent.capability(status).serverSentEvent())) }
-                if let lockNow { try await writer.write(ByteBuffer(string: try APIEvent.lock(lockNow).serverSentEvent())) }
-                for tags in tagWatches {
-                    guard let present = tags.watch.present else { continue }
-                    let event = APITagEvent(state: .found, tag: APITag(present), device: tags.name())
-                    try await writer.write(ByteBuffer(string: try APIEvent.tag(event).serverSentEvent()))
-                }
-                // The rest goes out from where each event arises (a fix: the receiver's
-                // thread) when the connection can be written directly, else through
-                // SwiftNIO from this loop. A source that ends (its device closed by a
-                // reload, or the daemon stopping) ends the response: the client reconnects
-                // and gets the new state.
                 let direct = writesEventsDirectly ? await EventStreamSocket.takeOver(channel) : nil
                 let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
-                let send: @Sendable (String) -> Void = { text in
-                    if let direct { direct.send(text) } else { sink.yield(text) }
-                }
-                let ended: @Sendable () -> Void = {
+                let connection = sessions.nextConnection()
+                let outlet = EventSession.Outlet(connection: connection, send: { text in
+                    if let direct { _ = direct.send(text) } else { sink.yield(text) }
+                }, end: {
                     if let direct { direct.end(cleanly: true) } else { sink.finish() }
+                })
+                let session: EventSession
+                var after: UInt64 = 0
+                switch resumption {
+                case .resume(let resumed, let number):
+                    session = resumed
+                    after = number
+                case .fresh(let gap):
+                    if let gap { outlet.send(gap) }
+                    session = sessions.open(caller: caller, query: query)
+                    follow(session)
                 }
-                let fixes = sources.receivers.map { receiver in
-                    receiver.watch.follow({ fix in
-                        guard let event = fixEvent(fix, receiver.name()) else { return }
-                        if let direct { direct.send(chunk: event.chunk) } else { sink.yield(event.text) }
-                    }, end: { _ in ended() })
-                }
-                defer { for subscription in fixes { subscription.cancel() } }
                 // The client gone: SwiftNIO read its end and closed the connection.
                 if let direct { channel.closeFuture.whenComplete { _ in direct.end(cleanly: false) } }
+                _ = session.attach(outlet, after: after, lastEventID: lastEventID)
                 try await withThrowingTaskGroup(of: Void.self) { group in
-                    if let changes {
-                        group.addTask {
-                            defer { ended() }
-                            for try await status in changes { send(try APIEvent.capability(status).serverSentEvent()) }
-                        }
-                    }
-                    if let flowChanges {
-                        group.addTask {
-                            defer { ended() }
-                            for try await event in flowChanges where flowKinds.contains(event.kind) { send(try event.serverSentEvent()) }
-                        }
-                    }
-                    if let uses {
-                        group.addTask {
-                            defer { ended() }
-                            for try await use in uses.events where uses.mayFollow(use) { send(try APIEvent.use(use).serverSentEvent()) }
-                        }
-                    }
-                    if let revocations {
-                        group.addTask {
-                            for try await id in revocations.ids where id == revocations.id {
-                                ended()
-                                return
-                            }
-                        }
-                    }
-                    for tags in tagWatches {
-                        group.addTask {
-                            defer { ended() }
-                            for try await change in tags.watch.changes {
-                                send(try APIEvent.tag(APITagEvent(change, device: tags.name())).serverSentEvent())
-                            }
-                        }
-                    }
                     group.addTask {
                         while true {
                             try await Task.sleep(for: keepAlive)
-                            send(": keep-alive\n\n")
+                            outlet.send(": keep-alive\n\n")
                         }
                     }
                     if let direct {
@@ -432,11 +380,22 @@ public struct APIServer: Sendable {
                             direct.end(cleanly: true)
                         }
                     } else {
-                        for await text in merged {
-                            try await writer.write(ByteBuffer(string: text))
+                        do {
+                            for await text in merged { try await writer.write(ByteBuffer(string: text)) }
+                        } catch {
+                            session.detach(connection)
+                            throw error
                         }
                     }
                     group.cancelAll()
+                }
+                session.detach(connection)
+                // A session left waiting for its client is closed after the grace.
+                if !session.isClosed {
+                    Task { [sessions] in
+                        try? await Task.sleep(for: sessions.grace + .milliseconds(100))
+                        sessions.expire()
+                    }
                 }
                 guard direct == nil else {
                     // The body was written past SwiftNIO and ended there: the connection is
@@ -447,6 +406,102 @@ public struct APIServer: Sendable {
             }
         }
         return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+    }
+
+    /// Follows what `kinds` and `sources` name into `session` until a source ends (its
+    /// device closed by a reload, or the daemon stopping: the session closes cleanly and the
+    /// client reconnects to the new state) or the session closes. Not a child of a request:
+    /// the session outlives its connections.
+    private func follow(_ kinds: [APIEvent.Kind], _ sources: EventSources, into session: EventSession, sessions: EventSessions) {
+        let host = self.host
+        let changes = kinds.contains(.capability) ? host.capabilityEvents() : nil
+        let initial = kinds.contains(.capability) ? host.capabilities.capabilities : []
+        let flowKinds = Set(kinds).intersection([.alert, .lock])
+        let flowChanges = flowKinds.isEmpty ? nil : host.flowEvents()
+        // The lock's state first, as the capabilities': a client starts from where it stands.
+        let lockNow = kinds.contains(.lock) ? (try? host.flows?.lockStatus()) : nil
+        let uses = sources.mayFollowUse.map { (events: host.useEvents(), mayFollow: $0) }
+        let revocations = sources.token.map { (id: $0, ids: host.revocations()) }
+        let tagWatches = sources.readers.map { (name: $0.name, watch: $0.watch.watch()) }
+        let lastFixEvents = lastFixEvents
+        /// A receiver's fix as an event, encoded once for every stream that follows it.
+        let fixEvent = { @Sendable (fix: Fix, device: String) -> String? in
+            if let cached = lastFixEvents.withLock({ $0[device].flatMap { $0.fix == fix ? $0 : nil } }) { return cached.text }
+            guard let text = try? APIEvent.fix(fix, device: device).serverSentEvent(encoder: FieldHALAPI.encoder) else { return nil }
+            lastFixEvents.withLock { $0[device] = (fix, text) }
+            return text
+        }
+        for status in initial { if let text = try? APIEvent.capability(status).serverSentEvent() { session.emit(text) } }
+        if let lockNow, let text = try? APIEvent.lock(lockNow).serverSentEvent() { session.emit(text) }
+        for tags in tagWatches {
+            guard let present = tags.watch.present else { continue }
+            let event = APITagEvent(state: .found, tag: APITag(present), device: tags.name())
+            if let text = try? APIEvent.tag(event).serverSentEvent() { session.emit(text) }
+        }
+        let (sourceEnded, endSources) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let ended: @Sendable () -> Void = { endSources.yield() }
+        // Fixes from where each arises (the receiver's thread), straight into the session.
+        let fixes = sources.receivers.map { receiver in
+            receiver.watch.follow({ fix in
+                if let text = fixEvent(fix, receiver.name()) { session.emit(text) }
+            }, end: { _ in ended() })
+        }
+        let task = Task {
+            defer { for subscription in fixes { subscription.cancel() } }
+            await withTaskGroup(of: Void.self) { group in
+                if let changes {
+                    group.addTask {
+                        defer { ended() }
+                        do { for try await status in changes { if let text = try? APIEvent.capability(status).serverSentEvent() { session.emit(text) } } } catch {}
+                    }
+                }
+                if let flowChanges {
+                    group.addTask {
+                        defer { ended() }
+                        do {
+                            for try await event in flowChanges where flowKinds.contains(event.kind) {
+                                if let text = try? event.serverSentEvent() { session.emit(text) }
+                            }
+                        } catch {}
+                    }
+                }
+                if let uses {
+                    group.addTask {
+                        defer { ended() }
+                        do {
+                            for try await use in uses.events where uses.mayFollow(use) {
+                                if let text = try? APIEvent.use(use).serverSentEvent() { session.emit(text) }
+                            }
+                        } catch {}
+                    }
+                }
+                if let revocations {
+                    // A revoked token's stream ends at once, and is not resumed.
+                    group.addTask {
+                        do { for try await id in revocations.ids where id == revocations.id { ended(); return } } catch {}
+                    }
+                }
+                for tags in tagWatches {
+                    group.addTask {
+                        defer { ended() }
+                        do {
+                            for try await change in tags.watch.changes {
+                                if let text = try? APIEvent.tag(APITagEvent(change, device: tags.name())).serverSentEvent() { session.emit(text) }
+                            }
+                        } catch {}
+                    }
+                }
+                group.addTask {
+                    for await _ in sourceEnded { return }
+                }
+                // The first to end (a source, or the session closed: this task cancelled) ends all.
+                _ = await group.next()
+                group.cancelAll()
+            }
+            sessions.close(session, clean: !Task.isCancelled)
+        }
+        session.following.withLock { $0 = task }
+        if session.isClosed { task.cancel() }
     }
 }
 

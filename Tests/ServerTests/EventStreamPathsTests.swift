@@ -35,7 +35,7 @@ struct EventStreamPathsTests {
 
     /// The raw bytes of `GET /v1/events?types=fix` until `fixes` fixes have come (a blocking
     /// client, off the pool), the connection then closed by the client.
-    static func follow(_ socketPath: String, fixes: Int) async throws -> String {
+    static func follow(_ socketPath: String, fixes: Int, lastEventID: String? = nil) async throws -> String {
         try await offPool {
             let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             defer { close(descriptor) }
@@ -46,7 +46,8 @@ struct EventStreamPathsTests {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
             }
             guard connected == 0 else { throw FieldHALError(.unavailable, subject: socketPath, detail: "cannot connect") }
-            let request = Array("GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\r\n".utf8)
+            let resume = lastEventID.map { "Last-Event-ID: \($0)\r\n" } ?? ""
+            let request = Array("GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\(resume)\r\n".utf8)
             _ = request.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             var text = ""
             var buffer = [UInt8](repeating: 0, count: 4096)
@@ -72,10 +73,43 @@ struct EventStreamPathsTests {
         #expect(parts.first?.hasPrefix("HTTP/1.1 200") == true && parts.first?.lowercased().contains("transfer-encoding: chunked") == true, "\(text)")
         let body = parts.dropFirst().joined(separator: "\r\n\r\n")
         #expect(body.hasPrefix("a\r\n: events\n\n\r\n"), "\(body)")
-        let fixes = body.components(separatedBy: "\r\nevent: fix\ndata: ").dropFirst()
+        let fixes = body.components(separatedBy: "\nevent: fix\ndata: ").dropFirst()
         #expect(fixes.count >= 2, "\(body)")
         for fix in fixes {
             #expect(fix.contains("\"mode\":") && fix.contains("\"time\":\"") && fix.contains("}\n\n\r\n"), "each fix one chunk: \(fix)")
         }
+        // Each event numbered in its stream's session: `id: <session>.<n>`, 1, 2, … in order.
+        let ids = body.components(separatedBy: "\r\nid: ").dropFirst().map { $0.prefix { $0 != "\n" } }
+        let numbers = ids.compactMap { $0.split(separator: ".").last.flatMap { UInt64($0) } }
+        #expect(numbers.count >= 2 && numbers == Array(1...UInt64(numbers.count)), "\(ids)")
+        #expect(Set(ids.map { $0.split(separator: ".").first ?? "" }).count == 1, "one session: \(ids)")
+    }
+
+    /// A client that comes back with `Last-Event-ID` goes on where it was: no number twice,
+    /// none skipped, the fixes that came while it was away first. One whose stream the daemon
+    /// no longer has is told so (`gap`) and starts afresh.
+    @Test(arguments: [true, false])
+    func aStreamResumesFromItsLastEventID(directly: Bool) async throws {
+        let (socketPath, server) = try await Self.serve(directly: directly)
+        defer { server.cancel() }
+        func ids(_ text: String) -> [(session: Substring, number: UInt64)] {
+            text.components(separatedBy: "id: ").dropFirst().compactMap { line in
+                let id = line.prefix { $0 != "\n" }.split(separator: ".")
+                return id.count == 2 ? UInt64(id[1]).map { (id[0], $0) } : nil
+            }
+        }
+        let first = ids(try await Self.follow(socketPath, fixes: 2))
+        let last = try #require(first.last)
+        let resumed = try await Self.follow(socketPath, fixes: 2, lastEventID: "\(last.session).\(last.number)")
+        let again = ids(resumed)
+        #expect(!resumed.contains("event: gap"), "\(resumed)")
+        #expect(again.first?.session == last.session && again.first?.number == last.number + 1, "\(first) then \(again)")
+        #expect(again.map(\.number) == Array((last.number + 1)...(last.number + UInt64(again.count))), "\(again)")
+
+        let stranger = try await Self.follow(socketPath, fixes: 1, lastEventID: "0123456789abcdef0123456789abcdef.7")
+        let opening = stranger.components(separatedBy: "event: ").dropFirst().first ?? ""
+        #expect(opening.hasPrefix("gap\ndata: ") && opening.contains("no longer has this stream"), "\(stranger)")
+        #expect(ids(stranger).first?.number == 1 && ids(stranger).first?.session != last.session)
     }
 }
+
