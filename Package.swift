@@ -220,6 +220,9 @@ let package = Package(
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
                            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                            .product(name: "Logging", package: "swift-log")],
+            // The JavaScript client the web door serves, compiled into the server: no file to
+            // find at run time.
+            resources: [.embedInCode("WebClient/fieldhal.js"), .embedInCode("WebClient/fieldhal.d.ts")],
             swiftSettings: strictSwift
         ),
         // A Swift client of that API: blocking calls on threads of its own, no event loop.

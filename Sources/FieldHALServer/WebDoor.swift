@@ -61,6 +61,10 @@ struct WebDoorMiddleware: RouterMiddleware {
     let host: APIHost
 
     static let allowedHeaders = "authorization, content-type, last-event-id"
+    static let clientFiles: [String: (type: String, bytes: [UInt8])] = [
+        "/fieldhal.js": ("text/javascript; charset=utf-8", PackageResources.fieldhal_js),
+        "/fieldhal.d.ts": ("application/typescript; charset=utf-8", PackageResources.fieldhal_d_ts),
+    ]
     static let allowedMethods = "GET, POST, DELETE"
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
@@ -71,6 +75,13 @@ struct WebDoorMiddleware: RouterMiddleware {
                 kind: APIProblem.forbidden, subject: "Host",
                 detail: "\"\(TerminalText.escaped(authority))\" is not this web door (it answers to \(settings.hosts.sorted().joined(separator: " and ")))",
                 advice: "reach the kit at http://\(settings.hosts.sorted().last ?? "")", status: 403))
+        }
+        // The JavaScript client: public code, no token, readable from any page.
+        if request.method == .get, let script = Self.clientFiles[request.uri.path] {
+            var response = Response(status: .ok, headers: [.contentType: script.type, .cacheControl: "no-cache"],
+                                    body: .init(byteBuffer: ByteBuffer(bytes: script.bytes)))
+            response.headers[.accessControlAllowOrigin] = "*"
+            return response
         }
         let book = host.webTokens
         let origin = request.headers[.origin]
