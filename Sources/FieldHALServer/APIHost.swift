@@ -480,6 +480,9 @@ public final class APIHost: Sendable {
         }
     }
 
+    /// The cameras' live previews, one capture per camera for all its viewers.
+    let previews = CameraPreviews()
+
     /// The event streams' sessions, found again by `Last-Event-ID` on either door.
     let eventSessions = EventSessions()
 

@@ -100,7 +100,7 @@ public struct APIServer: Sendable {
         "status": .status, "capabilities": .status, "devices": .status, "location": .location, "events": .location,
         "nfc/read": .nfcRead, "nfc/write": .nfcWrite, "nfc/emulate": .nfcEmulate,
         "haptics/play": .haptics, "speaker/play": .speaker,
-        "camera/photo": .camera, "camera/formats": .camera, "camera/record": .camera, "microphone/record": .microphone,
+        "camera/photo": .camera, "camera/formats": .camera, "camera/preview": .camera, "camera/record": .camera, "microphone/record": .microphone,
         "biometrics": .biometrics, "biometrics/verify": .biometrics, "biometrics/enroll": .biometrics,
         "lock": .lock, "lock/unlock": .lock, "lock/setup": .lock, "lock/settings": .lock,
         "evidence": .evidence, "evidence/flush": .evidence,
@@ -664,7 +664,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     static let routes: [String: [HTTPRequest.Method]] = [
         "status": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
-        "camera/photo": [.get], "camera/formats": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
+        "camera/photo": [.get], "camera/formats": [.get], "camera/preview": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],
         "session": [.get, .post, .delete], "alerts": [.get], "alerts/acknowledge": [.post], "web/tokens": [.get, .post],
     ].reduce(into: [:]) { $0["/\(FieldHALAPI.version)/\($1.key)"] = $1.value }

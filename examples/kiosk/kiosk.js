@@ -70,19 +70,9 @@ function follow() {
   });
 }
 
-async function showCamera() {
-  // A still every two seconds (the kit's picture for a "look at the camera" step).
-  try {
-    const still = await kit.photo({ width: 320, height: 240 });
-    const previous = $("camera").src;
-    $("camera").src = URL.createObjectURL(still);
-    if (previous) URL.revokeObjectURL(previous);
-    await $("camera").decode();
-    $("camera").dataset.frames = String(Number($("camera").dataset.frames ?? 0) + 1);
-  } catch (error) {
-    problem(error);
-  }
-  setTimeout(showCamera, 2000);
+function showCamera() {
+  // The camera live for a "look at the camera" step: Motion-JPEG in a plain <img>.
+  $("camera").src = kit.previewURL({ width: 320, height: 240, fps: 5 });
 }
 
 await showStatus();

@@ -67,9 +67,57 @@ public protocol Camera: Device {
     /// complete AVI in memory handed over as it closes. A backend that can streams once
     /// and cuts between frames; the default records each segment on its own.
     func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws
+
+    /// A live preview: JPEG frames at about `request.framesPerSecond`, each handed to `frame`
+    /// until it returns false or the task is cancelled.
+    func preview(_ request: PreviewRequest, frame: @escaping @Sendable (Photo) -> Bool) async throws
+}
+
+/// What a live preview asks for: a size, a rate and a JPEG quality.
+public struct PreviewRequest: Sendable, Equatable {
+    public var width: Int
+    public var height: Int
+    public var framesPerSecond: Int
+    public var quality: Int
+
+    public init(width: Int = 640, height: Int = 480, framesPerSecond: Int = 10, quality: Int = 70) {
+        self.width = width
+        self.height = height
+        self.framesPerSecond = framesPerSecond
+        self.quality = quality
+    }
+
+    public func validate(subject: String) throws(FieldHALError) {
+        guard (16...4096).contains(width), (16...4096).contains(height) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "size \(width)x\(height) is outside 16x16…4096x4096")
+        }
+        guard (1...30).contains(framesPerSecond) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "\(framesPerSecond) frames per second is outside 1–30")
+        }
+        guard (1...100).contains(quality) else {
+            throw FieldHALError(.invalidArgument, subject: subject, detail: "JPEG quality \(quality) is outside 1–100")
+        }
+    }
 }
 
 extension Camera {
+    /// A preview of stills, one per frame, on the camera's own schedule: every camera and
+    /// plugin has it, and a still during a recording is the recording's frame, so a preview
+    /// never takes the camera from the kit's evidence. A camera that can stream overrides it.
+    public func preview(_ request: PreviewRequest, frame: @escaping @Sendable (Photo) -> Bool) async throws {
+        try request.validate(subject: "camera preview")
+        let interval = Duration.seconds(1) / request.framesPerSecond
+        var next = ContinuousClock.now
+        while !Task.isCancelled {
+            let still = try await captureStill(PhotoRequest(width: request.width, height: request.height, quality: request.quality,
+                                                            warmUpFrames: 1))
+            guard frame(still) else { return }
+            next += interval
+            // Behind (a slow camera): the next frame at once, never a burst to catch up.
+            if next < .now { next = .now } else { try await Task.sleep(until: next, clock: .continuous) }
+        }
+    }
+
     public func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
         try await recordVideoOneSegmentAtATime(request, in: segments)
     }

@@ -42,6 +42,7 @@ export class FieldHAL {
   lock(): Promise<{ configured: boolean; locked: boolean; [field: string]: unknown }>;
   unlock(options: { pin?: string; fingerprint?: boolean; scanTimeoutMs?: number }): Promise<{ outcome: string; [field: string]: unknown }>;
   photo(options?: { width?: number; height?: number; quality?: number; device?: string }): Promise<Blob>;
+  previewURL(options?: { width?: number; height?: number; fps?: number; quality?: number; device?: string }): string;
   events(options?: {
     types?: EventType[]; devices?: string[];
     onEvent?: (event: StreamEvent) => void; onGap?: (gap: EventGap) => void;

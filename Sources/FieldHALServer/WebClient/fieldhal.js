@@ -59,6 +59,18 @@ export class FieldHAL {
   }
 
   /**
+   * The camera live, for an `<img src>`: Motion-JPEG from one capture shared by every
+   * viewer. The token rides in the query (an image request cannot carry a header).
+   */
+  previewURL({ width, height, fps, quality, device } = {}) {
+    const target = new URL(`${this.url}/v1/camera/preview`);
+    for (const [name, value] of Object.entries({ width, height, fps, quality, device, access_token: this.token })) {
+      if (value !== undefined) target.searchParams.set(name, String(value));
+    }
+    return target.toString();
+  }
+
+  /**
    * Follows the event stream: `onEvent({type, id, data})` for each event, `onGap(gap)` when
    * the daemon says events were lost while the page was away. The stream reconnects by
    * itself (1 s, then up to 30 s apart) and resumes from the last event's id. `close()`
