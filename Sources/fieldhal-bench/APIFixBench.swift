@@ -59,6 +59,9 @@ struct APIFixBench: AsyncParsableCommand {
         var ratioVsInProcess, ratioVsGpspipe: Double
         /// Event stream (`follow`) ÷ in-process `watch()`, and raw bytes ÷ in-process.
         var ratioFollowVsInProcess, ratioRawVsInProcess: Double
+        /// The same stream read as bytes through the web door (TCP on loopback, a page's
+        /// token and Origin), and its ratio to the raw bytes on the Unix socket (issue 45: ≤ 2).
+        var webDoorRawMedianMs, webDoorRawP95Ms, ratioWebDoorVsSocket: Double
     }
 
     struct Load: Encodable {
@@ -115,20 +118,24 @@ struct APIFixBench: AsyncParsableCommand {
               daemon's event stream, Swift client  \(format(latency.eventStreamMedianMs)) ms  \(format(latency.eventStreamP95Ms)) ms
               the same, FieldHALClient.follow      \(format(latency.eventStreamFollowMedianMs)) ms  \(format(latency.eventStreamFollowP95Ms)) ms
               daemon's event stream, raw bytes     \(format(latency.eventStreamRawMedianMs)) ms  \(format(latency.eventStreamRawP95Ms)) ms
+              the same through the web door (TCP)  \(format(latency.webDoorRawMedianMs)) ms  \(format(latency.webDoorRawP95Ms)) ms
               gpspipe -w                           \(format(latency.gpspipeMedianMs)) ms  \(format(latency.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(latency.ratioVsInProcess))
               ratio event stream (follow) / in-process         \(format(latency.ratioFollowVsInProcess))
               ratio event stream (raw bytes) / in-process      \(format(latency.ratioRawVsInProcess))
+              ratio web door / Unix socket (raw bytes)         \(format(latency.ratioWebDoorVsSocket))
               ratio event stream (Swift client) / gpspipe      \(format(latency.ratioVsGpspipe))
             latency, each report to one client in turn (each path alone; \(alone.samples)+ reports each; median, p95):
               gpsd plugin watch(), in-process      \(format(alone.inProcessMedianMs)) ms  \(format(alone.inProcessP95Ms)) ms
               daemon's event stream, Swift client  \(format(alone.eventStreamMedianMs)) ms  \(format(alone.eventStreamP95Ms)) ms
               the same, FieldHALClient.follow      \(format(alone.eventStreamFollowMedianMs)) ms  \(format(alone.eventStreamFollowP95Ms)) ms
               daemon's event stream, raw bytes     \(format(alone.eventStreamRawMedianMs)) ms  \(format(alone.eventStreamRawP95Ms)) ms
+              the same through the web door (TCP)  \(format(alone.webDoorRawMedianMs)) ms  \(format(alone.webDoorRawP95Ms)) ms
               gpspipe -w                           \(format(alone.gpspipeMedianMs)) ms  \(format(alone.gpspipeP95Ms)) ms
               ratio event stream (Swift client) / in-process   \(format(alone.ratioVsInProcess))
               ratio event stream (follow) / in-process         \(format(alone.ratioFollowVsInProcess))
               ratio event stream (raw bytes) / in-process      \(format(alone.ratioRawVsInProcess))
+              ratio web door / Unix socket (raw bytes)         \(format(alone.ratioWebDoorVsSocket))
               ratio event stream (Swift client) / gpspipe      \(format(alone.ratioVsGpspipe))
             one wake-up through a socket on this machine: median \(format(report.wakeUpMedianMs)) ms  p95 \(format(report.wakeUpP95Ms)) ms
               the floor for any daemon, alone: (in-process + one wake-up) / in-process = \(format(report.floorRatioAlone))
@@ -150,8 +157,11 @@ struct APIFixBench: AsyncParsableCommand {
         let relay = try LineRelay(upstreamPort: gpsdPort, oneClientPerReport: oneClientPerReport)
         relay.start()
 
-        let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + (oneClientPerReport ? "/alone" : "/latency"))
+        let daemon = try await Self.startDaemon(gpsdPort: relay.port, directory: directory + (oneClientPerReport ? "/alone" : "/latency"),
+                                                webDoor: !oneClientPerReport)
         defer { daemon.process.kill() }
+        let webDaemon = oneClientPerReport ? try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/alone-web", webDoor: true) : daemon
+        defer { if oneClientPerReport { webDaemon.process.kill() } }
         // Alone, the raw reader follows a daemon of its own: one daemon serving both readers
         // would wake two connections (and, on two CPUs, compete with itself) for every fix.
         let rawDaemon = oneClientPerReport ? try await Self.startDaemon(gpsdPort: relay.port, directory: directory + "/alone-raw") : nil
@@ -190,6 +200,9 @@ struct APIFixBench: AsyncParsableCommand {
         defer { following.cancel() }
         let raw = try RawEventReader(socketPath: (rawDaemon ?? daemon).api.socketPath)
         defer { raw.stop() }
+        guard let door = webDaemon.web else { throw FieldHALError(.unavailable, subject: "bench api-gps", detail: "the daemon opened no web door") }
+        let web = try RawEventReader(webPort: door.port, token: door.token)
+        defer { web.stop() }
         try await relay.waitForTheFeedToEnd(within: .seconds(Double(epochs) * cycle * 3 + 60))
         consumer.cancel()
         follower.cancel()
@@ -198,8 +211,8 @@ struct APIFixBench: AsyncParsableCommand {
         pipe.kill()
 
         let piped = GPSBench.parseGpspipe(try String(contentsOfFile: pipeOutput, encoding: .utf8))
-        let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop(), handed = followed.value
-        var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = [], follow: [Double] = []
+        let mine = inProcess.value, streamed = overAPI.value, bytes = raw.stop(), handed = followed.value, paged = web.stop()
+        var local: [Double] = [], api: [Double] = [], rawAPI: [Double] = [], gpspipe: [Double] = [], follow: [Double] = [], webRaw: [Double] = []
         for (key, sent) in relay.forwardTimes {
             if oneClientPerReport {
                 // Each report reached one client.
@@ -208,9 +221,11 @@ struct APIFixBench: AsyncParsableCommand {
                 if let b = streamed[key] { api.append((b - sent) * 1000) }
                 if let d = bytes[key] { rawAPI.append((d - sent) * 1000) }
                 if let e = handed[key] { follow.append((e - sent) * 1000) }
+                if let f = paged[key] { webRaw.append((f - sent) * 1000) }
                 continue
             }
-            guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key], let e = handed[key] else { continue }
+            guard let a = mine[key], let b = streamed[key], let c = piped[key], let d = bytes[key], let e = handed[key], let f = paged[key] else { continue }
+            webRaw.append((f - sent) * 1000)
             follow.append((e - sent) * 1000)
             local.append((a - sent) * 1000)
             api.append((b - sent) * 1000)
@@ -218,19 +233,21 @@ struct APIFixBench: AsyncParsableCommand {
             rawAPI.append((d - sent) * 1000)
         }
         let wanted = oneClientPerReport ? epochs / 7 : epochs / 2
-        guard min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count) >= max(10, wanted) else {
+        guard min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count, webRaw.count) >= max(10, wanted) else {
             throw FieldHALError(.timeout, subject: "bench api-gps", detail: "only \(local.count) of \(epochs) reports were seen by every client",
                                 advice: "the daemon's log: \(directory)/latency/daemon.log (kept only while the bench runs); try more --epochs")
         }
         let median = { (values: [Double]) in GPSBench.percentile(values, 0.5) }
-        return Latency(samples: min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count),
+        return Latency(samples: min(local.count, api.count, gpspipe.count, rawAPI.count, follow.count, webRaw.count),
                        inProcessMedianMs: median(local), inProcessP95Ms: GPSBench.percentile(local, 0.95),
                        eventStreamMedianMs: median(api), eventStreamP95Ms: GPSBench.percentile(api, 0.95),
                        eventStreamFollowMedianMs: median(follow), eventStreamFollowP95Ms: GPSBench.percentile(follow, 0.95),
                        eventStreamRawMedianMs: median(rawAPI), eventStreamRawP95Ms: GPSBench.percentile(rawAPI, 0.95),
                        gpspipeMedianMs: median(gpspipe), gpspipeP95Ms: GPSBench.percentile(gpspipe, 0.95),
                        ratioVsInProcess: median(api) / median(local), ratioVsGpspipe: median(api) / median(gpspipe),
-                       ratioFollowVsInProcess: median(follow) / median(local), ratioRawVsInProcess: median(rawAPI) / median(local))
+                       ratioFollowVsInProcess: median(follow) / median(local), ratioRawVsInProcess: median(rawAPI) / median(local),
+                       webDoorRawMedianMs: median(webRaw), webDoorRawP95Ms: GPSBench.percentile(webRaw, 0.95),
+                       ratioWebDoorVsSocket: median(webRaw) / median(rawAPI))
     }
 
     // MARK: - Load: many followers, through the daemon and straight on gpsd
@@ -312,16 +329,24 @@ struct APIFixBench: AsyncParsableCommand {
     struct Daemon {
         let process: BenchProcess
         let api: FieldHALClient
+        /// The web door's port and a page's token, when the daemon opened one.
+        var web: (port: Int, token: String)?
     }
 
     /// `fieldhal run` with only a gpsd receiver and the API, in its own state directory.
-    static func startDaemon(gpsdPort: Int, directory: String) async throws -> Daemon {
-        try await startDaemon(sections: """
+    static func startDaemon(gpsdPort: Int, directory: String, webDoor: Bool = false) async throws -> Daemon {
+        let webPort = webDoor ? try TCP.freePort() : nil
+        var daemon = try await startDaemon(sections: """
             [gps]
             plugin = "gpsd"
             host = "127.0.0.1"
             port = \(gpsdPort)
-            """, directory: directory)
+            """ + (webPort.map { "\n\n[web]\nlisten = \"127.0.0.1:\($0)\"" } ?? ""), directory: directory)
+        if let webPort {
+            let issued = try await daemon.api.issueWebToken(APIWebTokenRequest(origin: WebDoorReader.origin, allow: ["location"]))
+            daemon.web = (webPort, issued.token ?? "")
+        }
+        return daemon
     }
 
     /// `fieldhal run` with the receivers `sections` configure and the API, in its own state
@@ -387,11 +412,25 @@ struct APIFixBench: AsyncParsableCommand {
 /// Follows `GET /v1/events?types=fix` on its own thread with blocking reads, stamping each
 /// fix's `data:` line as it arrives: the stream as a program in C or a shell sees it, with
 /// no decoding in the way.
+/// The page a web door reader stands for.
+enum WebDoorReader {
+    static let origin = "http://localhost:8000"
+}
+
 final class RawEventReader: @unchecked Sendable {
     private let descriptor: Int32
     private let lock = NSLock()
     private var stamps: [String: Double] = [:]
     private var stopped = false
+
+    /// Through the web door on loopback, as a page's stream goes: its token and Origin.
+    init(webPort: Int, token: String) throws {
+        descriptor = try TCP.connect(port: webPort)
+        let request = "GET /v1/events?types=fix HTTP/1.1\r\nHost: 127.0.0.1:\(webPort)\r\nOrigin: \(WebDoorReader.origin)\r\n"
+            + "Authorization: Bearer \(token)\r\n\r\n"
+        _ = request.withCString { send(descriptor, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        Thread { [self] in read() }.start()
+    }
 
     init(socketPath: String) throws {
         descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
