@@ -268,18 +268,20 @@ public struct APIServer: Sendable {
                  body: .init(byteBuffer: ByteBuffer(bytes: try FieldHALAPI.encoder.encode(value))))
     }
 
+    /// The query's `name` as a whole number in `range` (400 otherwise), or `value` without it.
+    static func wholeNumber(_ query: Parameters, _ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
+        guard let text = query.get(name) else { return value }
+        guard let number = Int(text), range.contains(number) else {
+            throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(TerminalText.escaped(text))\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return number
+    }
+
     /// `timeout_ms` (default 5000, at most 60000), `max_age_ms` (default 300000; 0: live
     /// fixes only), `accuracy_m` (default: any).
     static func fixRequest(_ query: Parameters) throws -> FixRequest {
-        func milliseconds(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
-            guard let text = query.get(name) else { return value }
-            guard let number = Int(text), range.contains(number) else {
-                throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(text)\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
-            }
-            return number
-        }
-        let timeout = try milliseconds("timeout_ms", default: 5000, range: 0...60_000)
-        let maxAge = try milliseconds("max_age_ms", default: 300_000, range: 0...86_400_000)
+        let timeout = try wholeNumber(query, "timeout_ms", default: 5000, range: 0...60_000)
+        let maxAge = try wholeNumber(query, "max_age_ms", default: 300_000, range: 0...86_400_000)
         var accuracy: Double?
         if let text = query.get("accuracy_m") {
             guard let metres = Double(text), metres.isFinite, metres > 0 else {

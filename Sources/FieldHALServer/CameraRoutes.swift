@@ -86,11 +86,7 @@ extension APIServer {
     /// (1–100, default 70).
     static func previewRequest(_ query: Parameters) throws -> PreviewRequest {
         func number(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
-            guard let text = query.get(name) else { return value }
-            guard let number = Int(text), range.contains(number) else {
-                throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(text)\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
-            }
-            return number
+            try wholeNumber(query, name, default: value, range: range)
         }
         return PreviewRequest(width: try number("width", default: 640, range: 16...4096), height: try number("height", default: 480, range: 16...4096),
                               framesPerSecond: try number("fps", default: 10, range: 1...30), quality: try number("quality", default: 70, range: 1...100))
@@ -99,11 +95,7 @@ extension APIServer {
     /// `width` and `height` (16–4096; default 640×480), `quality` (1–100, default 85).
     static func photoRequest(_ query: Parameters) throws -> PhotoRequest {
         func number(_ name: String, default value: Int, range: ClosedRange<Int>) throws -> Int {
-            guard let text = query.get(name) else { return value }
-            guard let number = Int(text), range.contains(number) else {
-                throw FieldHALError(.invalidArgument, subject: name, detail: "\"\(text)\" is not a whole number from \(range.lowerBound) to \(range.upperBound)")
-            }
-            return number
+            try wholeNumber(query, name, default: value, range: range)
         }
         return PhotoRequest(width: try number("width", default: 640, range: 16...4096), height: try number("height", default: 480, range: 16...4096),
                             quality: try number("quality", default: 85, range: 1...100))

@@ -13,19 +13,7 @@ import Glibc
 @Suite(.serialized, .timeLimit(.minutes(1)))
 struct CameraPreviewTests {
     static func serve() async throws -> (socket: String, host: APIHost, server: Task<Void, any Error>) {
-        let registry = PluginRegistry([FakePlugin.descriptor])
-        let configuration = try KitConfiguration.parse("[camera]\nplugin = \"fake\"\n", file: "preview.toml", directory: "/tmp", registry: registry)
-        let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
-        let host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "preview.toml"),
-                                       authorisation: APIAuthorisation(configurationFile: "preview.toml"),
-                                       load: { only in await Kit.load(configuration, registry: registry, context: context, devices: only) })
-        let directory = NSTemporaryDirectory() + "fieldhal-preview-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let server = APIServer(socketPath: directory + "/api.sock", host: host, scratchBase: directory + "/scratch")
-        let (listening, ready) = AsyncStream.makeStream(of: Void.self)
-        let running = Task { [server] in try await server.run { ready.yield() } }
-        for await _ in listening { break }
-        return (directory + "/api.sock", host, running)
+        try await EventStreamPathsTests.serve("[camera]\nplugin = \"fake\"\n")
     }
 
     /// A viewer on the Unix socket: the answer's head, then whole parts as they come.

@@ -17,20 +17,26 @@ import Glibc
 struct EventStreamPathsTests {
     /// The API on a scratch socket, in this process, for a fake kit with a receiver.
     static func serve(directly: Bool) async throws -> (socket: String, server: Task<Void, any Error>) {
+        let served = try await serve("[gps]\nplugin = \"fake\"\n", directly: directly)
+        return (served.socket, served.server)
+    }
+
+    /// The API on a scratch socket, in this process, for the fake kit `configuration` names.
+    static func serve(_ configuration: String, directly: Bool = true) async throws -> (socket: String, host: APIHost, server: Task<Void, any Error>) {
         let registry = PluginRegistry([FakePlugin.descriptor])
-        let configuration = try KitConfiguration.parse("[gps]\nplugin = \"fake\"\n", file: "events.toml", directory: "/tmp", registry: registry)
+        let parsed = try KitConfiguration.parse(configuration, file: "kit.toml", directory: "/tmp", registry: registry)
         let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
-        let host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "events.toml"),
-                                       authorisation: APIAuthorisation(configurationFile: "events.toml"),
-                                       load: { only in await Kit.load(configuration, registry: registry, context: context, devices: only) })
-        let directory = NSTemporaryDirectory() + "fieldhal-events-\(UUID().uuidString.prefix(8))"
+        let host = await APIHost.start(identity: .init(version: "test", pid: getpid(), startedAt: Date(), configurationFile: "kit.toml"),
+                                       authorisation: APIAuthorisation(configurationFile: "kit.toml"),
+                                       load: { only in await Kit.load(parsed, registry: registry, context: context, devices: only) })
+        let directory = NSTemporaryDirectory() + "fieldhal-api-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var server = APIServer(socketPath: directory + "/api.sock", host: host, scratchBase: directory + "/scratch")
         server.writesEventsDirectly = directly
         let (listening, ready) = AsyncStream.makeStream(of: Void.self)
         let running = Task { [server] in try await server.run { ready.yield() } }
         for await _ in listening { break }
-        return (directory + "/api.sock", running)
+        return (directory + "/api.sock", host, running)
     }
 
     /// The raw bytes of `GET /v1/events?types=fix` until `fixes` fixes have come (a blocking

@@ -36,16 +36,8 @@ public enum LoopbackHTTP {
     public static func exchange(port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: String? = nil,
                                 timeout: Duration = .seconds(30)) async throws -> Answer? {
         try await offPool {
-            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard let descriptor = connected(port: port) else { return nil }
             defer { close(descriptor) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard connected == 0 else { return nil }
             var head = "\(method) \(path) HTTP/1.1\r\n"
             var all = headers
             if all.keys.first(where: { $0.lowercased() == "host" }) == nil { all["Host"] = "127.0.0.1:\(port)" }
@@ -79,6 +71,23 @@ public enum LoopbackHTTP {
         }
     }
 
+    /// A TCP connection to `127.0.0.1:port`, or nil when it was refused.
+    static func connected(port: Int) -> Int32? {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard status == 0 else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
+    }
+
     static func dechunked(_ text: String) -> String {
         var rest = Substring(text), out = ""
         while let line = rest.range(of: "\r\n"), let size = Int(rest[..<line.lowerBound], radix: 16), size > 0 {
@@ -99,15 +108,8 @@ extension LoopbackHTTP {
         public private(set) var received = ""
 
         public init(port: Int, _ path: String, headers: [String: String]) throws {
-            descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            guard connected == 0 else { close(descriptor); throw POSIXError(.ECONNREFUSED) }
+            guard let descriptor = LoopbackHTTP.connected(port: port) else { throw POSIXError(.ECONNREFUSED) }
+            self.descriptor = descriptor
             var head = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
             for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
             let request = Array((head + "\r\n").utf8)
