@@ -101,10 +101,11 @@ public final class WebTokenBook: Sendable {
     public func token(presented: String) -> WebToken? {
         let parts = presented.split(separator: "_", omittingEmptySubsequences: false)
         let id = parts.count == 3 && parts[0] + "_" == Self.prefix ? String(parts[1]) : ""
-        let secret = parts.count == 3 ? Self.bytes(hex: parts[2]) ?? [] : []
+        // Exactly 64 digits: the core's hex reader also takes separators, a token has none.
+        let secret = parts.count == 3 && parts[2].count == 64 ? [UInt8](hexString: String(parts[2])) ?? [] : []
         let digest = Self.digestBytes(secret)
         let found = tokens.withLock { tokens in tokens.first { $0.id == id } }
-        let expected = found.flatMap { Self.bytes(hex: Substring($0.digest)) } ?? [UInt8](repeating: 0, count: digest.count)
+        let expected = found.flatMap { [UInt8](hexString: $0.digest) } ?? [UInt8](repeating: 0, count: digest.count)
         let same = expected.count == digest.count && sodium_memcmp(expected, digest, digest.count) == 0
         return same && secret.count == 32 ? found : nil
     }
@@ -118,20 +119,6 @@ public final class WebTokenBook: Sendable {
     private static func digestBytes(_ secret: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         _ = crypto_generichash(&out, out.count, secret, UInt64(secret.count), nil, 0)
-        return out
-    }
-
-    private static func bytes(hex: Substring) -> [UInt8]? {
-        guard hex.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(hex.count / 2)
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-            out.append(byte)
-            index = next
-        }
         return out
     }
 
