@@ -34,8 +34,11 @@ final class V4L2Camera: Camera {
     private let said = Mutex<DeviceIdentity?>(nil)
     var identity: DeviceIdentity? { said.withLock { $0 } }
     private let settings: Settings
-    /// While a recording streams: stills asked for meanwhile, served from its next frame.
-    private let recordingTap = Mutex<StillTap?>(nil)
+    /// Who shares the open stream: stills, preview viewers, recordings during a preview.
+    private let taps = StreamTaps()
+    /// Who runs the stream now, if anyone.
+    var serving: StreamTaps.Serving { taps.serving }
+    private let running = RunningStream()
     private let thread: DeviceThread
     private let wakeup: WakeupEvent
 
@@ -109,9 +112,9 @@ final class V4L2Camera: Camera {
         guard (16...4096).contains(request.width), (16...4096).contains(request.height) else {
             throw FieldHALError(.unsupported, subject: subject, detail: "size \(request.width)x\(request.height) is outside 16x16…4096x4096")
         }
-        // A recording holds the device: the still is its next frame, at the recording's size,
-        // within a frame or two — not a wait for the recording's end, and not EBUSY.
-        if let tap = recordingTap.withLock({ $0 }), let photo = try await tap.still(quality: request.quality) {
+        // A recording or a preview holds the device: the still is its next frame, at its
+        // size, within a frame or two — not a wait for its end, and not EBUSY.
+        if let photo = try await taps.still(quality: request.quality) {
             return photo
         }
         return try await onThread { [self] handle in
@@ -130,7 +133,7 @@ final class V4L2Camera: Camera {
 
     func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
         try request.validate(subject: subject)
-        return try await onThread { [self] handle in
+        return try await onStream { [self] handle in
             var writer: MJPEGAVIWriter?
             var full: MJPEGAVIWriter.Full?
             var size = (width: 0, height: 0)
@@ -173,7 +176,7 @@ final class V4L2Camera: Camera {
     func recordVideo(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
         try request.validate(subject: subject)
         try segments.validate(subject: subject)
-        try await onThread { [self] handle in
+        try await onStream { [self] handle in
             struct Open {
                 let file: MemoryFile
                 let writer: MJPEGAVIWriter
@@ -254,19 +257,21 @@ final class V4L2Camera: Camera {
     /// device gave, then `frame` each frame with its time since the first, that time as a
     /// date (the first frame's date plus it: one clock for the whole recording) and the
     /// frames the device skipped so far, until it returns false. A frame taken at or past
-    /// the duration is not part of the recording. Stills asked for meanwhile are served
-    /// from the frames as they pass.
+    /// the duration is not part of the recording. Stills and previews asked for meanwhile
+    /// are served from the frames as they pass. Inside the preview loop it records from the
+    /// loop's open stream, at its size.
     private func stream(_ request: VideoRequest, _ handle: V4L2Handle, opened: (Int, Int) throws -> Void,
                         frame take: (UnsafeRawBufferPointer, Duration, Date, Int) throws -> Bool) throws -> Streamed {
-        let stream = try openStream(handle, width: request.width, height: request.height, framesPerSecond: request.framesPerSecond)
-        defer { stream.release() }
-        let encoder = try FrameEncoder(stream: stream, subject: subject)
-        let tap = StillTap(width: stream.width, height: stream.height)
-        recordingTap.withLock { $0 = tap }
+        let shared = running.stream
+        let stream = try shared ?? openStream(handle, width: request.width, height: request.height, framesPerSecond: request.framesPerSecond)
+        if shared == nil { taps.beginServing(.recording, width: stream.width, height: stream.height) }
         defer {
-            recordingTap.withLock { $0 = nil }
-            tap.close()  // a still that came too late is taken the usual way
+            if shared == nil {
+                stream.release()
+                taps.endRecording()
+            }
         }
+        let encoder = try FrameEncoder(stream: stream, subject: subject)
         try opened(stream.width, stream.height)
         var started: ContinuousClock.Instant?
         var startedDate = Date()
@@ -280,8 +285,8 @@ final class V4L2Camera: Camera {
                 if at >= request.duration { return false }
                 if let lastSequence, frame.sequence > lastSequence + 1 { dropped += Int(frame.sequence - lastSequence - 1) }
                 lastSequence = frame.sequence
-                for still in tap.take() {
-                    still.deliver(Result { try encoder.jpeg(frame, quality: still.quality) { Array($0) } })
+                taps.serve(width: stream.width, height: stream.height) { quality in
+                    try encoder.jpeg(frame, quality: quality) { Array($0) }
                 }
                 return try encoder.jpeg(frame, quality: request.quality) { jpeg in
                     try take(jpeg, at, startedDate.addingTimeInterval(at.seconds), dropped)
@@ -292,11 +297,89 @@ final class V4L2Camera: Camera {
         return Streamed(width: stream.width, height: stream.height, elapsed: started.map { ContinuousClock.now - $0 } ?? .zero, dropped: dropped)
     }
 
+    /// A live preview on one open stream at the camera's own rate, each viewer given frames
+    /// at its rate: MJPEG frames pass through as the camera sent them, raw ones are
+    /// compressed once per quality asked. A preview asked for during a recording is the
+    /// recording's frames, at its size; a recording asked for during a preview runs on the
+    /// preview's stream at once.
+    func preview(_ request: PreviewRequest, frame: @escaping @Sendable (Photo) -> Bool) async throws {
+        try request.validate(subject: subject)
+        while true {
+            let end = try await taps.watch(request, frame: frame, startLoop: { [self] in
+                thread.submit { [self] in previewLoop() }
+            })
+            if end == .finished { return }
+        }
+    }
+
+    /// The preview loop, on the camera's thread: opens the stream at the first viewer's
+    /// size, serves every viewer and still from it, and runs each recording asked for
+    /// meanwhile on it; ends when nobody watches and no recording waits.
+    private func previewLoop() {
+        wakeup.drain()
+        do {
+            let handle = try V4L2Handle(path: deviceName)
+            defer { handle.close() }
+            while true {
+                // A recording that came before any viewer (they left): on its own stream.
+                if let guest = taps.nextGuest() {
+                    guest.run(handle)
+                    taps.guestEnded()
+                    wakeup.drain()
+                    continue
+                }
+                guard let size = taps.wantedSize() else {
+                    if taps.endPreviewIfIdle() { return }
+                    continue
+                }
+                // The camera's own rate, whatever the viewers ask: a recording that joins
+                // records at it, and each viewer skips to its own.
+                let stream = try openStream(handle, width: size.width, height: size.height, framesPerSecond: nil)
+                defer { stream.release() }
+                let encoder = try FrameEncoder(stream: stream, subject: subject)
+                taps.beginServing(.preview, width: stream.width, height: stream.height)
+                running.stream = stream
+                defer { running.stream = nil }
+                while true {
+                    if let guest = taps.nextGuest() {
+                        guest.run(handle)
+                        taps.guestEnded()
+                        // A recording cancelled as it ended may have signalled after its last wait.
+                        wakeup.drain()
+                        continue
+                    }
+                    if taps.endPreviewIfIdle() { return }
+                    do {
+                        try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame in
+                            taps.serve(width: stream.width, height: stream.height) { quality in
+                                try encoder.jpeg(frame, quality: quality) { Array($0) }
+                            }
+                        }
+                    } catch let error as FieldHALError where FieldHALError.isCancellation(error) {
+                        // Only a recording's cancellation signals the wakeup: not the loop's end.
+                        wakeup.drain()
+                    }
+                }
+            }
+        } catch {
+            taps.fail(error)
+        }
+    }
+
     func close() async {
+        // Viewers and waiting recordings hear it now; the preview loop then ends at its next frame.
+        taps.fail(FieldHALError(.disconnected, subject: subject, detail: "the camera has been closed"))
         thread.stop()
     }
 
     // MARK: Internals
+
+    /// Runs a recording's `job`: inside the preview loop when one runs (on its open
+    /// stream, at once), else on the camera's thread like any other job.
+    private func onStream<T: Sendable>(_ job: @escaping @Sendable (V4L2Handle) throws -> T) async throws -> T {
+        if let result = try await taps.asGuest(job, wakeup: wakeup) { return result }
+        return try await onThread(job)
+    }
 
     /// Runs `job` on the camera's thread with the node open; cancelling the task wakes
     /// whatever wait the job is in.
@@ -369,68 +452,10 @@ final class V4L2Camera: Camera {
         return rates
     }
 }
-/// Stills asked for while a recording streams: each is the JPEG of the next frame the
-/// recording takes. Closed when the recording ends; a still still waiting then is answered
-/// with nil, and its caller opens the device itself.
-private final class StillTap: Sendable {
-    struct Pending: Sendable {
-        let id: Int
-        let quality: Int
-        let continuation: CheckedContinuation<[UInt8]?, any Error>
-
-        func deliver(_ result: Result<[UInt8], any Error>) { continuation.resume(with: result.map { Optional($0) }) }
-    }
-
-    let width: Int
-    let height: Int
-    private let state = Mutex<(open: Bool, pending: [Pending], nextId: Int)>((true, [], 0))
-
-    init(width: Int, height: Int) {
-        self.width = width
-        self.height = height
-    }
-
-    /// The next frame as a photo, or nil when the recording ended first.
-    func still(quality: Int) async throws -> Photo? {
-        let id = state.withLock { state in
-            state.nextId += 1
-            return state.nextId
-        }
-        let jpeg = try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
-                let queued = state.withLock { state in
-                    guard state.open else { return false }
-                    state.pending.append(Pending(id: id, quality: quality, continuation: continuation))
-                    return true
-                }
-                if !queued { continuation.resume(returning: nil) }
-            }
-        } onCancel: {
-            let pending = state.withLock { state -> Pending? in
-                guard let index = state.pending.firstIndex(where: { $0.id == id }) else { return nil }
-                return state.pending.remove(at: index)
-            }
-            pending?.continuation.resume(throwing: CancellationError())
-        }
-        return jpeg.map { Photo(jpeg: $0, width: width, height: height, capturedAt: Date()) }
-    }
-
-    /// The stills waiting now, for the frame at hand.
-    func take() -> [Pending] {
-        state.withLock { state in
-            defer { state.pending = [] }
-            return state.pending
-        }
-    }
-
-    func close() {
-        let left = state.withLock { state in
-            state.open = false
-            defer { state.pending = [] }
-            return state.pending
-        }
-        for still in left { still.continuation.resume(returning: nil) }
-    }
+/// The stream the preview loop has open, for the recordings it runs: touched on the
+/// camera's thread only (the loop sets it, a recording's job reads it there).
+private final class RunningStream: @unchecked Sendable {
+    var stream: V4L2Stream?
 }
 
 /// Turns a stream's frames into JPEG: MJPEG passes through (checked, standard Huffman

@@ -2,6 +2,7 @@ import FieldHAL
 import FieldHALMedia
 import FieldHALPluginHost
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 @testable import V4L2Plugin
@@ -179,6 +180,90 @@ struct VividCameraTests {
         #expect(video.droppedFrames <= 10, "\(video)")  // 2 measured in the lab; the VM alone drops some
         #expect(video.frames >= 75, "\(video)")
         print("still during a recording: \(took), \(photo.jpeg.count) bytes; recording \(video.frames) frames, \(video.droppedFrames) dropped")
+    }
+
+    /// A preview watched through `frames`: every frame the camera hands it, and how many.
+    final class Watched: Sendable {
+        final class Counted: Sendable { let value = Mutex(0) }
+        let frames: AsyncStream<Photo>
+        private let counted: Counted
+        let task: Task<Void, any Error>
+        var count: Int { counted.value.withLock { $0 } }
+
+        init(_ camera: any Camera, _ request: PreviewRequest) {
+            let (frames, continuation) = AsyncStream<Photo>.makeStream()
+            let counted = Counted()
+            self.counted = counted
+            self.frames = frames
+            task = Task {
+                defer { continuation.finish() }
+                try await camera.preview(request) { frame in
+                    counted.value.withLock { $0 += 1 }
+                    continuation.yield(frame)
+                    return true
+                }
+            }
+        }
+    }
+
+    func watch(_ camera: any Camera, _ request: PreviewRequest) -> Watched { Watched(camera, request) }
+
+    /// A preview is one stream: a still and a recording asked for meanwhile take its frames
+    /// (the recording at the preview's size: the same open stream, where a second one would
+    /// be refused as busy) and it goes on through both; when it stops, the camera is free.
+    @Test func aStillAndARecordingDuringAPreviewTakeItsFramesAndThePreviewGoesOn() async throws {
+        let camera = try await camera()
+        let preview = watch(camera, PreviewRequest(width: 320, height: 180, framesPerSecond: 10, quality: 70))
+        var frames = preview.frames.makeAsyncIterator()
+        let first = try #require(await frames.next())
+        #expect(first.width == 320 && first.height == 180 && first.jpeg.starts(with: [0xFF, 0xD8]))
+        let still = try await camera.captureStill(PhotoRequest(width: 640, height: 360, quality: 80, warmUpFrames: 0))
+        #expect(still.width == 320 && still.height == 180, "the still opened the camera itself: \(still.width)x\(still.height)")
+
+        let before = preview.count
+        let path = KernelLab.scratch("during-preview.avi")
+        let video = try await camera.recordVideo(VideoRequest(duration: .seconds(2), width: 640, height: 360, framesPerSecond: 30), to: path)
+        let during = preview.count - before
+        #expect(video.width == 320 && video.height == 180, "\(video)")
+        #expect(video.frames >= 30, "\(video)")  // 60 at the camera's 30 fps; the emulated guest is slower
+        #expect(during >= 5, "the preview had \(during) frames during a 2 s recording")  // 20 at 10 fps
+        let header = try Data(contentsOf: URL(fileURLWithPath: path)).prefix(4)
+        #expect(Array(header) == Array("RIFF".utf8))
+
+        // A recording cancelled during the preview ends; the preview does not.
+        let cancelled = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(20), width: 320, height: 180), to: KernelLab.scratch("cancelled-during-preview.avi")) }
+        let seen = preview.count
+        while preview.count < seen + 3 { _ = await frames.next() }
+        cancelled.cancel()
+        await #expect { try await cancelled.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
+        let after = preview.count
+        while preview.count < after + 3 { _ = await frames.next() }
+
+        preview.task.cancel()
+        _ = await preview.task.result
+        let own = try await camera.captureStill(PhotoRequest(width: 640, height: 360, quality: 80, warmUpFrames: 0))
+        #expect(own.width == 640 && own.height == 360, "the preview left the stream open")
+        print("preview: \(preview.count) frames; \(during) during a recording of \(video.frames) frames, \(video.droppedFrames) dropped")
+    }
+
+    /// A preview asked for during a recording is the recording's frames, at its size; when
+    /// the recording ends, the preview goes on at the size it asked for.
+    @Test func aPreviewDuringARecordingIsItsFramesThenGoesOnAlone() async throws {
+        let camera = try #require(try await camera() as? V4L2Camera)
+        let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(2), width: 640, height: 360, framesPerSecond: 30),
+                                                            to: KernelLab.scratch("with-preview.avi")) }
+        while camera.serving != .recording { try await Task.sleep(for: .milliseconds(10)) }
+        let preview = watch(camera, PreviewRequest(width: 320, height: 180, framesPerSecond: 10))
+        var frames = preview.frames.makeAsyncIterator()
+        let first = try #require(await frames.next())
+        #expect(first.width == 640 && first.height == 360)
+        let video = try await recording.value
+        #expect(video.width == 640 && video.frames >= 30, "\(video)")
+        var later = try #require(await frames.next())
+        while later.width == 640 { later = try #require(await frames.next()) }
+        #expect(later.width == 320 && later.height == 180)
+        preview.task.cancel()
+        _ = await preview.task.result
     }
 
     @Test(arguments: Way.allCases) func cancellingARecordingReturnsAtOnceAndLeavesNoFile(way: Way) async throws {
