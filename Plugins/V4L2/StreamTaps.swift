@@ -65,6 +65,11 @@ final class StreamTaps: Sendable {
         var runningGuest: Int?
         var nextId = 0
 
+        /// The preview loop runs for someone: a viewer, or a recording in it. Once the last
+        /// viewer has left, the loop only winds down (at its next frame), and whoever comes
+        /// then opens the camera at its own size after it.
+        var previewLive: Bool { previewLoop && (!viewers.isEmpty || !guests.isEmpty || runningGuest != nil) }
+
         mutating func id() -> Int {
             nextId += 1
             return nextId
@@ -77,14 +82,14 @@ final class StreamTaps: Sendable {
 
     // MARK: Asked from any task
 
-    /// The next frame of the running stream as a photo, or nil when nothing runs (or it
-    /// ended first): the caller then opens the camera itself.
+    /// The next frame of the running stream as a photo, or nil when nothing runs for
+    /// anyone (or it ended first): the caller then opens the camera itself.
     func still(quality: Int) async throws -> Photo? {
         let id = state.withLock { $0.id() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Photo?, any Error>) in
                 let queued = state.withLock { state in
-                    guard state.serving != .none || state.previewLoop else { return false }
+                    guard state.serving == .recording || state.previewLive else { return false }
                     state.stills.append(Still(id: id, quality: quality, continuation: continuation))
                     return true
                 }
@@ -126,8 +131,8 @@ final class StreamTaps: Sendable {
         }
     }
 
-    /// Runs `job` in the preview loop, on its open stream, when the loop runs or is queued;
-    /// nil when it does not (the caller takes the camera's thread as usual). Cancelling the
+    /// Runs `job` in the preview loop, on its open stream, when the loop runs or is queued
+    /// for a viewer; nil when it does not (the caller takes the camera's thread as usual). Cancelling the
     /// task signals `wakeup`, which ends the job's wait for a frame.
     func asGuest<T: Sendable>(_ job: @escaping @Sendable (V4L2Handle) throws -> T, wakeup: WakeupEvent) async throws -> T? {
         let id = state.withLock { $0.id() }
@@ -142,7 +147,7 @@ final class StreamTaps: Sendable {
                     done.withLock { $0.take() }?.resume(throwing: error)
                 })
                 let queued = state.withLock { state in
-                    guard state.serving == .preview || state.previewLoop else { return false }
+                    guard state.previewLive else { return false }
                     state.guests.append(guest)
                     return true
                 }
