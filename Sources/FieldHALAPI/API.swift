@@ -146,6 +146,44 @@ public struct APIStatus: Sendable, Codable, Equatable {
     }
 }
 
+/// `GET /v1/health`: the daemon's verdict on itself and on each configured device, for an
+/// updater's health check or a fleet's probe. No scope is needed, so it says nothing a
+/// caller with no grant should learn: no reasons, paths, identities, sessions or evidence —
+/// only whether each device the configuration names is there. What a duress changes is
+/// never in it: the devices stay where they were.
+public struct APIHealth: Sendable, Codable, Equatable {
+    public enum Verdict: String, Sendable, Codable {
+        /// Serving, and every configured device available.
+        case healthy
+        /// Serving, with at least one configured device unavailable (unplugged, failing).
+        case degraded
+    }
+
+    public struct Device: Sendable, Codable, Equatable {
+        public var capability: Capability
+        /// Its name in the configuration (`front` for `[camera.front]`, `default` for `[camera]`).
+        public var name: String
+        public var available: Bool
+
+        public init(capability: Capability, name: String, available: Bool) {
+            self.capability = capability
+            self.name = name
+            self.available = available
+        }
+    }
+
+    public var verdict: Verdict
+    /// FieldHAL's version, for an updater that checks the new one runs.
+    public var version: String
+    public var devices: [Device]
+
+    public init(version: String, devices: [Device]) {
+        self.version = version
+        self.devices = devices
+        verdict = devices.allSatisfy(\.available) ? .healthy : .degraded
+    }
+}
+
 /// `GET /v1/capabilities`: how each capability came out of the daemon's loading of the kit.
 public struct APICapabilities: Sendable, Codable, Equatable {
     public var capabilities: [CapabilityStatus]

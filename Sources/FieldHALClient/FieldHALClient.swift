@@ -34,6 +34,11 @@ public struct FieldHALClient: Sendable {
         try await get("status", as: APIStatus.self)
     }
 
+    /// `GET /v1/health`: the daemon's verdict and which configured devices are there (no scope needed).
+    public func health() async throws -> APIHealth {
+        try await get("health", as: APIHealth.self)
+    }
+
     /// `GET /v1/capabilities`.
     public func capabilities() async throws -> APICapabilities {
         try await get("capabilities", as: APICapabilities.self)

@@ -415,6 +415,14 @@ public final class APIHost: Sendable {
         state.withLock { state in (state.held?.devices ?? []).map { Self.reported($0, down: state.down) } }
     }
 
+    /// `GET /v1/health`: every configured device, there or not, and nothing else.
+    public var health: APIHealth {
+        APIHealth(version: identity.version, devices: devices.compactMap { status in
+            guard status.state != .notConfigured else { return nil }
+            return APIHealth.Device(capability: status.capability, name: status.name ?? "default", available: status.state == .available)
+        })
+    }
+
     /// The key of the device `name` names (nil: the default one), or `noSuchDevice`.
     public func device(_ capability: Capability, named name: String?) throws -> DeviceKey {
         try heldKit().key(capability, named: name)

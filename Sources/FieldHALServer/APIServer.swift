@@ -200,6 +200,13 @@ public struct APIServer: Sendable {
                                       startedAt: identity.startedAt, configuration: identity.configurationFile,
                                       caller: host.describe(caller)))
         }
+        // No scope: any caller the daemon lets in (an updater's health check, a fleet's
+        // probe with any grant or token) learns only the verdict and which devices are there.
+        v1.get("health") { request, context in
+            _ = try await context.caller(host)
+            _ = try Self.query(request, taking: [])
+            return try json(host.health)
+        }
         v1.get("capabilities") { _, context in
             try host.authorise(.status, try await context.caller(host), doing: "GET /v1/capabilities")
             return try json(host.capabilities)
@@ -664,7 +671,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     /// Each route's method: the router answers another method on a route with 404, which
     /// would tell a client the route does not exist.
     static let routes: [String: [HTTPRequest.Method]] = [
-        "status": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
+        "status": [.get], "health": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/formats": [.get], "camera/preview": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],
