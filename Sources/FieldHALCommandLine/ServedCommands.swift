@@ -103,6 +103,35 @@ public struct DaemonStatusCommand: ParsableCommand {
     }
 }
 
+/// `fieldhal daemon health`: the daemon's verdict, as an updater's health check uses it.
+public struct DaemonHealthCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "health",
+        abstract: "Is the daemon serving, with every configured device there? Exit 0 if so, 69 if not.",
+        discussion: """
+        For an updater's health check (greenboot, RAUC, Mender, systemd's ExecCondition; \
+        docs/fleet.md): exit 0 when the daemon answers and every device the configuration \
+        names is available; 69 (EX_UNAVAILABLE) when a device is not, or no daemon answers. \
+        With --allow-degraded a missing device still passes: only a daemon that does not answer fails.
+        """)
+    @OptionGroup public var global: GlobalOptions
+    @Flag(help: "Pass while the daemon answers, even with a configured device unavailable.") public var allowDegraded = false
+
+    public init() {}
+
+    /// Prints `health` and returns the exit status it calls for.
+    public func emit(_ health: APIHealth) throws -> Int32 {
+        try Output.emit(health, json: global.json) {
+            let width = health.devices.map { $0.capability.rawValue.count + 1 + $0.name.count }.max() ?? 0
+            return (["fieldhal \(health.version): \(health.verdict.rawValue)"] + health.devices.map { device in
+                let name = "\(device.capability.rawValue).\(device.name)"
+                return "  " + name + String(repeating: " ", count: max(0, width - name.count)) + (device.available ? "  available" : "  UNAVAILABLE")
+            }).joined(separator: "\n")
+        }
+        return health.verdict == .healthy || allowDegraded ? 0 : 69  // EX_UNAVAILABLE
+    }
+}
+
 /// `fieldhal gps fix`.
 public struct GPSFixCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(

@@ -15,7 +15,7 @@ struct Front: ParsableCommand {
         subcommands: [StatusCommand.self, Daemon.self, GPS.self, NFC.self, Lock.self, Haptics.self, Sound.self, Bio.self])
 
     struct Daemon: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "daemon", subcommands: [DaemonStatusCommand.self],
+        static let configuration = CommandConfiguration(commandName: "daemon", subcommands: [DaemonStatusCommand.self, DaemonHealthCommand.self],
                                                         defaultSubcommand: DaemonStatusCommand.self)
     }
     struct GPS: ParsableCommand {
@@ -97,6 +97,15 @@ extension DaemonStatusCommand: ServedCommand {
         let session = status.caller.scopes.contains(.transrify) ? try socket.call("GET", "session", as: APISession.self) : nil
         let evidence = status.caller.scopes.contains(.evidence) ? try socket.call("GET", "evidence", as: APIEvidence.self) : nil
         try emit(Report(status, session: session, evidence: evidence))
+        return true
+    }
+}
+
+extension DaemonHealthCommand: ServedCommand {
+    func serve(_ context: ServedContext) throws -> Bool {
+        guard let health = try context.socket.call("GET", "health", as: APIHealth.self) else { return false }
+        let status = try emit(health)
+        if status != 0 { Glibc.exit(status) }  // the verdict, printed: not a failure for the whole CLI to retry
         return true
     }
 }

@@ -14,7 +14,7 @@ import Glibc
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct FrontTests {
     static let served: [[String]] = [
-        ["status"], ["status", "--json"], ["daemon", "status"], ["daemon"], ["gps", "fix"], ["gps", "fix", "--json", "--max-age", "0"],
+        ["status"], ["status", "--json"], ["daemon", "status"], ["daemon"], ["daemon", "health"], ["daemon", "health", "--json"], ["gps", "fix"], ["gps", "fix", "--json", "--max-age", "0"],
         ["nfc", "read", "--timeout", "3"], ["nfc", "write", "--text", "hello", "--timeout", "3"], ["lock", "status"], ["lock", "status", "--json"],
         ["haptics", "play", "warning"], ["sound", "play"], ["bio", "status", "--json"],
         // Refused before the daemon is asked, in the whole CLI's words.
