@@ -320,14 +320,18 @@ final class V4L2Camera: Camera {
         do {
             let handle = try V4L2Handle(path: deviceName)
             defer { handle.close() }
+            /// Runs the next recording waiting, if one is; true when there was one.
+            func runGuest() -> Bool {
+                guard let guest = taps.nextGuest() else { return false }
+                guest.run(handle)
+                taps.guestEnded()
+                // A recording cancelled as it ended may have signalled after its last wait.
+                wakeup.drain()
+                return true
+            }
             while true {
                 // A recording that came before any viewer (they left): on its own stream.
-                if let guest = taps.nextGuest() {
-                    guest.run(handle)
-                    taps.guestEnded()
-                    wakeup.drain()
-                    continue
-                }
+                if runGuest() { continue }
                 guard let size = taps.wantedSize() else {
                     if taps.endPreviewIfIdle() { return }
                     continue
@@ -341,13 +345,8 @@ final class V4L2Camera: Camera {
                 running.stream = stream
                 defer { running.stream = nil }
                 while true {
-                    if let guest = taps.nextGuest() {
-                        guest.run(handle)
-                        taps.guestEnded()
-                        // A recording cancelled as it ended may have signalled after its last wait.
-                        wakeup.drain()
-                        continue
-                    }
+                    // A recording asked for meanwhile: on this stream, at once.
+                    if runGuest() { continue }
                     if taps.endPreviewIfIdle() { return }
                     do {
                         try stream.nextFrame(timeout: settings.frameTimeout, wakeup: wakeup) { frame in
