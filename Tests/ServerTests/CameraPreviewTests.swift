@@ -23,14 +23,7 @@ struct CameraPreviewTests {
         var head = ""
 
         init(_ socketPath: String, query: String) throws {
-            descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socketPath.utf8)) }
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            guard connected == 0 else { throw FieldHALError(.unavailable, subject: socketPath, detail: "cannot connect") }
+            descriptor = try UnixSocketClient.connect(socketPath)
             let request = Array("GET /v1/camera/preview?\(query) HTTP/1.1\r\nHost: fieldhal\r\n\r\n".utf8)
             _ = request.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }

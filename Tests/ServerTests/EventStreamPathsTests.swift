@@ -43,15 +43,8 @@ struct EventStreamPathsTests {
     /// client, off the pool), the connection then closed by the client.
     static func follow(_ socketPath: String, fixes: Int, lastEventID: String? = nil) async throws -> String {
         try await offPool {
-            let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            let descriptor = try UnixSocketClient.connect(socketPath)
             defer { close(descriptor) }
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socketPath.utf8)) }
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            guard connected == 0 else { throw FieldHALError(.unavailable, subject: socketPath, detail: "cannot connect") }
             let resume = lastEventID.map { "Last-Event-ID: \($0)\r\n" } ?? ""
             let request = Array("GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\(resume)\r\n".utf8)
             _ = request.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
