@@ -32,6 +32,8 @@ public struct APIServer: Sendable {
     public var limits = CallerGateLimits()
     /// Open connections per caller, for the gate.
     let ledger = ConnectionLedger()
+    /// The listener's duplicate of each connection's descriptor, for the event streams.
+    let adopted = AdoptedConnections()
     /// Whether event streams are written straight to their connections from where each
     /// event arises (`EventStreamSocket`). False keeps every stream on its connection's
     /// event loop: the path a stream takes when its connection cannot be taken over, kept
@@ -63,35 +65,53 @@ public struct APIServer: Sendable {
         // journal gets our own lines, not the server library's.
         quiet.logLevel = .critical
         let path = socketPath
-        let idle = TimeAmount(idleTimeout)
         let limits = self.limits, ledger = self.ledger, host = self.host
-        let app = Application(
-            router: makeRouter(),
-            // A client that connects and says nothing (or half a request) is let go; a long
-            // answer (an event stream, a wait for a tag) is never idle in this sense. Each
-            // connection passes the caller gate first (`CallerGate`).
-            server: HTTPServerBuilder { responder in
-                GatedHTTP1Channel(
-                    inner: HTTP1Channel(responder: responder, configuration: .init(
-                        additionalChannelHandlers: [RequestHeadGuard(deadline: limits.headDeadline)], idleTimeout: idle)),
-                    limits: limits, ledger: ledger,
-                    admit: { caller, ledger in Self.admission(of: caller, authorisation: host.authorisation, limits: limits, ledger: ledger) })
-            },
-            // A backlog deeper than a flood's sockets: a local user connecting again as fast
-            // as the gate closes it cannot fill the queue a granted client waits in (the kernel
-            // caps it at net.core.somaxconn, 4096 by default).
-            configuration: .init(address: .unixDomainSocket(path: path), serverName: nil, backlog: limits.backlog),
-            onServerRunning: { _ in
-                chmod(path, 0o666)
-                await onListening()
-            },
-            // One loop for the listener and its connections: a connection handed to another
-            // loop costs a wake-up across threads, and under a reconnect storm from a user
-            // without a grant that alone doubled a granted client's wait (docs/decisions.md).
-            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton.next()),
-            logger: quiet)
+        // A client that connects and says nothing (or half a request) is let go; a long
+        // answer (an event stream, a wait for a tag) is never idle in this sense. Each
+        // connection passes the caller gate first (`CallerGate`).
+        let gate = GatedHTTP1Channel(
+            inner: HTTP1Channel(responder: Self.responder(makeRouter(), logger: quiet), configuration: .init(
+                additionalChannelHandlers: [RequestHeadGuard(deadline: limits.headDeadline)], idleTimeout: TimeAmount(idleTimeout))),
+            limits: limits, ledger: ledger,
+            admit: { caller, ledger in Self.admission(of: caller, authorisation: host.authorisation, limits: limits, ledger: ledger) })
+        // A backlog deeper than a flood's sockets: a local user connecting again as fast
+        // as the gate closes it cannot fill the queue a granted client waits in (the kernel
+        // caps it at net.core.somaxconn, 4096 by default).
+        let listener = try UnixSocketListener(path: path, backlog: Int32(limits.backlog))
         defer { unlink(path) }
-        try await app.runService(gracefulShutdownSignals: [])
+        await onListening()
+        // One loop for the connections: a connection handed to another loop costs a
+        // wake-up across threads, and under a reconnect storm from a user without a grant
+        // that alone doubled a granted client's wait (docs/decisions.md).
+        await listener.serve(gate, on: MultiThreadedEventLoopGroup.singleton.next(), adopted: adopted, logger: quiet)
+    }
+
+    /// Each request answered by `router`, as Hummingbird's `Application` answers the web
+    /// door's: an error no route turned into a problem is a bare 500, and every response
+    /// carries its `Date`.
+    /// A request's body that stopped parsing while its response was being written.
+    struct ResponseCut: Error {}
+
+    static func responder(_ router: Router<APIRequestContext>, logger: Logger) -> HTTPChannelHandler.Responder {
+        let routes = router.buildResponder()
+        return { request, writer, channel in
+            let context = APIRequestContext(source: .init(channel: channel, logger: logger))
+            var response: Response
+            do {
+                response = try await routes.respond(to: request, context: context)
+            } catch let error as HTTPParserError {
+                throw error
+            } catch {
+                response = Response(status: .internalServerError)
+            }
+            response.headers[.date] = HTTPDate.now
+            do {
+                try await writer.write(response: response.head, body: response.body)
+            } catch is HTTPParserError {
+                // Thrown as it is, it would make a second response: the connection is closed.
+                throw ResponseCut()
+            }
+        }
     }
 
     /// The scope each route needs, for the gate's refusals (the routes check the same).
@@ -343,6 +363,7 @@ public struct APIServer: Sendable {
                         on channel: any Channel) throws -> Response {
         let keepAlive = keepAlive
         let writesEventsDirectly = writesEventsDirectly
+        let adopted = self.adopted
         let executor = EventLoopTaskExecutor(channel.eventLoop)
         let sessions = host.eventSessions
         let resumption = sessions.resumption(of: lastEventID, caller: caller, query: query)
@@ -352,7 +373,7 @@ public struct APIServer: Sendable {
                 // The stream always opens with a comment, so that the head is out before the
                 // stream is handed over.
                 try await writer.write(ByteBuffer(string: ": events\n\n"))
-                let direct = writesEventsDirectly ? await EventStreamSocket.takeOver(channel) : nil
+                let direct = writesEventsDirectly ? EventStreamSocket.takeOver(channel, from: adopted) : nil
                 let (merged, sink) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(64))
                 let connection = sessions.nextConnection()
                 let outlet = EventSession.Outlet(connection: connection, send: { text in

@@ -82,7 +82,7 @@ struct GatedHTTP1Channel: ServerChildChannel {
     /// the routes refuse it as they always have).
     let admit: @Sendable (PeerCredentials?, _ ledger: ConnectionLedger) -> Admission
 
-    enum Admission {
+    enum Admission: Sendable {
         /// Let in; `countedAs` is given back to the ledger when the connection closes.
         case admitted(countedAs: UInt32?)
         /// Answered once its head is in (or its deadline passes), then closed: the problem for
@@ -90,29 +90,43 @@ struct GatedHTTP1Channel: ServerChildChannel {
         case refused(@Sendable (String?) -> APIProblem, countedAs: UInt32?)
         /// Closed at once: the caller holds all the connections it may.
         case dropped
+
+        /// The caller's share taken for a connection that never got set up, given back.
+        func giveBack(to ledger: ConnectionLedger) {
+            switch self {
+            case .admitted(let counted?), .refused(_, let counted?): ledger.give(counted)
+            default: break
+            }
+        }
     }
 
     struct Dropped: Error {}
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        let limits = self.limits, ledger = self.ledger, admit = self.admit
+        let ledger = self.ledger, admit = self.admit
         return PeerCredentials.future(of: channel).flatMap { caller -> EventLoopFuture<Value> in
-            switch admit(caller, ledger) {
-            case .dropped:
-                // A failed set-up alone leaves the connection open (and its descriptor held).
-                channel.close(promise: nil)
-                return channel.eventLoop.makeFailedFuture(Dropped())
-            case .refused(let refusal, let counted):
-                if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
-                return channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        RefusalHandler(refusal: refusal, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes))
-                    return Connection(channel: channel, http: nil)
-                }
-            case .admitted(let counted):
-                if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
-                return inner.setup(channel: channel, logger: logger).map { Connection(channel: channel, http: $0) }
+            setup(channel: channel, admission: admit(caller, ledger), logger: logger)
+        }
+    }
+
+    /// The connection set up as `admission` says (decided already, by `admit`).
+    func setup(channel: any Channel, admission: Admission, logger: Logger) -> EventLoopFuture<Value> {
+        let limits = self.limits, ledger = self.ledger
+        switch admission {
+        case .dropped:
+            // A failed set-up alone leaves the connection open (and its descriptor held).
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(Dropped())
+        case .refused(let refusal, let counted):
+            if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
+            return channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(
+                    RefusalHandler(refusal: refusal, deadline: limits.refusalDeadline, headBytes: limits.refusalHeadBytes))
+                return Connection(channel: channel, http: nil)
             }
+        case .admitted(let counted):
+            if let counted { channel.closeFuture.whenComplete { _ in ledger.give(counted) } }
+            return inner.setup(channel: channel, logger: logger).map { Connection(channel: channel, http: $0) }
         }
     }
 

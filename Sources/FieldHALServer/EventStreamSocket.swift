@@ -12,12 +12,13 @@ import Glibc
 /// wake-up in the daemon on every fix's way; it was most of what the daemon added to a
 /// fix's latency (issue 20: the event stream against the in-process `watch()`). SwiftNIO
 /// has no write from outside its loop, so once the response's head and first bytes are out
-/// and nothing is left in SwiftNIO's buffers, the stream takes a duplicate of the
-/// connection's descriptor and writes the rest of the body (HTTP/1.1 chunks) itself. The
+/// and nothing is left in SwiftNIO's buffers, the stream takes the duplicate of the
+/// connection's descriptor that the listener kept when it handed the connection to SwiftNIO
+/// (`UnixSocketListener`), and writes the rest of the body (HTTP/1.1 chunks) itself. The
 /// connection stays SwiftNIO's for reading: it sees the client go and closes its own
 /// descriptor, and the stream then ends.
 ///
-/// Writes never block: the socket is non-blocking (SwiftNIO made it so), what the kernel
+/// Writes never block: the socket is non-blocking (the listener accepted it so), what the kernel
 /// does not take waits here and goes out first on the next write or on `flushWhenStalled`.
 /// A client that leaves `pendingLimit` bytes unread is let go, as gpsd lets a slow client
 /// go: it reconnects and starts from the state of now.
@@ -56,23 +57,15 @@ final class EventStreamSocket: Sendable {
         }
     }
 
-    /// The stream over `channel` from now on, written directly: nil when the connection's
-    /// descriptor cannot be had, or SwiftNIO still holds bytes for it (a client that reads
-    /// slowly): then the caller keeps writing through SwiftNIO. Must run on the channel's
-    /// event loop, after the response's first write has returned, so that nothing written
-    /// before can come after what this writes.
-    static func takeOver(_ channel: any Channel) async -> EventStreamSocket? {
+    /// The stream over `channel` from now on, written directly: nil when the listener did
+    /// not accept the connection (the web door's, which SwiftNIO accepts), or SwiftNIO still
+    /// holds bytes for it (a client that reads slowly): then the caller keeps writing through
+    /// SwiftNIO. Must run on the channel's event loop, after the response's first write has
+    /// returned, so that nothing written before can come after what this writes.
+    static func takeOver(_ channel: any Channel, from adopted: AdoptedConnections) -> EventStreamSocket? {
         guard channel.eventLoop.inEventLoop, let options = channel.syncOptions,
               (try? options.getOption(.bufferedWritableBytes)) == 0,
-              let provider = channel as? any SocketOptionProvider,
-              let cookie: UInt64 = try? await provider.unsafeGetSocketOption(
-                  level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: cookieOption)).get(),
-              let descriptor = duplicateDescriptor(cookie: cookie) else { return nil }
-        // The `await` above completed on the loop; check again that nothing was queued meanwhile.
-        guard (try? options.getOption(.bufferedWritableBytes)) == 0 else {
-            close(descriptor)
-            return nil
-        }
+              let descriptor = adopted.take(channel) else { return nil }
         return EventStreamSocket(descriptor: descriptor)
     }
 
@@ -219,37 +212,5 @@ final class EventStreamSocket: Sendable {
         bytes.append(contentsOf: body)
         bytes.append(contentsOf: [13, 10])
         return bytes
-    }
-
-    // MARK: Finding the connection's descriptor
-
-    /// SO_COOKIE (<asm-generic/socket.h>, Linux 4.12+): a number the kernel gives each socket
-    /// and never reuses while it runs, unlike a descriptor's number.
-    static let cookieOption: Int32 = 57
-
-    /// A duplicate (close-on-exec) of this process's descriptor for the socket with `cookie`,
-    /// or nil. SwiftNIO does not hand out its descriptors: the process's are looked through
-    /// for the socket, and the duplicate is checked again, so that a number closed and reused
-    /// meanwhile by another connection cannot be taken for it.
-    static func duplicateDescriptor(cookie: UInt64) -> Int32? {
-        guard let directory = opendir("/proc/self/fd") else { return nil }
-        defer { closedir(directory) }
-        let listing = dirfd(directory)
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
-            guard let descriptor = Int32(name), descriptor != listing, socketCookie(descriptor) == cookie else { continue }
-            let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
-            guard duplicate >= 0 else { return nil }
-            if socketCookie(duplicate) == cookie { return duplicate }
-            close(duplicate)
-        }
-        return nil
-    }
-
-    static func socketCookie(_ descriptor: Int32) -> UInt64? {
-        var cookie: UInt64 = 0
-        var length = socklen_t(MemoryLayout<UInt64>.size)
-        guard getsockopt(descriptor, SOL_SOCKET, cookieOption, &cookie, &length) == 0 else { return nil }
-        return cookie
     }
 }

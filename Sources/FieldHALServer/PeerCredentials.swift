@@ -45,22 +45,38 @@ public struct PeerCredentials: Sendable, Equatable {
         let kernel: EventLoopFuture<KernelCredentials> = provider.unsafeGetSocketOption(
             level: level, name: NIOBSDSocket.Option(rawValue: KernelCredentials.option))
         return kernel.flatMap { credentials -> EventLoopFuture<PeerCredentials?> in
-            // SO_PEERGROUPS (Linux 4.13) fills as many gids as it has and zeroes the rest: gid 0
-            // cannot be told from padding, so membership of root's group counts by the primary
-            // gid only. More than 64 groups: the kernel refuses (ERANGE) and the user database
-            // answers instead.
+            // More than 64 groups: the kernel refuses (ERANGE) and the user database answers
+            // instead (`groups(in:)` for the rest).
             let list: EventLoopFuture<SIMD64<UInt32>> = provider.unsafeGetSocketOption(
                 level: level, name: NIOBSDSocket.Option(rawValue: KernelCredentials.groupsOption))
-            return list.map { list -> Set<UInt32> in
-                var groups: Set<UInt32> = []
-                for index in list.indices where list[index] != 0 { groups.insert(list[index]) }
-                return groups
-            }.recover { _ in
+            return list.map(Self.groups(in:)).recover { _ in
                 Self.databaseGroups(uid: credentials.uid, gid: credentials.gid)
             }.map { groups in
                 PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups)
             }
         }.recover { _ in nil }
+    }
+
+    /// The peer of `socket`, a connected Unix socket, read at once (the API's listener, before
+    /// SwiftNIO has the connection); nil when the kernel does not say.
+    init?(socket: Int32) {
+        var credentials = KernelCredentials()
+        var length = socklen_t(MemoryLayout<KernelCredentials>.size)
+        guard getsockopt(socket, SOL_SOCKET, KernelCredentials.option, &credentials, &length) == 0 else { return nil }
+        var list = SIMD64<UInt32>()
+        length = socklen_t(MemoryLayout<SIMD64<UInt32>>.size)
+        let groups = getsockopt(socket, SOL_SOCKET, KernelCredentials.groupsOption, &list, &length) == 0
+            ? Self.groups(in: list) : Self.databaseGroups(uid: credentials.uid, gid: credentials.gid)
+        self.init(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups)
+    }
+
+    /// SO_PEERGROUPS (Linux 4.13) fills as many gids as it has and zeroes the rest: gid 0
+    /// cannot be told from padding, so membership of root's group counts by the primary
+    /// gid only.
+    private static func groups(in list: SIMD64<UInt32>) -> Set<UInt32> {
+        var groups: Set<UInt32> = []
+        for index in list.indices where list[index] != 0 { groups.insert(list[index]) }
+        return groups
     }
     #endif
 

@@ -23,6 +23,12 @@ struct EventStreamPathsTests {
 
     /// The API on a scratch socket, in this process, for the fake kit `configuration` names.
     static func serve(_ configuration: String, directly: Bool = true) async throws -> (socket: String, host: APIHost, server: Task<Void, any Error>) {
+        let served = try await serveAPI(configuration, directly: directly)
+        return (served.socket, served.api.host, served.server)
+    }
+
+    /// `serve`, with the server itself, for what it holds.
+    static func serveAPI(_ configuration: String, directly: Bool = true) async throws -> (socket: String, api: APIServer, server: Task<Void, any Error>) {
         let registry = PluginRegistry([FakePlugin.descriptor])
         let parsed = try KitConfiguration.parse(configuration, file: "kit.toml", directory: "/tmp", registry: registry)
         let context = PluginContext(configDirectory: "/tmp", stateDirectory: "/tmp")
@@ -36,7 +42,7 @@ struct EventStreamPathsTests {
         let (listening, ready) = AsyncStream.makeStream(of: Void.self)
         let running = Task { [server] in try await server.run { ready.yield() } }
         for await _ in listening { break }
-        return (directory + "/api.sock", host, running)
+        return (directory + "/api.sock", server, running)
     }
 
     /// The raw bytes of `GET /v1/events?types=fix` until `fixes` fixes have come (a blocking

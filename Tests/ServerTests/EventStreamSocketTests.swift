@@ -104,19 +104,4 @@ struct EventStreamSocketTests {
         await stream.ended()
         #expect(stream.hasEnded)
     }
-
-    /// The connection's descriptor is found by the socket's cookie, and what is returned is
-    /// a duplicate of it: the same socket under another number.
-    @Test func theConnectionIsFoundByItsCookie() throws {
-        let (daemon, client) = try Self.pair()
-        defer { close(daemon); close(client) }
-        let cookie = try #require(EventStreamSocket.socketCookie(daemon))
-        #expect(EventStreamSocket.socketCookie(client) != cookie, "each end has its own")
-        let duplicate = try #require(EventStreamSocket.duplicateDescriptor(cookie: cookie))
-        defer { close(duplicate) }
-        #expect(duplicate != daemon)
-        #expect(EventStreamSocket.socketCookie(duplicate) == cookie)
-        #expect(fcntl(duplicate, F_GETFD) & FD_CLOEXEC != 0, "not inherited by a plugin the daemon starts")
-        #expect(EventStreamSocket.duplicateDescriptor(cookie: cookie &+ 1_000_000) == nil)
-    }
 }
