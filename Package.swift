@@ -59,6 +59,9 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         // The lab server only: an HTTP server on SwiftNIO, and SQLite for its state.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // The metrics' text format, for fleets' Prometheus (issue 46): three small files on
+        // swift-metrics and swift-atomics, already in the graph.
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         // Real-time alerts (Req 35): the lab server's WebSocket channel, and the kit's client
         // (on SwiftNIO, which Hummingbird already builds; NIOSSL gives it wss://).
@@ -219,7 +222,7 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
                            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                           .product(name: "Logging", package: "swift-log")],
+                           .product(name: "Logging", package: "swift-log"), .product(name: "Prometheus", package: "swift-prometheus")],
             // The JavaScript client the web door serves, compiled into the server: no file to
             // find at run time.
             resources: [.embedInCode("WebClient/fieldhal.js"), .embedInCode("WebClient/fieldhal.d.ts")],

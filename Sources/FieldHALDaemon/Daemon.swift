@@ -49,6 +49,8 @@ public final class Daemon: Sendable {
     /// `[web]`: where the web door listens, or nil (no door). Read when the daemon starts;
     /// a reload does not move it.
     let webDoor: WebDoorSettings?
+    /// `[metrics]`: the loopback port Prometheus scrapes, when configured.
+    let metricsDoor: MetricsSettings?
     /// udev's (or the kernel's) device events, listened to from before the devices open, so
     /// that a device going away while they open is not missed. nil: not followed.
     let hotplug = LockedValue<HotplugMonitor?>(nil)
@@ -76,6 +78,7 @@ public final class Daemon: Sendable {
         environment.clock = clock  // as `environment()` makes it; self is not ready yet
         authorisation = try environment.apiAuthorisation()
         webDoor = try WebDoorSettings(settings: environment.configuration.settings["web"], file: environment.configuration.file)
+        metricsDoor = try MetricsSettings(settings: environment.configuration.settings["metrics"], file: environment.configuration.file)
         self.configuration = LockedValue((environment, 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
@@ -101,6 +104,7 @@ public final class Daemon: Sendable {
             await environment.loadKit(devices: only)
         }
         host.flows = DaemonFlows(daemon: self)
+        host.metrics = KitMetrics(includesProcess: metricsDoor?.includesProcess ?? false)
         do {
             host.webTokens = try DaemonWebTokens(stateDirectory: environment.stateDirectory)
         } catch {
@@ -119,6 +123,7 @@ public final class Daemon: Sendable {
         let loops: [DaemonLoop] = [
             DaemonLoop("api") { await self.serveAPI(host) },
             DaemonLoop("web door") { await self.serveWebDoor(host) },
+            DaemonLoop("metrics") { await self.serveMetrics(host) },
             DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
             DaemonLoop("hotplug") { await self.followDevices(host) },
             DaemonLoop("alerts") { await self.watchAlerts() },
@@ -339,6 +344,17 @@ public final class Daemon: Sendable {
             try await WebDoorServer(settings: webDoor, api: api).run { self.logger.info("web door: serving on http://\(place)") }
         } catch where !Task.isCancelled {
             logger.error("web door \(place): \(CommandFailure(error).description) — the web door is closed until the daemon restarts")
+        } catch {}
+    }
+
+    /// `/metrics` for Prometheus (`[metrics]`), when configured.
+    private func serveMetrics(_ host: APIHost) async {
+        guard let metricsDoor else { return }
+        let place = "\(metricsDoor.address.contains(":") ? "[\(metricsDoor.address)]" : metricsDoor.address):\(metricsDoor.port)"
+        do {
+            try await MetricsDoor(settings: metricsDoor, host: host).run { self.logger.info("metrics: serving on http://\(place)/metrics") }
+        } catch where !Task.isCancelled {
+            logger.error("metrics \(place): \(CommandFailure(error).description) — no metrics until the daemon restarts")
         } catch {}
     }
 

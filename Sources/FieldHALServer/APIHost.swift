@@ -52,6 +52,12 @@ public final class APIHost: Sendable {
     private let changes = SerialGate()
     private let flowsSlot = Mutex<(any APIFlows)?>(nil)
     private let webTokensSlot = Mutex<(any APIWebTokenBook)?>(nil)
+    private let metricsSlot = Mutex(KitMetrics())
+    /// What `/metrics` counts and reads (issue 46); the daemon sets it from `[metrics]`.
+    public var metrics: KitMetrics {
+        get { metricsSlot.withLock { $0 } }
+        set { metricsSlot.withLock { $0 = newValue } }
+    }
 
     /// The web door's tokens, as the daemon keeps them (nil: the routes say the book is not
     /// open, and the door admits nobody).

@@ -117,7 +117,7 @@ public struct APIServer: Sendable {
     /// The scope each route needs, for the gate's refusals (the routes check the same).
     /// `events` without `types` asks for fixes first.
     static let routeScopes: [String: APIScope] = [
-        "status": .status, "capabilities": .status, "devices": .status, "location": .location, "events": .location,
+        "status": .status, "metrics": .status, "capabilities": .status, "devices": .status, "location": .location, "events": .location,
         "nfc/read": .nfcRead, "nfc/write": .nfcWrite, "nfc/emulate": .nfcEmulate,
         "haptics/play": .haptics, "speaker/play": .speaker,
         "camera/photo": .camera, "camera/formats": .camera, "camera/preview": .camera, "camera/record": .camera, "microphone/record": .microphone,
@@ -208,6 +208,8 @@ public struct APIServer: Sendable {
     /// door's checks first (`WebDoorMiddleware`: Host, Origin, token, preflight).
     func makeRouter(webDoor: WebDoorSettings? = nil) -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
+        // Outermost, so that every answer is counted, the web door's refusals included.
+        router.middlewares.add(RequestCounter(door: webDoor == nil ? "socket" : "web", host: host))
         if let webDoor { router.middlewares.add(WebDoorMiddleware(settings: webDoor, host: host)) }
         router.middlewares.add(APIErrorMiddleware())
         // `APIErrorMiddleware.routes` knows each route's method, to answer another with 405.
@@ -226,6 +228,11 @@ public struct APIServer: Sendable {
             _ = try await context.caller(host)
             _ = try Self.query(request, taking: [])
             return try json(host.health)
+        }
+        v1.get("metrics") { request, context in
+            try host.authorise(.status, try await context.caller(host), doing: "GET /v1/metrics")
+            _ = try Self.query(request, taking: [])
+            return host.metricsResponse()
         }
         v1.get("capabilities") { _, context in
             try host.authorise(.status, try await context.caller(host), doing: "GET /v1/capabilities")
@@ -395,6 +402,9 @@ public struct APIServer: Sendable {
                 // The client gone: SwiftNIO read its end and closed the connection.
                 if let direct { channel.closeFuture.whenComplete { _ in direct.end(cleanly: false) } }
                 _ = session.attach(outlet, after: after, lastEventID: lastEventID)
+                let metrics = host.metrics
+                metrics.followerCame()
+                defer { metrics.followerLeft() }
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         while true {
@@ -684,6 +694,19 @@ public struct APIRequestContext: RequestContext {
     }
 }
 
+/// Counts each answer by door, route and status for `/metrics`.
+struct RequestCounter: RouterMiddleware {
+    typealias Context = APIRequestContext
+    let door: String
+    let host: APIHost
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let response = try await next(request, context)
+        host.metrics.answered(door: door, path: request.uri.path, status: Int(response.status.code))
+        return response
+    }
+}
+
 /// Every failure becomes the API's JSON error body, unknown routes included, so that a client
 /// reads one shape for every error.
 struct APIErrorMiddleware: RouterMiddleware {
@@ -692,7 +715,7 @@ struct APIErrorMiddleware: RouterMiddleware {
     /// Each route's method: the router answers another method on a route with 404, which
     /// would tell a client the route does not exist.
     static let routes: [String: [HTTPRequest.Method]] = [
-        "status": [.get], "health": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
+        "status": [.get], "metrics": [.get], "health": [.get], "capabilities": [.get], "devices": [.get], "location": [.get], "events": [.get],
         "nfc/read": [.post], "nfc/write": [.post], "nfc/emulate": [.post], "haptics/play": [.post], "speaker/play": [.post],
         "camera/photo": [.get], "camera/formats": [.get], "camera/preview": [.get], "session/verify": [.post], "camera/record": [.post], "microphone/record": [.post], "biometrics": [.get], "biometrics/verify": [.post],
         "biometrics/enroll": [.post], "lock": [.get], "lock/unlock": [.post], "lock/setup": [.post], "lock/settings": [.post], "evidence": [.get, .post], "evidence/flush": [.post],

@@ -25,17 +25,8 @@ public struct WebDoorSettings: Sendable, Equatable {
     /// loopback address and a port is a configuration error naming the key.
     public init?(settings: PluginParameters?, file: String) throws(ConfigError) {
         guard let settings else { return nil }
-        let listen = settings.string("listen") ?? ""
-        func refuse(_ message: String) -> ConfigError { ConfigError(file: file, key: "web.listen", message: message) }
-        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (1...65_535).contains(port) else {
-            throw refuse("\"\(TerminalText.escaped(listen))\" is not an address and a port: write it as \"127.0.0.1:8480\"")
-        }
-        var address = String(listen[..<colon])
-        if address.hasPrefix("[") && address.hasSuffix("]") { address = String(address.dropFirst().dropLast()) }
-        if address == "localhost" { address = "127.0.0.1" }
-        guard WebOrigin.isLoopback(address), address != "localhost" else {
-            throw refuse("\(address) is not a loopback address: the web door serves this machine's pages only (127.0.0.1 or ::1)")
-        }
+        let (address, port) = try LoopbackAddress.parse(settings.string("listen") ?? "", file: file, key: "web.listen",
+                                                         serving: "the web door serves this machine's pages only (127.0.0.1 or ::1)")
         self.address = address
         self.port = port
         let shown = address.contains(":") ? "[\(address)]" : address
@@ -192,8 +183,8 @@ public struct WebDoorServer: Sendable {
 
     public init(settings: WebDoorSettings, api: APIServer) {
         var api = api
-        // The event stream goes through SwiftNIO here: the takeover of a connection's socket
-        // is the Unix socket's (docs/known-issues.md).
+        // The event stream goes through SwiftNIO here: only the Unix socket's listener keeps
+        // a connection's descriptor for the stream (`UnixSocketListener`).
         api.writesEventsDirectly = false
         self.settings = settings
         self.api = api

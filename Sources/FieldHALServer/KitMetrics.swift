@@ -1,0 +1,115 @@
+import FieldHAL
+import FieldHALAPI
+import Foundation
+import Prometheus
+
+/// What a fleet's Prometheus reads of one kit (issue 46), in Prometheus's text format:
+/// `GET /v1/metrics` on the socket (scope `status`), and `/metrics` on `[metrics] listen`.
+///
+/// Only what the kit's users and clients do is counted, never the kit's own work: a duress
+/// sign-in's silent capture opens the camera and the microphone and uploads evidence, and a
+/// metric that moved with it would tell anyone on the fleet's dashboards (docs/stealth.md).
+/// So devices are counted by whether they are there, requests by what the API answered, and
+/// the process's own memory and descriptors — which a capture does move — only when an
+/// operator asks for them (`[metrics] process = true`, documented as revealing).
+public final class KitMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    /// Requests answered, by door (`socket`, `web`), route and status.
+    private let requests = LockedValue<[String: Counter]>([:])
+    /// Event streams open now, through either door.
+    private let followers: Gauge
+    private let includesProcess: Bool
+
+    public init(includesProcess: Bool = false) {
+        self.includesProcess = includesProcess
+        followers = registry.makeGauge(descriptor: MetricNameDescriptor(
+            namespace: "fieldhal", metricName: "event", unitName: "followers", helpText: "event streams open now, through either door"))
+    }
+
+    /// The route's name for the counter: the API's own routes as they are, anything else
+    /// as `other` (a client probing paths must not grow the metrics without bound).
+    static func route(_ path: String) -> String {
+        APIErrorMiddleware.routes[path] != nil ? path : "other"
+    }
+
+    func answered(door: String, path: String, status: Int) {
+        let route = Self.route(path), key = "\(door) \(route) \(status)"
+        let counter = requests.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(
+                descriptor: MetricNameDescriptor(namespace: "fieldhal", subsystem: "api", metricName: "requests", unitName: "total",
+                                                 helpText: "API requests answered, by door, route and status"),
+                labels: [("door", door), ("route", route), ("status", "\(status)")])
+            counters[key] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    func followerCame() { followers.increment() }
+    func followerLeft() { followers.decrement() }
+
+    /// The text a scrape gets: the counters kept, and what is read now (each device's
+    /// state, the version, the process when asked).
+    func exposition(devices: [CapabilityStatus], version: String) -> [UInt8] {
+        var bytes = registry.emitToBuffer()
+        var now = Exposition()
+        now.family("fieldhal_build_info", help: "the daemon's version", type: "gauge")
+        now.sample("fieldhal_build_info", [("version", version)], 1)
+        now.family("fieldhal_device_up", help: "1 when a configured device is there and usable, 0 when not", type: "gauge")
+        for device in devices where device.state != .notConfigured {
+            now.sample("fieldhal_device_up", [("capability", device.capability.rawValue), ("device", device.name ?? "default")],
+                       device.state == .available ? 1 : 0)
+        }
+        if includesProcess, let process = ProcessFigures.now() {
+            now.family("process_resident_memory_bytes", help: "resident memory of the daemon", type: "gauge")
+            now.sample("process_resident_memory_bytes", [], Double(process.residentBytes))
+            now.family("process_open_fds", help: "descriptors the daemon holds", type: "gauge")
+            now.sample("process_open_fds", [], Double(process.descriptors))
+            now.family("fieldhal_process_threads", help: "threads of the daemon", type: "gauge")
+            now.sample("fieldhal_process_threads", [], Double(process.threads))
+        }
+        bytes.append(contentsOf: now.text.utf8)
+        return bytes
+    }
+
+    /// Families read at scrape time, written as the text format says (`# HELP`, `# TYPE`,
+    /// then `name{label="value"} number`), label values escaped.
+    struct Exposition {
+        var text = ""
+
+        mutating func family(_ name: String, help: String, type: String) {
+            text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        }
+
+        mutating func sample(_ name: String, _ labels: [(String, String)], _ value: Double) {
+            let escaped = labels.map { "\($0.0)=\"\(Self.escape($0.1))\"" }.joined(separator: ",")
+            let number = value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : "\(value)"
+            text += labels.isEmpty ? "\(name) \(number)\n" : "\(name){\(escaped)} \(number)\n"
+        }
+
+        static func escape(_ value: String) -> String {
+            value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                .replacingOccurrences(of: "\n", with: "\\n")
+        }
+    }
+}
+
+/// The daemon's resident memory, descriptors and threads, from `/proc/self`.
+struct ProcessFigures {
+    var residentBytes: Int
+    var descriptors: Int
+    var threads: Int
+
+    static func now() -> ProcessFigures? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        func field(_ name: String) -> Int? {
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return nil }
+            // "VmRSS:\t   41232 kB": the number after the tab and the padding.
+            return line.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) }
+        }
+        guard let resident = field("VmRSS"), let threads = field("Threads") else { return nil }
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+        return ProcessFigures(residentBytes: resident * 1024, descriptors: descriptors, threads: threads)
+    }
+}
