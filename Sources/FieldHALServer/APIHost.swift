@@ -155,7 +155,7 @@ public final class APIHost: Sendable {
             state.down[key] = reason
             return state.held?.status(of: key).map { Self.reported($0, down: state.down) }
         }
-        if let changed { capabilityChanges.yield(changed) }
+        if let changed { announce(changed) }
     }
 
     /// `status` as the API reports it: unavailable, and why, while its backend is down.
@@ -205,8 +205,15 @@ public final class APIHost: Sendable {
         await oldKit?.close()
         let reported = self.capabilities.capabilities
         for status in reported where !before.contains(status) {
-            capabilityChanges.yield(status)
+            announce(status)
         }
+    }
+
+    /// A device's new state, to event followers and to the metrics (a device that went away
+    /// or came back, a plugin that died or serves again).
+    private func announce(_ status: CapabilityStatus) {
+        capabilityChanges.yield(status)
+        metrics.deviceChanged(status)
     }
 
     /// A device that went away (hotplug): it is closed and reported unavailable with `reason`
@@ -226,7 +233,7 @@ public final class APIHost: Sendable {
             if let kit = state.withLock({ $0.held }) { followHealth(of: kit, [device]) }
             await letGo(of: [device.capability], reason: reason)
             await provider?.device.close()
-            capabilityChanges.yield(status)
+            announce(status)
             return status
         }
     }
@@ -254,7 +261,7 @@ public final class APIHost: Sendable {
             await letGo(of: Set(opened.map(\.capability)), reason: nil)
             for provider in replaced { await provider.device.close() }
             for device in opened.sorted() {
-                if let status = fresh.status(of: device), status != before.status(of: device) { capabilityChanges.yield(status) }
+                if let status = fresh.status(of: device), status != before.status(of: device) { announce(status) }
             }
             return devices.sorted().compactMap { fresh.status(of: $0) }
         }

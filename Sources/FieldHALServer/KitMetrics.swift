@@ -46,6 +46,25 @@ public final class KitMetrics: Sendable {
         counter.increment()
     }
 
+    /// Devices that changed state (unplugged or back, a plugin that died or serves again),
+    /// by the state they changed to.
+    private let changes = LockedValue<[String: Counter]>([:])
+
+    func deviceChanged(_ status: CapabilityStatus) {
+        let device = status.name ?? "default", state = status.state.rawValue
+        let key = "\(status.capability.rawValue) \(device) \(state)"
+        let counter = changes.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(
+                descriptor: MetricNameDescriptor(namespace: "fieldhal", subsystem: "device", metricName: "changes", unitName: "total",
+                                                 helpText: "devices that changed state (unplugged or back, a plugin that died or serves again), by the state they changed to"),
+                labels: [("capability", status.capability.rawValue), ("device", device), ("state", state)])
+            counters[key] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
     func followerCame() { followers.increment() }
     func followerLeft() { followers.decrement() }
 

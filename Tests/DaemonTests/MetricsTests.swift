@@ -93,6 +93,28 @@ struct MetricsTests {
         #expect(after.contains("fieldhal_event_followers 0"), "\(after)")
     }
 
+    /// A device unplugged and back: each change counted by the state it changed to.
+    @Test func aDeviceThatGoesAndComesBackIsCountedEachTime() async throws {
+        let port = try LoopbackHTTP.freePort()
+        let kit = try await DaemonServiceTests.Running.start(
+            configuration: "[gps]\nplugin = \"fake\"\n[camera]\nplugin = \"fake\"\n[metrics]\nlisten = \"127.0.0.1:\(port)\"\n")
+        defer { Task { try? await kit.stop() } }
+        let host = try #require(kit.daemon.api.value)
+        let camera = DeviceKey(.camera, "default")
+        for _ in 0..<2 {
+            #expect(await host.detach(camera, reason: "unplugged") != nil)
+            let gone = try #require(try await LoopbackHTTP.exchange(port: port, "GET", "/metrics")).body
+            #expect(gone.contains("fieldhal_device_up{capability=\"camera\",device=\"default\"} 0"), "\(gone)")
+            let environment = kit.daemon.current
+            let back = await host.attach([camera]) { only in await environment.loadKit(devices: only) }
+            #expect(back.first?.isAvailable == true, "\(back)")
+        }
+        let text = try #require(try await LoopbackHTTP.exchange(port: port, "GET", "/metrics")).body
+        #expect(text.contains("fieldhal_device_changes_total{capability=\"camera\",device=\"default\",state=\"unavailable\"} 2"), "\(text)")
+        #expect(text.contains("fieldhal_device_changes_total{capability=\"camera\",device=\"default\",state=\"available\"} 2"), "\(text)")
+        #expect(text.contains("fieldhal_device_up{capability=\"camera\",device=\"default\"} 1"), "\(text)")
+    }
+
     @Test func theProcessFiguresWhenAskedFor() async throws {
         let port = try LoopbackHTTP.freePort()
         let kit = try await DaemonServiceTests.Running.start(configuration: Self.kit(port: port, process: true))
