@@ -36,14 +36,7 @@ final class UnixSocketListener: Sendable {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw FieldHALError(.io, subject: path, detail: "socket(): \(SystemError.describe())") }
         do {
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            let bytes = Array(path.utf8)
-            guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-                throw FieldHALError(.invalidArgument, subject: path, detail: "longer than a Unix socket path may be (107 bytes)",
-                                    advice: "set [api] socket to a shorter path")
-            }
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+            var address = try Self.address(path)
             let bound = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
             }
@@ -63,6 +56,19 @@ final class UnixSocketListener: Sendable {
     }
 
     deinit { close(listening) }
+
+    /// `path` as a socket address, or why it cannot be one.
+    static func address(_ path: String) throws -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw FieldHALError(.invalidArgument, subject: path, detail: "longer than a Unix socket path may be (107 bytes)",
+                                advice: "set [api] socket to a shorter path")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        return address
+    }
 
     /// Serves connections through `gate` on `eventLoop` until the task is cancelled; each
     /// connection's handler runs in a child task, cancelled with the listener.

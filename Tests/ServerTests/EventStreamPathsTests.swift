@@ -54,17 +54,7 @@ struct EventStreamPathsTests {
             let resume = lastEventID.map { "Last-Event-ID: \($0)\r\n" } ?? ""
             let request = Array("GET /v1/events?types=fix HTTP/1.1\r\nHost: fieldhal\r\n\(resume)\r\n".utf8)
             _ = request.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            var text = ""
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let deadline = ContinuousClock.now + .seconds(15)
-            while text.components(separatedBy: "event: fix").count <= fixes, ContinuousClock.now < deadline {
-                var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                guard poll(&entry, 1, 500) == 1 else { continue }
-                let count = recv(descriptor, &buffer, buffer.count, 0)
-                if count <= 0 { break }
-                text += String(decoding: buffer[0..<count], as: UTF8.self)
-            }
-            return text
+            return UnixSocketClient.read(descriptor, within: .seconds(15)) { $0.components(separatedBy: "event: fix").count > fixes }
         }
     }
 

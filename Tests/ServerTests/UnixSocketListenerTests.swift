@@ -17,17 +17,7 @@ struct UnixSocketListenerTests {
         try await offPool {
             let bytes = Array(request.utf8)
             _ = bytes.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            var text = ""
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let deadline = ContinuousClock.now + .seconds(10)
-            while !text.contains(marker), ContinuousClock.now < deadline {
-                var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                guard poll(&entry, 1, 200) == 1 else { continue }
-                let count = recv(descriptor, &buffer, buffer.count, 0)
-                if count <= 0 { break }
-                text += String(decoding: buffer[0..<count], as: UTF8.self)
-            }
-            return text
+            return UnixSocketClient.read(descriptor, within: .seconds(10)) { $0.contains(marker) }
         }
     }
 

@@ -21,4 +21,20 @@ public enum UnixSocketClient {
         }
         return descriptor
     }
+
+    /// What `descriptor` brings until `done` says it is enough, the peer closes, or `within`
+    /// has passed (blocking: call it off the pool).
+    public static func read(_ descriptor: Int32, within: Duration, until done: (String) -> Bool) -> String {
+        var text = ""
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = ContinuousClock.now + within
+        while !done(text), ContinuousClock.now < deadline {
+            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 200) == 1 else { continue }
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            text += String(decoding: buffer[0..<count], as: UTF8.self)
+        }
+        return text
+    }
 }
