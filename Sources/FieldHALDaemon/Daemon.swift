@@ -39,6 +39,8 @@ public final class Daemon: Sendable {
     enum Authentication: Sendable {
         case signIn, unlock
     }
+    /// Windows of the update lock to open, one after each sign-in or unlock (`UpdateLock`).
+    let updateHolds = AsyncStream.makeStream(of: Duration.self)
     /// Duress tag offers (limited mode) for the tag service: one at a time, a newer one
     /// replaces the one on offer.
     let tagOffers = AsyncStream.makeStream(of: AfterAuthenticationWork.TagOffer.self)
@@ -124,6 +126,7 @@ public final class Daemon: Sendable {
             DaemonLoop("api") { await self.serveAPI(host) },
             DaemonLoop("web door") { await self.serveWebDoor(host) },
             DaemonLoop("metrics") { await self.serveMetrics(host) },
+            DaemonLoop("update lock") { await self.holdUpdateLock() },
             DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
             DaemonLoop("hotplug") { await self.followDevices(host) },
             DaemonLoop("alerts") { await self.watchAlerts() },
@@ -358,12 +361,32 @@ public final class Daemon: Sendable {
         } catch {}
     }
 
+    /// The update lock beside the API's socket, held for each window asked for (`UpdateLock`).
+    /// Without it (a directory the daemon may not write) updates are simply not held back.
+    private func holdUpdateLock() async {
+        let path = URL(fileURLWithPath: current.apiSocketPath).deletingLastPathComponent().appendingPathComponent("update.lock").path
+        let lock: UpdateLock
+        do {
+            lock = try UpdateLock(path: path)
+        } catch {
+            logger.warning("update lock: \(CommandFailure(error).description) — updates are not held back while evidence is made")
+            for await _ in updateHolds.stream {}
+            return
+        }
+        await withDiscardingTaskGroup { group in
+            for await window in updateHolds.stream {
+                group.addTask { await lock.hold(for: window, on: self.clock) }
+            }
+        }
+    }
+
     /// Hands the work after a sign-in or an unlock to the loop that does it. After an
     /// unlock only while signed in to Transrify (a duress PIN then raises the silent alert):
     /// whether a session exists does not depend on the PIN just typed, so the choice shows
     /// nothing.
     func afterAuthentication(_ what: Authentication) {
         if what == .unlock, ((try? current.sessionStore().load()) ?? nil) == nil { return }
+        updateHolds.continuation.yield(current.backgroundRunLifetime)
         signIns.continuation.yield(what)
     }
 
