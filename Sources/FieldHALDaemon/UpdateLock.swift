@@ -25,7 +25,9 @@ final class UpdateLock: Sendable {
     /// Opens (or makes) the lock file. A file that is not a regular file of this user's (a
     /// link or a file another user put there) is refused, never followed.
     init(path: String) throws {
-        let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        // 0600: an updater runs as root; another user able to open it could take it
+        // exclusively and hold every update back, or keep the daemon from holding it.
+        let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw SystemError.io("open", subject: path, advice: "check that the daemon may write to the API socket's directory")
         }
@@ -35,6 +37,7 @@ final class UpdateLock: Sendable {
             throw FieldHALError(.permissionDenied, subject: path, detail: "is not a regular file of the daemon's user",
                                 advice: "remove it; the daemon makes it")
         }
+        _ = fchmod(fd, 0o600)
         self.path = path
         descriptor = fd
     }

@@ -40,6 +40,8 @@ struct UpdateLockTests {
         defer { Task { try? await kit.stop() } }
         let path = kit.state + "/update.lock"
         #expect(FileManager.default.fileExists(atPath: path), "the daemon makes it at start")
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600, "no other user may take it: \(String(mode ?? 0, radix: 8))")
         #expect(Self.free(path), "nothing held before a sign-in")
 
         let start = clock.now
