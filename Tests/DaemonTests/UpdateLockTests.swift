@@ -21,16 +21,7 @@ struct UpdateLockTests {
 
     /// Waits (up to 10 s) for the daemon's loop to come to `wanted`.
     static func comes(_ wanted: Bool, _ path: String) async -> Bool {
-        await waitFor { free(path) == wanted }
-    }
-
-    static func waitFor(_ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        await eventually { free(path) == wanted }
     }
 
     @Test func aSignInHoldsUpdatesForTheBackgroundWindowAndOverlappingWindowsJoin() async throws {
@@ -47,12 +38,12 @@ struct UpdateLockTests {
         let start = clock.now
         kit.daemon.afterAuthentication(.signIn)
         #expect(await Self.comes(false, path), "held after a sign-in")
-        #expect(await Self.waitFor { clock.deadlines.contains(start.addingTimeInterval(600)) }, "the first window waits on the daemon's clock")
+        #expect(await eventually { clock.deadlines.contains(start.addingTimeInterval(600)) }, "the first window waits on the daemon's clock")
         clock.advance(by: .seconds(300))
         kit.daemon.afterAuthentication(.signIn)
-        #expect(await Self.waitFor { clock.deadlines.contains(start.addingTimeInterval(900)) }, "the second window waits too")
+        #expect(await eventually { clock.deadlines.contains(start.addingTimeInterval(900)) }, "the second window waits too")
         clock.advance(by: .seconds(301))
-        #expect(await Self.waitFor { !clock.deadlines.contains(start.addingTimeInterval(600)) }, "the first window has ended")
+        #expect(await eventually { !clock.deadlines.contains(start.addingTimeInterval(600)) }, "the first window has ended")
         #expect(!Self.free(path), "the second window still holds it after the first has ended")
         clock.advance(by: .seconds(300))
         #expect(await Self.comes(true, path), "let go once the last window ends")

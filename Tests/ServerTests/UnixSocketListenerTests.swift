@@ -21,16 +21,6 @@ struct UnixSocketListenerTests {
         }
     }
 
-    /// Waits (up to 10 s) for `condition`, which SwiftNIO makes true on its own loop.
-    static func eventually(_ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
-    }
-
     /// A keep-alive connection holds one duplicate; an event stream takes it (and writes
     /// through it); the client gone, nothing is held.
     @Test(arguments: [true, false])
@@ -47,7 +37,7 @@ struct UnixSocketListenerTests {
         // Taken by the stream when it writes directly; still the listener's otherwise.
         #expect(api.adopted.count == (directly ? 0 : 1))
         close(client)
-        #expect(await Self.eventually { api.adopted.count == 0 }, "a gone client's duplicate is closed")
+        #expect(await eventually { api.adopted.count == 0 }, "a gone client's duplicate is closed")
     }
 
     /// Connections that come and go (some closed before a byte, some after a request)
@@ -63,7 +53,7 @@ struct UnixSocketListenerTests {
             }
             close(client)
         }
-        #expect(await Self.eventually { api.adopted.count == 0 }, "\(api.adopted.count) duplicates left")
+        #expect(await eventually { api.adopted.count == 0 }, "\(api.adopted.count) duplicates left")
         let client = try UnixSocketClient.connect(socketPath)
         defer { close(client) }
         let answer = try await Self.exchange(client, "GET /v1/status HTTP/1.1\r\nHost: fieldhal\r\n\r\n", until: "}")

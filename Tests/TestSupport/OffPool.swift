@@ -8,3 +8,14 @@ public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) asy
         Thread { continuation.resume(with: Result { try body() }) }.start()
     }
 }
+
+/// Waits up to `within` for `condition`, which another thread makes true (a daemon's loop,
+/// SwiftNIO's), looking every 10 ms: true when it came, false when the time ran out.
+public func eventually(within: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + within
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return true
+}
