@@ -109,6 +109,11 @@ let package = Package(
         .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
         .systemLibrary(name: "CEvdev"),
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
+        // libmosquitto: the fleet bridge's MQTT client (issue 46).
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        // The kit on a fleet's MQTT broker: devices, health and fixes, queued on disk.
+        .target(name: "FieldHALMQTT", dependencies: ["FieldHAL", "FieldHALAPI", "CMosquitto", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strictSwift),
         // Devices as they come and go (libudev's monitor), for the daemon.
         .target(name: "FieldHALHotplug", dependencies: ["FieldHAL", .target(name: "CUdev", condition: .when(traits: ["Hotplug"]))],
                 swiftSettings: strictSwift),
@@ -255,7 +260,7 @@ let package = Package(
         .target(
             name: "FieldHALComposition",
             dependencies: ["FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "FieldHALFlows",
-                           "FieldHALLock", "FieldHALClient", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine",
+                           "FieldHALLock", "FieldHALClient", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine", "FieldHALMQTT",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSwift
         ),
@@ -264,7 +269,7 @@ let package = Package(
         .target(
             name: "FieldHALDaemon",
             dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALFlows", "FieldHALVault",
-                           "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "Transrify",
+                           "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "FieldHALMQTT", "Transrify",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                            .product(name: "Logging", package: "swift-log"),
@@ -318,6 +323,9 @@ let package = Package(
                                                        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                                                        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                                                        .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: strictSwift),
+        .testTarget(name: "MQTTTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALMQTT", "TestSupport",
+                                                     .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
         .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),

@@ -4,6 +4,7 @@ import FieldHALAPI
 import FieldHALCommandLine
 import FieldHALServer
 import FieldHALFlows
+import FieldHALMQTT
 import Transrify
 import FieldHALPlugins
 import FieldHALPluginHost
@@ -55,7 +56,7 @@ public struct Environment: Sendable {
     /// The sections besides the capabilities': the core's `[kit]` and the flows' own.
     public static let settings: [String: [ParameterSpec]] = KitConfiguration.coreSettings.merging(
         ["location_sharing": LocationSharingSettings.specs, "transrify": TransrifySettings.specs, "daemon": DaemonSettings.specs,
-         "api": APIAuthorisation.specs, "web": WebDoorSettings.specs, "metrics": MetricsSettings.specs]) { $1 }
+         "api": APIAuthorisation.specs, "web": WebDoorSettings.specs, "metrics": MetricsSettings.specs, "mqtt": MQTTSettings.specs]) { $1 }
 
     /// Opens the vault in the state directory.
     public func vault() throws -> Vault { try Vault(stateDirectory: stateDirectory) }

@@ -5,6 +5,7 @@ import FieldHALComposition
 import FieldHALFlows
 import FieldHALHotplug
 import FieldHALLock
+import FieldHALMQTT
 import FieldHALServer
 import Foundation
 import Logging
@@ -53,6 +54,9 @@ public final class Daemon: Sendable {
     let webDoor: WebDoorSettings?
     /// `[metrics]`: the loopback port Prometheus scrapes, when configured.
     let metricsDoor: MetricsSettings?
+    /// `[mqtt]`: the fleet's broker, when configured; and the bridge to it once it runs.
+    let broker: MQTTSettings?
+    let fleetBridge = LockedValue<FleetBridge?>(nil)
     /// udev's (or the kernel's) device events, listened to from before the devices open, so
     /// that a device going away while they open is not missed. nil: not followed.
     let hotplug = LockedValue<HotplugMonitor?>(nil)
@@ -81,6 +85,7 @@ public final class Daemon: Sendable {
         authorisation = try environment.apiAuthorisation()
         webDoor = try WebDoorSettings(settings: environment.configuration.settings["web"], file: environment.configuration.file)
         metricsDoor = try MetricsSettings(settings: environment.configuration.settings["metrics"], file: environment.configuration.file)
+        broker = try MQTTSettings(settings: environment.configuration.settings["mqtt"], file: environment.configuration.file)
         self.configuration = LockedValue((environment, 0))
         self.logger = logger
         self.uploadInterval = uploadInterval
@@ -126,6 +131,7 @@ public final class Daemon: Sendable {
             DaemonLoop("api") { await self.serveAPI(host) },
             DaemonLoop("web door") { await self.serveWebDoor(host) },
             DaemonLoop("metrics") { await self.serveMetrics(host) },
+            DaemonLoop("mqtt") { await self.bridgeToBroker(host) },
             DaemonLoop("update lock") { await self.holdUpdateLock() },
             DaemonLoop("reload") { await self.reloadOnHangUp(hangUps) },
             DaemonLoop("hotplug") { await self.followDevices(host) },
