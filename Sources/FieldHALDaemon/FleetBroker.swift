@@ -21,6 +21,18 @@ extension Daemon {
             return
         }
         fleetBridge.withLock { $0 = bridge }
+        host.metrics.read {
+            let figures = bridge.figures
+            return [
+                .init("fieldhal_mqtt_connected", help: "1 while the kit is connected to its MQTT broker", value: figures.connected ? 1 : 0),
+                .init("fieldhal_mqtt_connections_total", help: "connections made to the MQTT broker (each reconnection after an outage adds one)",
+                      type: "counter", value: Double(figures.connections)),
+                .init("fieldhal_mqtt_queued_messages", help: "messages kept on disk for the broker, waiting or not yet acknowledged", value: Double(figures.queued)),
+                .init("fieldhal_mqtt_delivered_total", help: "queued messages (device events, fixes) the broker acknowledged", type: "counter",
+                      value: Double(figures.delivered)),
+                .init("fieldhal_mqtt_dropped_total", help: "queued messages dropped because the queue was full", type: "counter", value: Double(figures.dropped)),
+            ]
+        }
         let changes = host.capabilityEvents()  // before the look: no change is missed
         for status in host.devices { bridge.device(status, changed: false) }
         bridge.health(host.health)

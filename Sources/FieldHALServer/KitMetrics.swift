@@ -65,6 +65,28 @@ public final class KitMetrics: Sendable {
         counter.increment()
     }
 
+    /// A figure another part of the daemon keeps and the scrape reads (the MQTT bridge's).
+    public struct Reading: Sendable {
+        public var name: String
+        public var help: String
+        /// `gauge` or `counter`.
+        public var type: String
+        public var value: Double
+
+        public init(_ name: String, help: String, type: String = "gauge", value: Double) {
+            self.name = name
+            self.help = help
+            self.type = type
+            self.value = value
+        }
+    }
+    private let sources = LockedValue<[@Sendable () -> [Reading]]>([])
+
+    /// Reads `source` at every scrape from now on.
+    public func read(_ source: @escaping @Sendable () -> [Reading]) {
+        sources.withLock { $0.append(source) }
+    }
+
     func followerCame() { followers.increment() }
     func followerLeft() { followers.decrement() }
 
@@ -79,6 +101,12 @@ public final class KitMetrics: Sendable {
         for device in devices where device.state != .notConfigured {
             now.sample("fieldhal_device_up", [("capability", device.capability.rawValue), ("device", device.name ?? "default")],
                        device.state == .available ? 1 : 0)
+        }
+        for source in sources.value {
+            for reading in source() {
+                now.family(reading.name, help: reading.help, type: reading.type)
+                now.sample(reading.name, [], reading.value)
+            }
         }
         if includesProcess, let process = ProcessFigures.now() {
             now.family("process_resident_memory_bytes", help: "resident memory of the daemon", type: "gauge")
