@@ -29,7 +29,7 @@ public final class FleetBridge: Sendable {
     private let wakeup: WakeupEvent
     private let inbox = Mutex(Inbox())
     private let published = Mutex(Figures())
-    private let lastFix = Mutex([String: ContinuousClock.Instant]())
+    private let lastFix = Mutex([String: Date]())
     private let exited = AsyncStream.makeStream(of: Void.self)
 
     struct Inbox {
@@ -106,14 +106,15 @@ public final class FleetBridge: Sendable {
         hand([.state(topic: "\(settings.topicPrefix)/health", payload: Self.json(health))])
     }
 
-    /// A receiver's fix, unless one of its fixes went out less than `fixInterval` ago.
-    /// Called on the receiver's thread: it only hands the message over.
+    /// A receiver's fix, unless one of its fixes went out less than `fixInterval` ago by the
+    /// fixes' own times (by arrival, a 1 Hz receiver's fixes 0.999 s apart would drop every
+    /// other one). Called on the receiver's thread: it only hands the message over.
     public func fix(_ fix: Fix, device: String) {
         guard let interval = settings.fixInterval else { return }
-        let now = ContinuousClock.now
         let due = lastFix.withLock { last in
-            if let previous = last[device], previous.duration(to: now) < interval { return false }
-            last[device] = now
+            // A time that went back (a receiver that restarted, a replayed log) starts afresh.
+            if let previous = last[device], fix.time >= previous, fix.time.timeIntervalSince(previous) < interval.seconds - 0.001 { return false }
+            last[device] = fix.time
             return true
         }
         guard due, let json = try? fix.apiJSON(device: device) else { return }
