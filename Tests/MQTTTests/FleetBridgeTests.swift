@@ -210,6 +210,68 @@ struct FleetBridgeTests {
         try await running.value  // and it stops at once
     }
 
+    /// A CA, a server certificate for localhost and client certificates, made by openssl.
+    static func certificates() throws -> String {
+        let directory = NSTemporaryDirectory() + "fieldhal-mqtt-tls-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let script = """
+            set -e
+            cd '\(directory)'
+            key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1.key" 2>/dev/null; }
+            key ca
+            openssl req -x509 -new -key ca.key -out ca.pem -days 1 -subj /CN=fieldhal-test-ca 2>/dev/null
+            printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >server.ext
+            for name in server kit-t fleet; do
+              key $name
+              openssl req -new -key $name.key -out $name.csr -subj /CN=$name 2>/dev/null
+              if [ $name = server ]; then extra='-extfile server.ext'; else extra=''; fi
+              openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $name.pem -days 1 $extra 2>/dev/null
+            done
+            chmod 0644 *.key
+            """
+        let result = try CLI.runBlocking(["-c", script], executable: URL(fileURLWithPath: "/bin/sh"))
+        guard result.status == 0 else { throw GPSFakeError("openssl: \(result.stderr)") }
+        return directory
+    }
+
+    @Test func overTLSWithAClientCertificateAndNotWithout() async throws {
+        let tls = try Self.certificates()
+        defer { try? FileManager.default.removeItem(atPath: tls) }
+        let broker = try await MosquittoBroker.start(listener: """
+            cafile \(tls)/ca.pem
+            certfile \(tls)/server.pem
+            keyfile \(tls)/server.key
+            require_certificate true
+            use_identity_as_username true
+            """)
+        let subscriber = try await MQTTSubscriber.start(port: broker.port, topics: ["fieldhal/kit-t/#"], options: [
+            "-h", "localhost", "--cafile", tls + "/ca.pem", "--cert", tls + "/fleet.pem", "--key", tls + "/fleet.key"])
+        func settings(_ extra: [String: ConfigValue]) throws -> MQTTSettings {
+            try #require(try MQTTSettings(settings: PluginParameters(["broker": .string("mqtts://localhost:\(broker.port)"), "client_id": .string("kit-t"),
+                                                                      "ca_file": .string(tls + "/ca.pem")].merging(extra) { $1 }),
+                                          file: "kit.toml"))
+        }
+        let bridge = try Self.bridge(try settings(["cert_file": .string(tls + "/kit-t.pem"), "key_file": .string(tls + "/kit-t.key")]))
+        let running = Task { try await bridge.run() }
+        defer { running.cancel() }
+        bridge.device(Self.camera, changed: false)
+        #expect(await subscriber.waitForLine(containing: "fieldhal/kit-t/status|0|online") != nil, "\(subscriber.lines) \(broker.log)")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/kit-t/device/camera/front|0|") != nil, "\(subscriber.lines)")
+        running.cancel()
+        try await running.value
+
+        // Without a certificate the broker refuses the handshake: a journal line, no connection.
+        let journal = Journal()
+        let refused = try Self.bridge(try settings(["client_id": .string("kit-u")]), journal: journal)
+        let trying = Task { try await refused.run() }
+        #expect(await eventually(within: .seconds(20)) { journal.all.contains { $0.contains("mqtt: mqtts://localhost:\(broker.port)") } },
+                "\(journal.all)")
+        #expect(!refused.figures.connected && refused.figures.connections == 0, "\(refused.figures)")
+        trying.cancel()
+        try await trying.value
+        await subscriber.stop()
+    }
+
     @Test func settingsRefusePlainMQTTOffThisMachineAndHalfACertificate() throws {
         func parse(_ values: [String: ConfigValue]) throws -> MQTTSettings? {
             try MQTTSettings(settings: PluginParameters(values), file: "kit.toml", hostName: "rig7.example")

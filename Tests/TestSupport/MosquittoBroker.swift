@@ -18,20 +18,21 @@ public final class MosquittoBroker: @unchecked Sendable {
 
     /// A broker that keeps sessions and queued messages across its restarts (persistence),
     /// as a fleet's does.
-    public static func start() async throws -> MosquittoBroker {
-        let broker = try MosquittoBroker(port: try GPSFake.freePort())
+    public static func start(listener: String? = nil) async throws -> MosquittoBroker {
+        let broker = try MosquittoBroker(port: try GPSFake.freePort(), listener: listener)
         try await broker.start()
         return broker
     }
 
-    /// A broker not started yet (`start()` it later: the kit first finds none).
-    public init(port: Int) throws {
+    /// A broker not started yet (`start()` it later: the kit first finds none). `listener`:
+    /// lines for its listener (TLS's files), `allow_anonymous true` when nil.
+    public init(port: Int, listener: String? = nil) throws {
         self.port = port
         directory = NSTemporaryDirectory() + "fieldhal-mosquitto-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let configuration = """
             listener \(port) 127.0.0.1
-            allow_anonymous true
+            \(listener ?? "allow_anonymous true")
             persistence true
             persistence_location \(directory)/
             user root
@@ -79,8 +80,10 @@ public final class MQTTSubscriber: @unchecked Sendable {
     private let peer: DaemonProcess
 
     /// Returns once the broker has confirmed the subscription (`-d` prints its SUBACK).
-    public static func start(port: Int, topics: [String], id: String = "sub-\(UUID().uuidString.prefix(8))") async throws -> MQTTSubscriber {
-        let subscriber = try MQTTSubscriber(port: port, topics: topics, id: id)
+    /// `options`: more of mosquitto_sub's (`--cafile`, `--cert`, `--key`, `-h localhost`).
+    public static func start(port: Int, topics: [String], id: String = "sub-\(UUID().uuidString.prefix(8))",
+                             options: [String] = ["-h", "127.0.0.1"]) async throws -> MQTTSubscriber {
+        let subscriber = try MQTTSubscriber(port: port, topics: topics, id: id, options: options)
         guard await subscriber.peer.waitForLine(containing: "received SUBACK", timeout: .seconds(20)) != nil else {
             await subscriber.stop()
             throw GPSFakeError("mosquitto_sub did not subscribe on 127.0.0.1:\(port): \(subscriber.peer.output)")
@@ -88,9 +91,9 @@ public final class MQTTSubscriber: @unchecked Sendable {
         return subscriber
     }
 
-    private init(port: Int, topics: [String], id: String) throws {
+    private init(port: Int, topics: [String], id: String, options: [String]) throws {
         // Line-buffered: `-d`'s lines are printed without a flush.
-        peer = try DaemonProcess(["-oL", "/usr/bin/mosquitto_sub", "-d", "-h", "127.0.0.1", "-p", "\(port)", "-q", "1", "-c", "-i", id, "-F", "%t|%r|%p"]
+        peer = try DaemonProcess(["-oL", "/usr/bin/mosquitto_sub", "-d"] + options + ["-p", "\(port)", "-q", "1", "-c", "-i", id, "-F", "%t|%r|%p"]
                                     + topics.flatMap { ["-t", $0] }, command: [], executable: "/usr/bin/stdbuf")
     }
 
