@@ -111,6 +111,10 @@ let package = Package(
         .systemLibrary(name: "CUdev", pkgConfig: "libudev", providers: [.apt(["libudev-dev"])]),
         // libmosquitto: the fleet bridge's MQTT client (issue 46).
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        // libsystemd's sd-bus: logind's shutdown inhibitor while evidence may be in the making.
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .target(name: "FieldHALLogind", dependencies: ["FieldHAL", "CSystemd", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strictSwift),
         // The kit on a fleet's MQTT broker: devices, health and fixes, queued on disk.
         .target(name: "FieldHALMQTT", dependencies: ["FieldHAL", "FieldHALAPI", "CMosquitto", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
@@ -269,7 +273,7 @@ let package = Package(
         .target(
             name: "FieldHALDaemon",
             dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALFlows", "FieldHALVault",
-                           "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "FieldHALMQTT", "Transrify",
+                           "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "FieldHALMQTT", "FieldHALLogind", "Transrify",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                            .product(name: "Logging", package: "swift-log"),
@@ -319,7 +323,7 @@ let package = Package(
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
-        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "TestSupport",
+        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "FieldHALLogind", "TestSupport",
                                                        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                                                        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                                                        .product(name: "Logging", package: "swift-log")],

@@ -5,6 +5,7 @@ import FieldHALComposition
 import FieldHALFlows
 import FieldHALHotplug
 import FieldHALLock
+import FieldHALLogind
 import FieldHALMQTT
 import FieldHALServer
 import Foundation
@@ -372,8 +373,11 @@ public final class Daemon: Sendable {
     private func holdUpdateLock() async {
         let path = URL(fileURLWithPath: current.apiSocketPath).deletingLastPathComponent().appendingPathComponent("update.lock").path
         let lock: UpdateLock
+        // logind's shutdown inhibitor beside the file, where there is a system bus to ask.
+        let inhibitor = ShutdownInhibitor.systemBusExists ? ShutdownInhibitor(logger: logger) : nil
+        inhibitor?.probe()
         do {
-            lock = try UpdateLock(path: path)
+            lock = try UpdateLock(path: path, inhibitor: inhibitor)
         } catch {
             logger.warning("update lock: \(CommandFailure(error).description) — updates are not held back while evidence is made")
             for await _ in updateHolds.stream {}

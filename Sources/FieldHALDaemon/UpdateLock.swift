@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALLogind
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -18,13 +19,15 @@ import Glibc
 /// reboot: the queue is on disk and resumes.
 final class UpdateLock: Sendable {
     let path: String
+    /// logind's shutdown inhibitor, taken and let go with the lock (nil: no system bus).
+    let inhibitor: ShutdownInhibitor?
     private let descriptor: Int32
     /// Windows open now; the lock is held while there is one.
     private let holders = Mutex(0)
 
     /// Opens (or makes) the lock file. A file that is not a regular file of this user's (a
     /// link or a file another user put there) is refused, never followed.
-    init(path: String) throws {
+    init(path: String, inhibitor: ShutdownInhibitor? = nil) throws {
         // 0600: an updater runs as root; another user able to open it could take it
         // exclusively and hold every update back, or keep the daemon from holding it.
         let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -39,6 +42,7 @@ final class UpdateLock: Sendable {
         }
         _ = fchmod(fd, 0o600)
         self.path = path
+        self.inhibitor = inhibitor
         descriptor = fd
     }
 
@@ -52,12 +56,18 @@ final class UpdateLock: Sendable {
         // window ending cannot let go of the lock just taken for the next.
         holders.withLock { holders in
             holders += 1
-            if holders == 1 { _ = flock(descriptor, LOCK_SH | LOCK_NB) }
+            if holders == 1 {
+                _ = flock(descriptor, LOCK_SH | LOCK_NB)
+                inhibitor?.take()
+            }
         }
         try? await clock.sleep(for: window)
         holders.withLock { holders in
             holders -= 1
-            if holders == 0 { _ = flock(descriptor, LOCK_UN) }
+            if holders == 0 {
+                _ = flock(descriptor, LOCK_UN)
+                inhibitor?.release()
+            }
         }
     }
 }

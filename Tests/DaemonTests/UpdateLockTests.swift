@@ -1,4 +1,6 @@
 import FieldHAL
+import FieldHALLogind
+import Logging
 @testable import FieldHALDaemon
 import Foundation
 import TestSupport
@@ -47,6 +49,33 @@ struct UpdateLockTests {
         #expect(!Self.free(path), "the second window still holds it after the first has ended")
         clock.advance(by: .seconds(300))
         #expect(await Self.comes(true, path), "let go once the last window ends")
+    }
+
+    /// logind's shutdown inhibitor is taken and let go with the lock: dbusmock's logind on a
+    /// private system bus lists it (what `systemd-inhibit --list` shows) while a window is
+    /// open, and drops it when the window ends and the descriptor is closed.
+    @Test func logindsShutdownInhibitorIsHeldWithTheLock() async throws {
+        let lab = try await FprintdLab.start()
+        defer { lab.stop() }
+        try await offPool { try lab.startLogind() }
+        @Sendable func inhibitors() -> String {
+            (try? lab.gdbus(["call", "--system", "-d", "org.freedesktop.login1", "-o", "/org/freedesktop/login1",
+                             "-m", "org.freedesktop.login1.Manager.ListInhibitors"])) ?? "gdbus failed"
+        }
+        let place = NSTemporaryDirectory() + "fieldhal-inhibit-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: place, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: place) }
+        let inhibitor = ShutdownInhibitor(logger: Logger(label: "test"), busAddress: lab.busAddress)
+        let lock = try UpdateLock(path: place + "/update.lock", inhibitor: inhibitor)
+        let clock = ManualKitClock()
+        let window = Task { await lock.hold(for: .seconds(600), on: clock) }
+        #expect(await eventually { inhibitors().contains("'shutdown', 'FieldHAL'") && inhibitors().contains("'block'") }, "\(inhibitors())")
+        #expect(inhibitor.isHeld && !Self.free(place + "/update.lock"))
+        #expect(await eventually { !clock.deadlines.isEmpty })
+        clock.advance(by: .seconds(600))
+        await window.value
+        #expect(await eventually { !inhibitors().contains("FieldHAL") }, "let go with the lock: \(inhibitors())")
+        #expect(!inhibitor.isHeld && Self.free(place + "/update.lock"))
     }
 
     @Test func aLinkInItsPlaceIsRefusedNotFollowed() throws {

@@ -272,6 +272,41 @@ struct FleetBridgeTests {
         await subscriber.stop()
     }
 
+    @Test func aUserNameAndAPasswordFromAFileOnlyTheDaemonMayRead() async throws {
+        let directory = NSTemporaryDirectory() + "fieldhal-mqtt-pw-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let made = try CLI.runBlocking(["-b", "-c", directory + "/passwords", "rig-9", "s3cret horse"], executable: URL(fileURLWithPath: "/usr/bin/mosquitto_passwd"))
+        #expect(made.status == 0, "\(made.stderr)")
+        let broker = try await MosquittoBroker.start(listener: "allow_anonymous true\npassword_file \(directory)/passwords")
+        func settings(_ file: String) throws -> MQTTSettings {
+            try #require(try MQTTSettings(settings: PluginParameters(["broker": .string("mqtt://127.0.0.1:\(broker.port)"), "client_id": .string("rig-9"),
+                                                                      "username": .string("rig-9"), "password_file": .string(file)]), file: "kit.toml"))
+        }
+        _ = FileManager.default.createFile(atPath: directory + "/right", contents: Data("s3cret horse\n".utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: directory + "/wrong", contents: Data("guess\n".utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: directory + "/open", contents: Data("s3cret horse\n".utf8), attributes: [.posixPermissions: 0o644])
+
+        // A password file others may read is refused at the start, before any connection.
+        #expect(throws: FieldHALError.self) { _ = try Self.bridge(try settings(directory + "/open")) }
+
+        let bridge = try Self.bridge(try settings(directory + "/right"))
+        let running = Task { try await bridge.run() }
+        #expect(await eventually(within: .seconds(20)) { bridge.figures.connected }, "\(broker.log)")
+        running.cancel()
+        try await running.value
+
+        let journal = Journal()
+        let wrong = try Self.bridge(try settings(directory + "/wrong"), journal: journal)
+        let refused = Task { try await wrong.run() }
+        #expect(await eventually(within: .seconds(20)) { journal.all.contains { $0.hasPrefix("error mqtt: mqtt://127.0.0.1:\(broker.port) refused the kit") } },
+                "\(journal.all)")
+        #expect(!wrong.figures.connected)
+        refused.cancel()
+        try await refused.value
+        #expect(journal.all.filter { $0.contains("refused the kit") }.count == 1, "said once, not per try: \(journal.all)")
+    }
+
     @Test func settingsRefusePlainMQTTOffThisMachineAndHalfACertificate() throws {
         func parse(_ values: [String: ConfigValue]) throws -> MQTTSettings? {
             try MQTTSettings(settings: PluginParameters(values), file: "kit.toml", hostName: "rig7.example")

@@ -51,6 +51,16 @@ public final class FprintdLab: @unchecked Sendable {
 
     deinit { stop() }
 
+    /// logind on the lab's bus (dbusmock's template: `Inhibit` hands out a pipe whose
+    /// closing drops the inhibitor, `ListInhibitors` lists them), for the update hold.
+    public func startLogind() throws {
+        processes.append(try start("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", "logind"]))
+        try waitFor("logind (dbusmock)") {
+            (try? self.gdbus(["call", "--system", "-d", "org.freedesktop.login1", "-o", "/org/freedesktop/login1",
+                              "-m", "org.freedesktop.login1.Manager.ListInhibitors"])) != nil
+        }
+    }
+
     /// (Re)starts fprintd; enrolled prints persist in the lab's state directory.
     public func startFprintd() throws {
         let process = try start("/usr/libexec/fprintd", ["-t"], environment: [
