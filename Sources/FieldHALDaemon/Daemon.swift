@@ -113,6 +113,7 @@ public final class Daemon: Sendable {
         }
         host.flows = DaemonFlows(daemon: self)
         host.metrics = KitMetrics(includesProcess: metricsDoor?.includesProcess ?? false)
+        host.metrics.read { [weak host] in host?.receiverReadings() ?? [] }
         do {
             host.webTokens = try DaemonWebTokens(stateDirectory: environment.stateDirectory)
         } catch {

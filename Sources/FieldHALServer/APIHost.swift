@@ -366,6 +366,30 @@ public final class APIHost: Sendable {
         return (key.name, watch)
     }
 
+    /// The receivers' figures for the metrics: fixes heard by the shared watches (only while
+    /// someone follows them: the metrics never watch a receiver themselves), the last one's
+    /// age and accuracy while a watch runs.
+    public func receiverReadings() -> [KitMetrics.Reading] {
+        let defaultName = (try? heldKit())?.status(of: .location).name ?? "default"
+        var watches = namedLocations.withLock { $0.map { ($0.key, $0.value) } }
+        watches.append((defaultName, sharedLocation))
+        var readings: [KitMetrics.Reading] = []
+        for (name, watch) in watches.sorted(by: { $0.0 < $1.0 }) {
+            let heard = watch.hearing, labels = [("device", name)]
+            readings.append(.init("fieldhal_gps_fixes_total", help: "fixes the daemon's shared watch of a receiver heard (only while someone follows it)",
+                                  type: "counter", labels: labels, value: Double(heard.fixes)))
+            guard watch.isWatching, let last = heard.last, let at = heard.at else { continue }
+            readings.append(.init("fieldhal_gps_fix_age_seconds", help: "seconds since the followed receiver's last report",
+                                  labels: labels, value: Double(at.duration(to: .now).components.seconds)
+                                      + Double(at.duration(to: .now).components.attoseconds) / 1e18))
+            if let accuracy = last.horizontalAccuracy, last.mode != .noFix {
+                readings.append(.init("fieldhal_gps_horizontal_accuracy_metres", help: "the followed receiver's last fix's horizontal accuracy",
+                                      labels: labels, value: accuracy))
+            }
+        }
+        return readings
+    }
+
     /// The tag presence watch of the reader `name` names (nil: the default one) and its
     /// name, or why there is none.
     public func tagPresence(named name: String?) throws -> (name: String, watch: TagPresence) {

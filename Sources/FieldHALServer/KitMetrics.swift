@@ -71,12 +71,14 @@ public final class KitMetrics: Sendable {
         public var help: String
         /// `gauge` or `counter`.
         public var type: String
+        public var labels: [(String, String)]
         public var value: Double
 
-        public init(_ name: String, help: String, type: String = "gauge", value: Double) {
+        public init(_ name: String, help: String, type: String = "gauge", labels: [(String, String)] = [], value: Double) {
             self.name = name
             self.help = help
             self.type = type
+            self.labels = labels
             self.value = value
         }
     }
@@ -102,11 +104,11 @@ public final class KitMetrics: Sendable {
             now.sample("fieldhal_device_up", [("capability", device.capability.rawValue), ("device", device.name ?? "default")],
                        device.state == .available ? 1 : 0)
         }
-        for source in sources.value {
-            for reading in source() {
-                now.family(reading.name, help: reading.help, type: reading.type)
-                now.sample(reading.name, [], reading.value)
-            }
+        // One family header per name, its samples under it (the format allows no second).
+        var described: Set<String> = []
+        for reading in sources.value.flatMap({ $0() }).sorted(by: { $0.name < $1.name }) {
+            if described.insert(reading.name).inserted { now.family(reading.name, help: reading.help, type: reading.type) }
+            now.sample(reading.name, reading.labels, reading.value)
         }
         if includesProcess, let process = ProcessFigures.now() {
             now.family("process_resident_memory_bytes", help: "resident memory of the daemon", type: "gauge")

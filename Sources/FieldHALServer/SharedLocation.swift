@@ -25,6 +25,12 @@ public final class SharedLocation: Sendable {
         var closed = false
     }
     private let state: Mutex<State>
+    /// What the watch has heard, for the metrics: only while someone follows it, so a
+    /// receiver nobody follows is not watched for them.
+    private let heard = Mutex<(fixes: Int, last: Fix?, at: ContinuousClock.Instant?)>((0, nil, nil))
+
+    /// Fixes heard since the start, the last one and when it came.
+    public var hearing: (fixes: Int, last: Fix?, at: ContinuousClock.Instant?) { heard.withLock { $0 } }
 
     public init(_ provider: (any LocationProvider)?) {
         state = Mutex(State(provider: provider))
@@ -101,6 +107,7 @@ public final class SharedLocation: Sendable {
 
     private func received(_ fix: Fix, _ generation: Int) {
         fixes.yield(fix)
+        heard.withLock { $0 = ($0.fixes + 1, fix, .now) }
         // With nobody watching, the following ends, under the lock that `startIfNeeded`
         // takes, so a watcher arriving now starts a new one instead of joining a dying one.
         let idle = state.withLock { state -> Subscription? in

@@ -93,6 +93,43 @@ struct MetricsTests {
         #expect(after.contains("fieldhal_event_followers 0"), "\(after)")
     }
 
+    /// A receiver's fixes are counted as the daemon's shared watch hears them, only while
+    /// someone follows it: the metrics never start a watch of their own.
+    @Test func fixesAreCountedOnlyWhileSomeoneFollowsTheReceiver() async throws {
+        let port = try LoopbackHTTP.freePort()
+        let kit = try await DaemonServiceTests.Running.start(configuration: """
+            [gps]
+            plugin = "fake"
+            interval_ms = 100
+            track = [{ lat = 52.52, lon = 13.40, acc = 4.5 }, { lat = 52.53, lon = 13.41, acc = 6.0 }]
+            [metrics]
+            listen = "127.0.0.1:\(port)"
+            """)
+        defer { Task { try? await kit.stop() } }
+        let host = try #require(kit.daemon.api.value)
+        try await Task.sleep(for: .milliseconds(300))  // three of the receiver's reports, were it watched
+        let idle = try #require(try await LoopbackHTTP.exchange(port: port, "GET", "/metrics")).body
+        #expect(idle.contains("fieldhal_gps_fixes_total{device=\"default\"} 0") && !idle.contains("fieldhal_gps_fix_age_seconds"), "\(idle)")
+        #expect(!(try host.location()).isWatching, "a scrape starts no watch")
+
+        let (fixes, got) = AsyncStream.makeStream(of: Void.self)
+        let following = Task { for try await _ in kit.client.events([.fix]) { got.yield() } }
+        var heard = 0
+        for await _ in fixes {
+            heard += 1
+            if heard == 3 { break }
+        }
+        let during = try #require(try await LoopbackHTTP.exchange(port: port, "GET", "/metrics")).body
+        let count = during.split(separator: "\n").first { $0.hasPrefix("fieldhal_gps_fixes_total{device=\"default\"} ") }
+        #expect((count?.split(separator: " ").last).flatMap { Int($0) }.map { $0 >= 3 } == true, "\(during)")
+        #expect(during.contains("fieldhal_gps_fix_age_seconds{device=\"default\"} "), "\(during)")
+        #expect(during.contains("fieldhal_gps_horizontal_accuracy_metres{device=\"default\"} 4.5")
+                || during.contains("fieldhal_gps_horizontal_accuracy_metres{device=\"default\"} 6"), "\(during)")
+        #expect(during.components(separatedBy: "# TYPE fieldhal_gps_fixes_total").count == 2, "one header per family: \(during)")
+        following.cancel()
+        _ = try? await following.value
+    }
+
     /// A device unplugged and back: each change counted by the state it changed to.
     @Test func aDeviceThatGoesAndComesBackIsCountedEachTime() async throws {
         let port = try LoopbackHTTP.freePort()
