@@ -199,6 +199,7 @@ public final class FleetBridge: Sendable {
         var backoff = Duration.seconds(1)
         var lastProblem: String?
         var offlineMid: Int32?
+        var spoolProblem: String?
         /// At most this many queued messages with libmosquitto at once; the rest wait on disk.
         static let window = 32
 
@@ -389,8 +390,12 @@ public final class FleetBridge: Sendable {
             case .event(let topic, let payload):
                 do {
                     try spool.append(topic: topic, payload: payload)
+                    spoolProblem = nil
                 } catch {
-                    bridge.logger.error("mqtt: a message for \(topic) was not kept: \(error)")
+                    // Said once while it lasts (a full disk fails every message alike).
+                    let problem = "\(error)"
+                    if problem != spoolProblem { bridge.logger.error("mqtt: messages are not being kept for the broker: \(problem)") }
+                    spoolProblem = problem
                 }
                 handQueued()
             case .state(let topic, let payload):
