@@ -194,7 +194,6 @@ public final class FleetBridge: Sendable {
         var inFlight: [Int32: UInt64] = [:]
         var connected = false
         var socketOpen = false
-        var everConnected = false
         var retryAt = ContinuousClock.now
         var backoff = Duration.seconds(1)
         var lastProblem: String?
@@ -311,7 +310,7 @@ public final class FleetBridge: Sendable {
         /// Starts a connection (without waiting for it: the loop carries it on).
         private func tryBroker() {
             let settings = bridge.settings
-            let code = everConnected || socketOpenedBefore
+            let code = socketOpenedBefore
                 ? mosquitto_reconnect_async(mosquitto)
                 : mosquitto_connect_async(mosquitto, settings.host, Int32(settings.port), Int32(settings.keepAlive))
             socketOpenedBefore = true
@@ -321,6 +320,7 @@ public final class FleetBridge: Sendable {
                 lost("cannot reach it: \(Self.describe(code))")
             }
         }
+        /// `mosquitto_connect_async` once (it keeps the host and port), then reconnections.
         private var socketOpenedBefore = false
 
         /// The connection is gone (or never came): the next try after a backoff that doubles
@@ -359,7 +359,6 @@ public final class FleetBridge: Sendable {
             backoff = .seconds(1)
             lastProblem = nil
             bridge.logger.info("mqtt: connected to \(bridge.settings.place) as \(bridge.settings.clientID)\(spool.count > 0 ? "; \(spool.count) messages kept on disk go first" : "")")
-            everConnected = true
             bridge.published.withLock { $0.connections += 1 }
             // The birth, then every retained state as it is now, then the queue.
             _ = mosquitto_publish(mosquitto, nil, "\(bridge.settings.topicPrefix)/status", 6, "online", 1, true)

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALAPI
 import Foundation
 
 /// `[mqtt]`: the broker a fleet already runs, and what the kit publishes to it (docs/fleet.md).
@@ -69,7 +70,7 @@ public struct MQTTSettings: Sendable, Equatable {
         self.host = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
         port = url.port ?? (usesTLS ? 8883 : 1883)
         guard (1...65_535).contains(port) else { throw refuse("broker", "port \(port) is not a TCP port") }
-        if !usesTLS && !Self.isLoopback(self.host) {
+        if !usesTLS && !WebOrigin.isLoopback(self.host) {
             throw refuse("broker", "plain MQTT to \(TerminalText.escaped(self.host)) would send the kit's devices and fixes in the clear: use mqtts:// (with ca_file), or a mosquitto on this machine that bridges to the fleet's broker over TLS")
         }
         caFile = settings.string("ca_file")
@@ -122,10 +123,6 @@ public struct MQTTSettings: Sendable, Equatable {
 
     /// Where the broker is, for log lines.
     public var place: String { "\(usesTLS ? "mqtts" : "mqtt")://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
-
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
-    }
 
     static func isTopicCharacter(_ character: Character) -> Bool {
         character.isASCII && (character.isLetter || character.isNumber || character == "-" || character == "_")

@@ -380,8 +380,7 @@ public final class APIHost: Sendable {
                                   type: "counter", labels: labels, value: Double(heard.fixes)))
             guard watch.isWatching, let last = heard.last, let at = heard.at else { continue }
             readings.append(.init("fieldhal_gps_fix_age_seconds", help: "seconds since the followed receiver's last report",
-                                  labels: labels, value: Double(at.duration(to: .now).components.seconds)
-                                      + Double(at.duration(to: .now).components.attoseconds) / 1e18))
+                                  labels: labels, value: at.duration(to: .now).seconds))
             if let accuracy = last.horizontalAccuracy, last.mode != .noFix {
                 readings.append(.init("fieldhal_gps_horizontal_accuracy_metres", help: "the followed receiver's last fix's horizontal accuracy",
                                       labels: labels, value: accuracy))

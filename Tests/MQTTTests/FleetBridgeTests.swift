@@ -45,6 +45,14 @@ struct FleetBridgeTests {
             time: Date(timeIntervalSince1970: 1_800_000_000 + Double(index)), satellitesUsed: 9)
     }
 
+    /// The altitudes of the fixes among `lines`, in the order they came (each fix's index).
+    static func altitudes(_ lines: [String]) -> [Int] {
+        lines.compactMap { line -> Int? in
+            guard let range = line.range(of: "\"altitude\":") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+    }
+
     static let camera = CapabilityStatus(capability: .camera, plugin: "fake", device: "/dev/video7", state: .available, reason: nil, name: "front")
 
     @Test func announcesItselfItsDevicesAndHealthAndSaysOfflineWhenItStops() async throws {
@@ -109,10 +117,7 @@ struct FleetBridgeTests {
         #expect(await subscriber.waitForLines(containing: "fieldhal/kit-b/location/default|0|", count: 45), "\(subscriber.lines)")
         #expect(await eventually { bridge.figures.queued == 0 }, "\(bridge.figures)")
         try? await Task.sleep(for: .milliseconds(300))  // a duplicate would arrive by now
-        let altitudes = subscriber.lines.compactMap { line -> Int? in
-            guard let range = line.range(of: "\"altitude\":") else { return nil }
-            return Int(line[range.upperBound...].prefix { $0.isNumber })
-        }
+        let altitudes = Self.altitudes(subscriber.lines)
         #expect(altitudes == Array(0..<45), "each fix once, in order: \(altitudes)")
         #expect(bridge.figures.connections == 2 && bridge.figures.dropped == 0, "\(bridge.figures)")
         #expect(journal.all.contains { $0.hasPrefix("warning mqtt: lost mqtt://127.0.0.1:\(broker.port)") }, "\(journal.all)")
@@ -142,10 +147,7 @@ struct FleetBridgeTests {
         let again = Task { try await second.run() }
         #expect(await subscriber.waitForLines(containing: "fieldhal/kit-c/location/rear|0|", count: 6), "\(subscriber.lines)")
         #expect(await eventually { second.figures.queued == 0 })
-        let altitudes = subscriber.lines.compactMap { line -> Int? in
-            guard let range = line.range(of: "\"altitude\":") else { return nil }
-            return Int(line[range.upperBound...].prefix { $0.isNumber })
-        }
+        let altitudes = Self.altitudes(subscriber.lines)
         #expect(altitudes == Array(4..<10), "\(altitudes)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
         again.cancel()
