@@ -448,7 +448,8 @@ struct DaemonCLITests {
         #expect(await first.stop(SIGKILL).status != 0)
         let third = try DaemonProcess(["--config", config, "--state-dir", state])
         #expect(await third.waitForLine(containing: "api: serving on", timeout: .seconds(20)) != nil, "\(third.output)")
-        #expect(await third.stop().status == 0)
+        let stopped = await third.stop()
+        #expect(stopped.status == 0, "status \(stopped.status) after \(stopped.took): \(third.output)")
     }
 
     @Test func sighupReloadsTheConfiguration() async throws {

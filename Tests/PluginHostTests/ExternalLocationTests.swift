@@ -277,7 +277,12 @@ import Testing
         let again = fixtures.leftovers().filter { $0.contains("fixture-plugin.py") }
         #expect(again.count == 1 && again != processes, "one new process: \(again)")
         // Said once, with every device the process serves again (its handles in the kit's order).
-        let notices = log.lines.filter { $0.hasPrefix("notice plugin probe serves ") && $0.hasSuffix(" again (restarted)") }
+        // The fixes can resume before the line is written: wait for the line, then count.
+        func restartNotices() -> [String] {
+            log.lines.filter { $0.hasPrefix("notice plugin probe serves ") && $0.hasSuffix(" again (restarted)") }
+        }
+        #expect(await eventually { !restartNotices().isEmpty }, "\(log.lines)")
+        let notices = restartNotices()
         #expect(notices.count == 1 && notices.first.map { $0.components(separatedBy: ", ").count } == 3, "\(log.lines)")
         let reader = try kit.nfcReader()
         let tag = try await reader.readTag(timeout: .seconds(2))
