@@ -229,6 +229,8 @@ let package = Package(
             dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALHotplug", "EventLoopExecutor", .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           // A command from the MQTT broker has no connection: an embedded channel stands for one.
+                           .product(name: "NIOEmbedded", package: "swift-nio"),
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
                            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                            .product(name: "Logging", package: "swift-log"), .product(name: "Prometheus", package: "swift-prometheus")],
@@ -323,7 +325,7 @@ let package = Package(
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
         .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
-        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "FieldHALLogind", "TestSupport",
+        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "FieldHALLogind", "FieldHALMQTT", "TestSupport",
                                                        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                                                        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                                                        .product(name: "Logging", package: "swift-log")],
@@ -340,6 +342,6 @@ let package = Package(
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
-        .target(name: "TestSupport", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
+        .target(name: "TestSupport", dependencies: ["FieldHAL", "FieldHALProcess", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
     ]
 )

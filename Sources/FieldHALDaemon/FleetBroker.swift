@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALAPI
 import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALMQTT
@@ -31,9 +32,13 @@ extension Daemon {
                 .init("fieldhal_mqtt_delivered_total", help: "queued messages (device events, fixes) the broker acknowledged", type: "counter",
                       value: Double(figures.delivered)),
                 .init("fieldhal_mqtt_dropped_total", help: "queued messages dropped because the queue was full", type: "counter", value: Double(figures.dropped)),
+                .init("fieldhal_mqtt_commands_total", help: "commands taken from the command topic", type: "counter", value: Double(figures.commands)),
+                .init("fieldhal_mqtt_commands_dropped_total", help: "commands dropped unread: too long, or too many waiting", type: "counter",
+                      value: Double(figures.commandsDropped)),
             ]
         }
         let changes = host.capabilityEvents()  // before the look: no change is missed
+        let sightings = settings.tags ? host.sightings() : nil
         for status in host.devices { bridge.device(status, changed: false) }
         bridge.health(host.health)
         var follows: [Subscription] = []
@@ -53,6 +58,22 @@ extension Daemon {
                     self.logger.error("mqtt: \(CommandFailure(error).description) — the kit is not on the broker until the daemon restarts")
                 }
             }
+            if !settings.commands.isEmpty {
+                let door = APIMessageDoor(api: APIServer(socketPath: current.apiSocketPath, host: host,
+                                                         scratchBase: PrivateScratch.base(stateDirectory: current.stateDirectory.path)),
+                                          scopes: settings.commands, place: settings.place)
+                group.addTask { await Self.answerCommands(bridge, door) }
+            }
+            if let sightings {
+                group.addTask {
+                    do {
+                        for try await sighting in sightings {
+                            guard let payload = try? FieldHALAPI.encoder.encode(MQTTTagEvent(sighting)) else { continue }
+                            bridge.tag(Array(payload))
+                        }
+                    } catch {}
+                }
+            }
             group.addTask {
                 do {
                     for try await status in changes {
@@ -64,5 +85,46 @@ extension Daemon {
             await group.next()
             group.cancelAll()
         }
+    }
+
+    /// Commands answered as they come, at most `concurrent` at once: a command that waits
+    /// for a tag does not hold a status behind it, and a flood waits in the bridge's bounded
+    /// queue rather than in tasks here.
+    static func answerCommands(_ bridge: FleetBridge, _ door: APIMessageDoor, concurrent: Int = 4) async {
+        await withTaskGroup(of: Void.self) { group in
+            var running = 0
+            for await payload in bridge.commands {
+                if running == concurrent {
+                    await group.next()
+                    running -= 1
+                }
+                running += 1
+                group.addTask {
+                    switch MQTTCommand.parse(payload) {
+                    case .failure(let refusal):
+                        bridge.answer(refusal.payload)
+                    case .success(let command):
+                        let answer = await door.answer(method: command.method, target: command.path, body: command.body)
+                        bridge.answer(MQTTAnswer(id: command.id, status: answer.status, body: answer.body).payload)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `<prefix>/events/tag` (docs/fleet.md): a tag a client read, or one found or lost while
+/// clients follow tag events, as the API describes a tag.
+struct MQTTTagEvent: Encodable {
+    var event: String
+    var device: String
+    var tag: APITag
+    var at: Date
+
+    init(_ sighting: TagSighting, at: Date = Date()) {
+        event = sighting.event.rawValue
+        device = sighting.device
+        tag = APITag(sighting.tag)
+        self.at = at
     }
 }

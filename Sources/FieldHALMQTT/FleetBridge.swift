@@ -31,6 +31,15 @@ public final class FleetBridge: Sendable {
     private let published = Mutex(Figures())
     private let lastFix = Mutex([String: Date]())
     private let exited = AsyncStream.makeStream(of: Void.self)
+    private let commandInput: AsyncStream<[UInt8]>.Continuation
+
+    /// The payloads that arrive on `<prefix>/command` (only with `[mqtt] commands`), for one
+    /// reader to answer (`answer`). At most `commandBacklog` wait: past it a command is
+    /// dropped, counted and said, so a flood on the topic costs the kit a bounded queue.
+    public let commands: AsyncStream<[UInt8]>
+    public static let commandBacklog = 16
+    /// A command longer than this is dropped unread (a request's body is at most 64 KiB).
+    public static let commandLimit = 70 * 1024
 
     struct Inbox {
         var messages: [Outgoing] = []
@@ -56,6 +65,10 @@ public final class FleetBridge: Sendable {
         public var dropped = 0
         /// Events the broker acknowledged.
         public var delivered = 0
+        /// Commands taken from `<prefix>/command`, and those dropped (too long, or too many
+        /// waiting).
+        public var commands = 0
+        public var commandsDropped = 0
     }
 
     public var figures: Figures { published.withLock { $0 } }
@@ -69,7 +82,12 @@ public final class FleetBridge: Sendable {
         self.logger = logger
         wakeup = try WakeupEvent()
         password = try settings.passwordFile.map { try Self.readPassword($0) }
+        (commands, commandInput) = AsyncStream.makeStream(of: [UInt8].self, bufferingPolicy: .bufferingOldest(Self.commandBacklog))
     }
+
+    /// Where commands arrive, and where their answers go.
+    public var commandTopic: String { "\(settings.topicPrefix)/command" }
+    public var answerTopic: String { "\(settings.topicPrefix)/answers" }
 
     // MARK: What is published
 
@@ -119,6 +137,18 @@ public final class FleetBridge: Sendable {
         }
         guard due, let json = try? fix.apiJSON(device: device) else { return }
         hand([.event(topic: "\(settings.topicPrefix)/location/\(MQTTSettings.segment(device))", payload: Array(json.utf8))])
+    }
+
+    /// A command's answer, queued like an event (an answer to a long read outlives a
+    /// broker's restart).
+    public func answer(_ payload: [UInt8]) {
+        hand([.event(topic: answerTopic, payload: payload)])
+    }
+
+    /// A tag an API client read or saw come and go (`tags = true`), as its event's JSON.
+    public func tag(_ payload: [UInt8]) {
+        guard settings.tags else { return }
+        hand([.event(topic: "\(settings.topicPrefix)/events/tag", payload: payload)])
     }
 
     private func hand(_ messages: [Outgoing]) {
@@ -234,10 +264,17 @@ public final class FleetBridge: Sendable {
             mosquitto_publish_callback_set(handle) { _, context, mid in
                 Link.of(context).acknowledged(mid)
             }
+            mosquitto_message_callback_set(handle) { _, context, message in
+                guard let message else { return }
+                Link.of(context).received(message.pointee)
+            }
             publishFigures()
         }
 
-        deinit { mosquitto_destroy(mosquitto) }
+        deinit {
+            mosquitto_destroy(mosquitto)
+            bridge.commandInput.finish()
+        }
 
         static let initialiseLibrary: Void = { _ = mosquitto_lib_init() }()
 
@@ -360,6 +397,12 @@ public final class FleetBridge: Sendable {
             lastProblem = nil
             bridge.logger.info("mqtt: connected to \(bridge.settings.place) as \(bridge.settings.clientID)\(spool.count > 0 ? "; \(spool.count) messages kept on disk go first" : "")")
             bridge.published.withLock { $0.connections += 1 }
+            // Commands at QoS 0: the broker keeps none for a kit that is away, so a command
+            // is never carried out long after it was sent.
+            if !bridge.settings.commands.isEmpty {
+                let code = mosquitto_subscribe(mosquitto, nil, bridge.commandTopic, 0)
+                if code != MOSQ_ERR_SUCCESS.rawValue { bridge.logger.error("mqtt: could not take commands on \(bridge.commandTopic): \(Self.describe(code))") }
+            }
             // The birth, then every retained state as it is now, then the queue.
             _ = mosquitto_publish(mosquitto, nil, "\(bridge.settings.topicPrefix)/status", 6, "online", 1, true)
             for topic in retainedOrder { publishRetained(topic) }
@@ -383,6 +426,42 @@ public final class FleetBridge: Sendable {
             handQueued()
             publishFigures()
         }
+
+        /// A message from the broker: a command when it is on the command topic, else
+        /// ignored (the kit subscribed to nothing else; a broker may send anything).
+        private func received(_ message: mosquitto_message) {
+            guard !bridge.settings.commands.isEmpty, let topic = message.topic, String(cString: topic) == bridge.commandTopic else {
+                said("mqtt: the broker sent a message on a topic the kit did not subscribe to; ignored")
+                return
+            }
+            let length = Int(max(0, message.payloadlen))
+            guard length <= FleetBridge.commandLimit else {
+                bridge.published.withLock { $0.commandsDropped += 1 }
+                said("mqtt: a command of \(length) bytes was dropped unread (at most \(FleetBridge.commandLimit / 1024) KiB)")
+                return
+            }
+            let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+            switch bridge.commandInput.yield(payload) {
+            case .enqueued(let remaining):
+                bridge.published.withLock { $0.commands += 1 }
+                // The queue was empty: a flood that ended is said again if one comes back.
+                if remaining == FleetBridge.commandBacklog - 1 { saidProblems.remove(Self.flood) }
+            case .dropped:
+                bridge.published.withLock { $0.commandsDropped += 1 }
+                said(Self.flood)
+            case .terminated: break
+            @unknown default: break
+            }
+        }
+
+        static let flood = "mqtt: commands arrive faster than the kit answers them; past \(FleetBridge.commandBacklog) waiting, each is dropped (fieldhal_mqtt_commands_dropped_total)"
+
+        /// Says `problem` once, not once per message: a flood costs one journal line.
+        private func said(_ problem: String) {
+            guard saidProblems.insert(problem).inserted else { return }
+            bridge.logger.warning("\(problem)")
+        }
+        private var saidProblems: Set<String> = []
 
         private func take(_ message: Outgoing) {
             switch message {

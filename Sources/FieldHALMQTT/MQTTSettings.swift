@@ -34,6 +34,11 @@ public struct MQTTSettings: Sendable, Equatable {
     /// short by default, so a broker that comes back gets the backlog at once (issue 46:
     /// within 2 s); a reconnection is one TCP handshake, cheap for a broker's few kits.
     public var reconnectLimit: Duration
+    /// What commands on `<prefix>/command` may do, as a grant's scopes; empty: the kit
+    /// subscribes to nothing (the default).
+    public var commands: Set<APIScope> = []
+    /// Publish the tags API clients read and see come and go (`<prefix>/events/tag`).
+    public var tags = false
 
     public static let specs: [ParameterSpec] = [
         ParameterSpec("broker", .string, required: true,
@@ -55,6 +60,10 @@ public struct MQTTSettings: Sendable, Equatable {
         ParameterSpec("key_file", .string, help: "mqtts: the client certificate's key (PEM)"),
         ParameterSpec("username", .string, help: "the user name the broker knows the kit by"),
         ParameterSpec("password_file", .string, help: "a file (mode 0600) holding the password, with username"),
+        ParameterSpec("commands", .strings,
+                      help: "take API requests on <prefix>/command with these scopes, as a grant's (default none: the kit subscribes to nothing): "
+                      + APIScope.allCases.map(\.rawValue).joined(separator: ", ")),
+        ParameterSpec("tags", .boolean, help: "publish the tags API clients read, and those their tag events see come and go (default false)"),
     ]
 
     /// The `[mqtt]` section, or nil when there is none.
@@ -104,11 +113,19 @@ public struct MQTTSettings: Sendable, Equatable {
         queueLimit = settings.integer("queue_limit") ?? 10_000
         keepAlive = settings.integer("keepalive_s") ?? 30
         reconnectLimit = .seconds(settings.integer("reconnect_max_s") ?? 2)
+        for name in settings.strings("commands") ?? [] {
+            guard let scope = APIScope(rawValue: name) else {
+                throw refuse("commands", "\"\(TerminalText.escaped(name))\" is not a scope; the scopes: " + APIScope.allCases.map(\.rawValue).joined(separator: ", "))
+            }
+            commands.insert(scope)
+        }
+        tags = settings.boolean("tags") ?? false
     }
 
     /// A broker on loopback, for the tests and for a local mosquitto.
     public init(host: String = "127.0.0.1", port: Int, clientID: String, topicPrefix: String? = nil, discoveryPrefix: String? = "homeassistant",
-                fixInterval: Duration? = .zero, queueLimit: Int = 10_000, keepAlive: Int = 30, reconnectLimit: Duration = .seconds(1)) {
+                fixInterval: Duration? = .zero, queueLimit: Int = 10_000, keepAlive: Int = 30, reconnectLimit: Duration = .seconds(1),
+                commands: Set<APIScope> = [], tags: Bool = false) {
         self.host = host
         self.port = port
         usesTLS = false
@@ -119,6 +136,8 @@ public struct MQTTSettings: Sendable, Equatable {
         self.queueLimit = queueLimit
         self.keepAlive = keepAlive
         self.reconnectLimit = reconnectLimit
+        self.commands = commands
+        self.tags = tags
     }
 
     /// Where the broker is, for log lines.

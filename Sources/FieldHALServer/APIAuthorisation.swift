@@ -20,6 +20,9 @@ public struct APIAuthorisation: Sendable {
             case group(UInt32, name: String)
             /// A web door's token (`WebTokenBook`): its id and the origin it is bound to.
             case token(id: String, origin: String)
+            /// Commands on the MQTT broker's command topic (`[mqtt] commands`): whoever the
+            /// broker lets publish there, as `place` names the broker.
+            case broker(place: String)
         }
 
         public var who: Who
@@ -143,7 +146,7 @@ public struct APIAuthorisation: Sendable {
                 switch grant.who {
                 case .user(let uid, _): uid == peer.uid
                 case .group(let gid, _): peer.isMember(of: gid)
-                case .token: false
+                case .token, .broker: false
                 }
             }
         }
@@ -157,7 +160,7 @@ public struct APIAuthorisation: Sendable {
             let (who, grantee) = Self.named(caller)
             return APIProblem(
                 kind: APIProblem.forbidden, subject: what, detail: "\(who) may use \(scope.rawValue) on other devices, not \(device)",
-                advice: caller.isWeb ? Self.tokenAdvice(caller, scope, device: device)
+                advice: caller.isWeb ? tokenAdvice(caller, scope, device: device)
                     : "grant it: { \(grantee), allow = [\"\(scope.rawValue)\"], devices = [\"\(device)\"] } in [api] grants of \(configurationFile), then reload the daemon",
                 status: 403)
         }
@@ -165,7 +168,7 @@ public struct APIAuthorisation: Sendable {
         let (who, grantee) = Self.named(caller)
         return APIProblem(
             kind: APIProblem.forbidden, subject: what, detail: "\(who) may not use \(scope.rawValue)",
-            advice: caller.isWeb ? Self.tokenAdvice(caller, scope, device: nil)
+            advice: caller.isWeb ? tokenAdvice(caller, scope, device: nil)
                 : "add the user to group \(controlGroupName) for everything, or grant only this: "
                 + "{ \(grantee), allow = [\"\(scope.rawValue)\"] } in [api] grants of \(configurationFile), then reload the daemon",
             status: 403)
@@ -207,8 +210,11 @@ public struct APIAuthorisation: Sendable {
     private static func named(_ caller: Caller) -> (who: String, grantee: String) {
         switch caller {
         case .web(let grant):
-            guard case .token(let id, let origin) = grant.who else { return ("a web token", "") }
-            return ("token \(id) of \(origin)", "")
+            switch grant.who {
+            case .token(let id, let origin): return ("token \(id) of \(origin)", "")
+            case .broker(let place): return ("a command from MQTT broker \(place)", "")
+            case .user, .group: return ("a web token", "")
+            }
         case .peer(let peer):
             let name = peer.userName
             return (name.map { "user \($0) (uid \(peer.uid))" } ?? "uid \(peer.uid)",
@@ -216,8 +222,12 @@ public struct APIAuthorisation: Sendable {
         }
     }
 
-    /// How a page gets a scope: a token is never widened; a new one is issued.
-    private static func tokenAdvice(_ caller: Caller, _ scope: APIScope, device: DeviceKey?) -> String {
+    /// How a page gets a scope: a token is never widened; a new one is issued. The broker's
+    /// commands get theirs from `[mqtt] commands`.
+    private func tokenAdvice(_ caller: Caller, _ scope: APIScope, device: DeviceKey?) -> String {
+        if case .web(let grant) = caller, case .broker = grant.who {
+            return "allow it on the command topic: add \"\(scope.rawValue)\" to [mqtt] commands in \(configurationFile), then restart the daemon"
+        }
         guard case .web(let grant) = caller, case .token(_, let origin) = grant.who else { return "" }
         let scopes = (grant.scopes.map(\.rawValue) + [scope.rawValue]).sorted()
         let devices = device.map { " --device \($0)" } ?? ""

@@ -101,6 +101,19 @@ public final class APIHost: Sendable {
     /// The receivers other than the default one, by device name, each one watch shared by
     /// every client like the default's; made when a client first follows one.
     private let namedLocations = Mutex<[String: SharedLocation]>([:])
+    /// Tags API clients read, and tags found and lost while clients follow tag events: what
+    /// the MQTT bridge publishes with `[mqtt] tags` (never the kit's own reads).
+    private let tagSightings: Broadcaster<TagSighting>
+
+    /// The tags clients read or see come and go from now on.
+    public func sightings() -> AsyncThrowingStream<TagSighting, any Error> { tagSightings.subscribe() }
+
+    /// A tag a client read: counted, and told to the sightings' followers.
+    func sighted(read tag: NFCTag, device: String) {
+        metrics.tagRead(device: device)
+        tagSightings.yield(TagSighting(event: .read, device: device, tag: tag))
+    }
+
     /// Tags found and lost on the readers other than the default one, by device name.
     private let namedTags = Mutex<[String: TagPresence]>([:])
     /// The NFC chip, shared by turns; its devices are replaced on reload.
@@ -112,7 +125,11 @@ public final class APIHost: Sendable {
         self.state = Mutex(state)
         sharedLocation = SharedLocation(try? kit.location())
         nfc = NFCTurns(reader: try? kit.nfcReader(), emulator: try? kit.nfcEmulator())
-        tags = TagPresence(nfc)
+        let sightings = Broadcaster<TagSighting>(bufferLimit: 64), defaultReader = LockedValue<@Sendable () -> String>({ KitConfiguration.defaultDeviceName })
+        tagSightings = sightings
+        // The default watch follows whichever reader is the default: named as it is now.
+        tags = TagPresence(nfc) { change in sightings.yield(TagSighting(change, device: defaultReader.value())) }
+        defaultReader.withLock { $0 = { [weak self] in self?.status(of: .nfcReader)?.name ?? KitConfiguration.defaultDeviceName } }
         followHealth(of: kit, nil)
     }
 
@@ -403,7 +420,7 @@ public final class APIHost: Sendable {
         }
         return (key.name, namedTags.withLock { watches in
             if let watch = watches[key.name] { return watch }
-            let watch = TagPresence(chip)
+            let watch = TagPresence(chip) { [tagSightings, name = key.name] change in tagSightings.yield(TagSighting(change, device: name)) }
             watches[key.name] = watch
             return watch
         })
@@ -515,11 +532,13 @@ public final class APIHost: Sendable {
             var use = said()
             answer(&use, value)
             deviceUses.yield(use)
+            metrics.used(use)
             return value
         } catch {
             var use = said()
             use.failure = error as? FieldHALError ?? FieldHALError(.io, subject: "\(request.capability) \(device)", detail: "\(error)")
             deviceUses.yield(use)
+            metrics.used(use)
             throw error
         }
     }
@@ -570,5 +589,29 @@ public final class APIHost: Sendable {
         capabilityChanges.finish()
         flowChanges.finish()
         deviceUses.finish()
+    }
+}
+
+/// A tag a client read, or one found or lost while clients follow tag events.
+public struct TagSighting: Sendable, Equatable {
+    public enum Event: String, Sendable {
+        case read, found, lost
+    }
+
+    public var event: Event
+    public var device: String
+    public var tag: NFCTag
+
+    public init(event: Event, device: String, tag: NFCTag) {
+        self.event = event
+        self.device = device
+        self.tag = tag
+    }
+
+    init(_ change: TagPresence.Change, device: String) {
+        switch change {
+        case .found(let tag): self.init(event: .found, device: device, tag: tag)
+        case .lost(let tag): self.init(event: .lost, device: device, tag: tag)
+        }
     }
 }

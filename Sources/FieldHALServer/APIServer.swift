@@ -197,10 +197,11 @@ public struct APIServer: Sendable {
 
     /// The routes, the same on both doors; through the web door, each request passes the
     /// door's checks first (`WebDoorMiddleware`: Host, Origin, token, preflight).
-    func makeRouter(webDoor: WebDoorSettings? = nil) -> Router<APIRequestContext> {
+    /// `door` names the door in the request counts (`socket`, `web`, `mqtt`).
+    func makeRouter(webDoor: WebDoorSettings? = nil, door: String? = nil) -> Router<APIRequestContext> {
         let router = Router(context: APIRequestContext.self)
         // Outermost, so that every answer is counted, the web door's refusals included.
-        router.middlewares.add(RequestCounter(door: webDoor == nil ? "socket" : "web", host: host))
+        router.middlewares.add(RequestCounter(door: door ?? (webDoor == nil ? "socket" : "web"), host: host))
         if let webDoor { router.middlewares.add(WebDoorMiddleware(settings: webDoor, host: host)) }
         router.middlewares.add(APIErrorMiddleware())
         // `APIErrorMiddleware.routes` knows each route's method, to answer another with 405.

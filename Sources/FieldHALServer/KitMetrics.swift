@@ -65,6 +65,42 @@ public final class KitMetrics: Sendable {
         counter.increment()
     }
 
+    /// Counters made as their labels first appear, by family and labels.
+    private let labelled = LockedValue<[String: Counter]>([:])
+
+    private func count(_ subsystem: String, _ name: String, help: String, _ labels: [(String, String)], by amount: Int = 1) {
+        let key = ([subsystem, name] + labels.map { "\($0.0)=\($0.1)" }).joined(separator: " ")
+        let counter = labelled.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = registry.makeCounter(
+                descriptor: MetricNameDescriptor(namespace: "fieldhal", subsystem: subsystem, metricName: name, unitName: "total", helpText: help),
+                labels: labels)
+            counters[key] = counter
+            return counter
+        }
+        counter.increment(by: Int64(amount))
+    }
+
+    /// A tag a client read through the API (`POST /v1/nfc/read`).
+    func tagRead(device: String) {
+        count("nfc", "tags_read", help: "tags API clients read, by reader", [("device", device)])
+    }
+
+    /// A client's read that found no tag or failed, by the error's kind (`timeout`, `busy`…).
+    func readFailed(device: String, kind: String) {
+        count("nfc", "reads_failed", help: "API clients' tag reads that failed, by reader and the error's kind", [("device", device), ("kind", kind)])
+    }
+
+    /// A device used for an API client (`DeviceUse`): recordings, photos, feedback, writes.
+    func used(_ use: DeviceUse) {
+        count("api", "device_uses", help: "devices used for API clients, by request, device and outcome (ok or the error's kind)",
+              [("request", use.request.rawValue), ("device", use.device), ("outcome", use.failure?.kind.rawValue ?? "ok")])
+        if let video = use.video, video.droppedFrames > 0 {
+            count("camera", "frames_dropped", help: "frames the camera dropped in recordings API clients asked for, by camera",
+                  [("device", use.device)], by: video.droppedFrames)
+        }
+    }
+
     /// A figure another part of the daemon keeps and the scrape reads (the MQTT bridge's).
     public struct Reading: Sendable {
         public var name: String

@@ -18,8 +18,15 @@ extension APIServer {
             let chip = try host.nfc(named: named)
             try host.checkGrant(.nfcReader, named: named, scope: .nfcRead, caller, doing: "POST /v1/nfc/read")
             let label = "a tag read (\(caller.label))"
-            let tag = try await Self.whileConnected(context.channel) { try await chip.readTag(timeout: timeout, for: label) }
-            return try Self.json(APITag(tag))
+            let device = (try? host.device(.nfcReader, named: named))?.name ?? named ?? KitConfiguration.defaultDeviceName
+            do {
+                let tag = try await Self.whileConnected(context.channel) { try await chip.readTag(timeout: timeout, for: label) }
+                host.sighted(read: tag, device: device)
+                return try Self.json(APITag(tag))
+            } catch {
+                host.metrics.readFailed(device: device, kind: (error as? FieldHALError)?.kind.rawValue ?? (error is CancellationError ? "cancelled" : "io"))
+                throw error
+            }
         }
         nfc.post("write") { request, context in
             let caller = try await context.caller(host)
@@ -70,7 +77,11 @@ extension Caller {
         switch self {
         case .peer(let peer): "uid \(peer.uid)" + (peer.userName.map { " \($0)" } ?? "") + ", pid \(peer.pid)"
         case .web(let grant):
-            if case .token(let id, _) = grant.who { "web token \(id)" } else { "a web page" }
+            switch grant.who {
+            case .token(let id, _): "web token \(id)"
+            case .broker: "a command from the MQTT broker"
+            case .user, .group: "a web page"
+            }
         }
     }
 }

@@ -33,13 +33,17 @@ public final class TagPresence: Sendable {
     private let turns: NFCTurns
     private let period: Duration
     private let window: Duration
+    /// Told of every change as followers are (the API host's sightings, for the MQTT bridge).
+    private let told: (@Sendable (Change) -> Void)?
 
     /// One look of at most `window` every `period`: with the defaults a tag is seen within
     /// about a second of arriving, and an offered tag keeps three quarters of the chip's time.
-    public init(_ turns: NFCTurns, period: Duration = .seconds(1), window: Duration = .milliseconds(250)) {
+    public init(_ turns: NFCTurns, period: Duration = .seconds(1), window: Duration = .milliseconds(250),
+                told: (@Sendable (Change) -> Void)? = nil) {
         self.turns = turns
         self.period = period
         self.window = window
+        self.told = told
     }
 
     /// The tag present now (if the watch is running and has seen one) and the changes from
@@ -111,8 +115,14 @@ public final class TagPresence: Sendable {
                 return
             }
             state.present = seen
-            if let before { changes.yield(.lost(before)) }
-            if let seen { changes.yield(.found(seen)) }
+            if let before {
+                changes.yield(.lost(before))
+                told?(.lost(before))
+            }
+            if let seen {
+                changes.yield(.found(seen))
+                told?(.found(seen))
+            }
         }
     }
 

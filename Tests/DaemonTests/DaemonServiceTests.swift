@@ -25,7 +25,8 @@ struct DaemonServiceTests {
         var client: FieldHALClient { FieldHALClient(socketPath: state + "/api.sock") }
 
         /// `configuration`: a kit's TOML, or nil for the built-in fake kit.
-        static func start(clock: any KitClock = SystemKitClock(), configuration: String? = nil) async throws -> Running {
+        /// `log`: where the daemon's lines from warnings up go (nowhere by default).
+        static func start(clock: any KitClock = SystemKitClock(), configuration: String? = nil, log: CapturedLines? = nil) async throws -> Running {
             let state = NSTemporaryDirectory() + "fieldhal-daemon-\(UUID().uuidString)"
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             var config = "fake"
@@ -34,7 +35,7 @@ struct DaemonServiceTests {
                 try configuration.write(toFile: config, atomically: true, encoding: .utf8)
             }
             let options = try GlobalOptions.parse(["--config", config, "--state-dir", state])
-            var logger = Logger(label: "fieldhal.test")
+            var logger = log?.logger(label: "fieldhal.test", level: .warning) ?? Logger(label: "fieldhal.test")
             logger.logLevel = .warning
             let daemon = try Daemon(options: options, logger: logger, uploadInterval: .seconds(1), verifyInterval: .seconds(5),
                                     clock: clock)

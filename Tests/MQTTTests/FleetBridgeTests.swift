@@ -324,6 +324,32 @@ struct FleetBridgeTests {
         #expect(throws: ConfigError.self) { try parse(["broker": .string("mqtt://127.0.0.1"), "password_file": .string("/etc/pw")]) }
         let quiet = try #require(try parse(["broker": .string("mqtt://[::1]:1884"), "fixes": .boolean(false), "discovery_prefix": .string("")]))
         #expect(quiet.host == "::1" && quiet.port == 1884 && quiet.fixInterval == nil && quiet.discoveryPrefix == nil)
+        #expect(local.commands.isEmpty && !local.tags, "no commands and no tags unless asked for")
+        let commanded = try #require(try parse(["broker": .string("mqtt://127.0.0.1"), "commands": .array([.string("status"), .string("nfc.read")]),
+                                                "tags": .boolean(true)]))
+        #expect(commanded.commands == [.status, .nfcRead] && commanded.tags)
+        let unknown = #expect(throws: ConfigError.self) { try parse(["broker": .string("mqtt://127.0.0.1"), "commands": .array([.string("everything")])]) }
+        #expect(unknown?.key == "mqtt.commands" && unknown?.message.contains("nfc.read") == true, "\(String(describing: unknown))")
+    }
+
+    @Test func aCommandIsAJSONObjectOfKnownFieldsAndItsAnswerCarriesItsID() throws {
+        let parsed = MQTTCommand.parse(Array(#"{"id": "7", "method": "POST", "path": "/v1/haptics/play", "body": {"pattern": "confirm"}}"#.utf8))
+        let command = try parsed.get()
+        #expect(command.id == "7" && command.method == "POST" && command.path == "/v1/haptics/play")
+        #expect(String(decoding: command.body, as: UTF8.self) == #"{"pattern":"confirm"}"#)
+        for (payload, says) in [("[1, 2]", "not a JSON object"), (#"{"id": 7, "method": "GET", "path": "/v1/status"}"#, "\"id\""),
+                                (#"{"id": "8", "path": "/v1/status"}"#, "\"method\""), (#"{"id": "9", "method": "GET", "path": "v1 status"}"#, "\"path\""),
+                                (#"{"id": "10", "method": "GET", "path": "/v1/status", "body": [1]}"#, "\"body\"")] {
+            guard case .failure(let answer) = MQTTCommand.parse(Array(payload.utf8)) else {
+                Issue.record("\(payload) was taken")
+                continue
+            }
+            let text = String(decoding: answer.payload, as: UTF8.self)
+            #expect(answer.status == 400 && text.contains(says.replacingOccurrences(of: "\"", with: "\\\"")), "\(payload): \(text)")
+            #expect(try JSONSerialization.jsonObject(with: Data(answer.payload)) is [String: Any], "\(text)")
+        }
+        let answer = MQTTAnswer(id: "q\"uote", status: 200, body: Array(#"{"ok":true}"#.utf8))
+        #expect(String(decoding: answer.payload, as: UTF8.self) == #"{"id":"q\"uote","status":200,"body":{"ok":true}}"#)
     }
 
     @Test func aQueueThatIsALinkOrOthersToEnterIsRefused() throws {

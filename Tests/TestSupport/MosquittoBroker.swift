@@ -122,3 +122,20 @@ public final class MQTTSubscriber: @unchecked Sendable {
     /// SIGKILL: its session stays with the broker (spawned by Foundation, it may not hear SIGTERM).
     public func stop() async { _ = await peer.stop(SIGKILL) }
 }
+
+/// `mosquitto_pub`, a real MQTT client: publishes each of `messages` on `topic` (one line
+/// each, `-l`), at QoS 0 as fast as the broker takes them, and returns when it has.
+public func publishMQTT(port: Int, topic: String, _ messages: [String]) async throws {
+    try await offPool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_pub")
+        process.arguments = ["-h", "127.0.0.1", "-p", "\(port)", "-t", topic, "-l"]
+        let input = Pipe()
+        process.standardInput = input
+        try process.run()
+        input.fileHandleForWriting.write(Data(messages.map { $0 + "\n" }.joined().utf8))
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw GPSFakeError("mosquitto_pub exited with status \(process.terminationStatus)") }
+    }
+}
