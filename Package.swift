@@ -229,8 +229,6 @@ let package = Package(
             dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALHotplug", "EventLoopExecutor", .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
-                           // A command from the MQTT broker has no connection: an embedded channel stands for one.
-                           .product(name: "NIOEmbedded", package: "swift-nio"),
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
                            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                            .product(name: "Logging", package: "swift-log"), .product(name: "Prometheus", package: "swift-prometheus")],

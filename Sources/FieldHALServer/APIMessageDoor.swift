@@ -5,7 +5,6 @@ import Hummingbird
 import HTTPTypes
 import Logging
 import NIOCore
-import NIOEmbedded
 
 /// API requests that arrive as messages rather than on a connection: the MQTT bridge's
 /// command topic (`[mqtt] commands`, docs/fleet.md). Each is answered by the same routes as
@@ -62,12 +61,9 @@ public struct APIMessageDoor: Sendable {
         var head = HTTPRequest(method: allowed, scheme: nil, authority: "mqtt", path: target)
         if !body.isEmpty { head.headerFields[.contentType] = "application/json" }
         let request = Request(head: head, body: RequestBody(buffer: ByteBuffer(bytes: body)))
-        // A channel of no connection: nothing closes it before the answer, so a command's
-        // read or play runs to its own timeout, as a request on a connection kept open does.
-        let channel = EmbeddedChannel()
-        defer { _ = try? channel.finish() }
-        var context = APIRequestContext(source: ApplicationRequestContextSource(channel: channel, logger: Self.quiet))
-        context.webCaller = grant
+        // No connection: no hang-up cancels it, so a command's read or play runs to its own
+        // timeout, as a request on a connection kept open does.
+        let context = APIRequestContext(message: grant, logger: Self.quiet)
         do {
             let response = try await responder.respond(to: request, context: context)
             let collected = Collected()

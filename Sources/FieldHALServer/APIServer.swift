@@ -274,7 +274,7 @@ public struct APIServer: Sendable {
             }
             if case .web(let grant) = caller, case .token(let id, _) = grant.who { sources.token = id }
             let followed = kinds.map(\.rawValue).joined(separator: ",") + "|" + (try Self.deviceNames(query)).joined(separator: ",")
-            return try events(kinds, sources, caller: caller, query: followed, lastEventID: request.headers[.init("Last-Event-ID")!], on: context.channel)
+            return try events(kinds, sources, caller: caller, query: followed, lastEventID: request.headers[.init("Last-Event-ID")!], on: try Self.connection(context))
         }
         addDeviceRoutes(to: v1)
         addNFCRoutes(to: v1)
@@ -288,6 +288,15 @@ public struct APIServer: Sendable {
     }
 
     private func json(_ value: some Encodable) throws -> Response { try Self.json(value) }
+
+    /// The request's connection, for answers that stream on it.
+    static func connection(_ context: APIRequestContext) throws -> any Channel {
+        guard let channel = context.channel else {
+            throw APIProblem(kind: APIProblem.forbidden, subject: "request", detail: "a stream needs a connection; a message has none",
+                             advice: "follow it over the kit's socket or web door", status: 403)
+        }
+        return channel
+    }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
         Response(status: status, headers: [.contentType: "application/json"],
@@ -666,8 +675,11 @@ extension APIHost {
 /// caller; through the web door, the token the door checked (`WebDoorMiddleware`).
 public struct APIRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
-    let channel: any Channel
-    /// Set by the web door once the request's token and origin are checked.
+    /// The connection the request came on; nil for a request that came as a message (the
+    /// MQTT bridge's commands, `APIMessageDoor`), which no hang-up can cancel.
+    let channel: (any Channel)?
+    /// Set by the web door once the request's token and origin are checked, and by the
+    /// message door for its grant.
     var webCaller: APIAuthorisation.Grant?
 
     public init(source: ApplicationRequestContextSource) {
@@ -675,9 +687,21 @@ public struct APIRequestContext: RequestContext {
         channel = source.channel
     }
 
+    /// A request without a connection, from a caller known by `grant`.
+    init(message grant: APIAuthorisation.Grant, logger: Logger) {
+        coreContext = .init(source: MessageSource(logger: logger))
+        channel = nil
+        webCaller = grant
+    }
+
+    private struct MessageSource: RequestContextSource {
+        let logger: Logger
+    }
+
     func caller(_ host: APIHost) async throws -> Caller {
         if let webCaller { return .web(webCaller) }
         do {
+            guard let channel else { throw FieldHALError(.notConfigured, subject: "caller", detail: "the request has no connection") }
             return .peer(try await PeerCredentials.of(channel))
         } catch {
             throw APIProblem(kind: APIProblem.forbidden, subject: "caller", detail: "the kernel did not say who is calling (\(error))",

@@ -63,9 +63,9 @@ extension APIServer {
 
     /// Runs `body` until it ends or the client's connection closes, whichever is first: a
     /// client that hangs up mid-wait cancels its request (Hummingbird would let it run on).
-    static func whileConnected<T: Sendable>(_ channel: any Channel, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    static func whileConnected<T: Sendable>(_ channel: (any Channel)?, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
         let work = Task { try await body() }
-        channel.closeFuture.whenComplete { _ in work.cancel() }
+        channel?.closeFuture.whenComplete { _ in work.cancel() }
         return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
     }
 }
