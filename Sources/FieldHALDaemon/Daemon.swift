@@ -195,6 +195,8 @@ public final class Daemon: Sendable {
             do {
                 let fresh = try environment()
                 let authorisation = try fresh.apiAuthorisation()
+                // A broken [mqtt] refuses the reload, as a broken grant does: the bridge keeps going.
+                _ = try MQTTSettings(settings: fresh.configuration.settings["mqtt"], file: fresh.configuration.file)
                 configuration.withLock { $0 = (fresh, $0.generation + 1) }
                 reloads.yield(0)
                 logger.info("configuration reloaded")

@@ -197,6 +197,41 @@ struct FleetBrokerTests {
         await subscriber.stop()
     }
 
+    /// SIGHUP with a new `[mqtt]` and a receiver more: the bridge starts again with the new
+    /// settings (the old client id says offline) and publishes the new receiver's fixes; a
+    /// broken `[mqtt]` refuses the reload and the bridge goes on.
+    @Test func aReloadThatChangesMQTTStartsTheBridgeAgainAndFollowsANewReceiver() async throws {
+        let broker = try await MosquittoBroker.start()
+        let subscriber = try await MQTTSubscriber.start(port: broker.port, topics: ["fieldhal/rig-6/#", "fieldhal/rig-7/#"])
+        let state = NSTemporaryDirectory() + "fieldhal-daemon-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        func kit(_ id: String, receivers: [String], mqtt: String = "") -> String {
+            receivers.map { "[gps.\($0)]\nplugin = \"fake\"\ninterval_ms = 100\n" }.joined()
+                + "[mqtt]\nbroker = \"mqtt://127.0.0.1:\(broker.port)\"\nclient_id = \"\(id)\"\nfix_interval_s = 0.2\ndiscovery_prefix = \"\"\n\(mqtt)"
+        }
+        let config = state + "/kit.toml"
+        try kit("rig-6", receivers: ["first"]).write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/location/first|0|") != nil, "\(subscriber.lines) \(daemon.output)")
+
+        try kit("rig-7", receivers: ["first", "second"]).write(toFile: config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "mqtt: [mqtt] changed; the bridge starts again with it", timeout: .seconds(20)) != nil, "\(daemon.output)")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/status|0|offline") != nil, "the old client id leaves: \(subscriber.lines.suffix(5))")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-7/status|0|online") != nil, "\(subscriber.lines.suffix(5))")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-7/location/second|0|") != nil, "the receiver the reload added: \(subscriber.lines.suffix(5))")
+
+        try kit("rig-7", receivers: ["first", "second"], mqtt: "commands = [\"everything\"]\n").write(toFile: config, atomically: true, encoding: .utf8)
+        kill(daemon.process.processIdentifier, SIGHUP)
+        #expect(await daemon.waitForLine(containing: "configuration not reloaded, the old one stays", timeout: .seconds(20))?.0.contains("mqtt.commands") == true,
+                "\(daemon.output)")
+        let before = subscriber.lines.filter { $0.contains("fieldhal/rig-7/location/first|") }.count
+        #expect(await subscriber.waitForLines(containing: "fieldhal/rig-7/location/first|", count: before + 3), "the bridge goes on")
+        #expect(await daemon.stop().status == 0, "\(daemon.output)")
+        await subscriber.stop()
+    }
+
     @Test func aKilledKitIsAnnouncedOfflineByItsLastWill() async throws {
         let broker = try await MosquittoBroker.start()
         let subscriber = try await MQTTSubscriber.start(port: broker.port, topics: ["fieldhal/rig-2/status"])
