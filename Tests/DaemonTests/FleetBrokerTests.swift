@@ -113,6 +113,14 @@ struct FleetBrokerTests {
         let metrics = try await MetricsTests.overSocket(kit, "/v1/metrics")
         #expect(metrics.contains("fieldhal_mqtt_commands_total 8") && metrics.contains("fieldhal_mqtt_commands_dropped_total 0"), "\(metrics)")
         #expect(metrics.contains("fieldhal_api_requests_total{door=\"mqtt\",route=\"/v1/status\",status=\"200\"} 1"), "\(metrics)")
+
+        // A command longer than any request: dropped unread and counted; the next is answered.
+        let long = #"{"id": "long", "method": "GET", "path": "/v1/status", "body": {"pad": ""# + String(repeating: "x", count: 80 * 1024) + #""}}"#
+        try await publishMQTT(port: broker.port, topic: "fieldhal/rig-3/command", [long], whole: true)
+        try await publishMQTT(port: broker.port, topic: "fieldhal/rig-3/command", [#"{"id": "after", "method": "GET", "path": "/v1/health"}"#])
+        #expect(try await Self.answer(subscriber, "after", topic: topic).status == 200)
+        #expect(!subscriber.lines.contains { $0.contains("{\"id\":\"long\"") }, "the long one is not answered")
+        #expect(try await MetricsTests.overSocket(kit, "/v1/metrics").contains("fieldhal_mqtt_commands_dropped_total 1"))
         await subscriber.stop()
     }
 

@@ -125,15 +125,16 @@ public final class MQTTSubscriber: @unchecked Sendable {
 
 /// `mosquitto_pub`, a real MQTT client: publishes each of `messages` on `topic` (one line
 /// each, `-l`), at QoS 0 as fast as the broker takes them, and returns when it has.
-public func publishMQTT(port: Int, topic: String, _ messages: [String]) async throws {
+/// `whole`: the one message as it is, newlines and all (`-s`).
+public func publishMQTT(port: Int, topic: String, _ messages: [String], whole: Bool = false) async throws {
     try await offPool {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_pub")
-        process.arguments = ["-h", "127.0.0.1", "-p", "\(port)", "-t", topic, "-l"]
+        process.arguments = ["-h", "127.0.0.1", "-p", "\(port)", "-t", topic, whole ? "-s" : "-l"]
         let input = Pipe()
         process.standardInput = input
         try process.run()
-        input.fileHandleForWriting.write(Data(messages.map { $0 + "\n" }.joined().utf8))
+        input.fileHandleForWriting.write(Data((whole ? messages.joined() : messages.map { $0 + "\n" }.joined()).utf8))
         try input.fileHandleForWriting.close()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw GPSFakeError("mosquitto_pub exited with status \(process.terminationStatus)") }
