@@ -78,18 +78,25 @@ let package = Package(
         // The daemon: graceful shutdown on signals, and logging (both already built for Hummingbird).
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // The system module's seam (errno as a type; already built for SwiftNIO).
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
     ],
     targets: [
-        // The core: protocols, values, errors, configuration, registry, NDEF, state files.
+        // The core: protocols, values, errors, configuration, registry, NDEF.
         .target(
             name: "FieldHAL",
             dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: strictSwift
         ),
+        // The Linux plumbing under the backends and the daemon: device threads and their
+        // wake-ups, state and scratch directories, atomic files, and the one seam for system
+        // calls (EINTR, errno as a typed error) on swift-system.
+        .target(name: "FieldHALSystem", dependencies: ["FieldHAL", .product(name: "SystemPackage", package: "swift-system")],
+                swiftSettings: strictSwift),
         // Recordings' containers: the WAV and Motion-JPEG AVI writers, JPEG's sizes and tables.
-        .target(name: "FieldHALMedia", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .target(name: "FieldHALMedia", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: strictSwift),
         // Child processes: tools run to their end, plugin processes, a detached run.
-        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "CSpawn"], swiftSettings: strictSwift),
+        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "FieldHALSystem", "CSpawn"], swiftSettings: strictSwift),
         // posix_spawn's closefrom and pidfd_open, for FieldHALProcess (part of libc).
         .systemLibrary(name: "CSpawn"),
         // Secrets at rest, over libsodium (a hard dependency: no trait).
@@ -97,10 +104,10 @@ let package = Package(
         // The vault, and every cipher and hash the product uses (the flows hold none).
         // OpenSSL's libcrypto, for the evidence's SHA-256 only (the CPU's SHA extensions).
         .systemLibrary(name: "CLibcrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALProcess", "CSodium", "CLibcrypto"],
+        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALProcess", "CSodium", "CLibcrypto"],
                 swiftSettings: strictSwift),
         // The kit's lock: PIN (argon2id), duress PIN, lockouts, relock, audit log.
-        .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),
+        .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),
 
         // C libraries of the real backends, each built only when its trait is on.
         .systemLibrary(name: "CNFC", pkgConfig: "libnfc", providers: [.apt(["libnfc-dev"])]),
@@ -113,55 +120,56 @@ let package = Package(
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         // libsystemd's sd-bus: logind's shutdown inhibitor while evidence may be in the making.
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
-        .target(name: "FieldHALLogind", dependencies: ["FieldHAL", "CSystemd", .product(name: "Logging", package: "swift-log")],
+        .target(name: "FieldHALLogind", dependencies: ["FieldHAL", "FieldHALSystem", "CSystemd", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // The kit on a fleet's MQTT broker: devices, health and fixes, queued on disk.
-        .target(name: "FieldHALMQTT", dependencies: ["FieldHAL", "FieldHALAPI", "CMosquitto", .product(name: "Logging", package: "swift-log")],
+        .target(name: "FieldHALMQTT", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "CMosquitto", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // Devices as they come and go (libudev's monitor), for the daemon.
-        .target(name: "FieldHALHotplug", dependencies: ["FieldHAL", .target(name: "CUdev", condition: .when(traits: ["Hotplug"]))],
+        .target(name: "FieldHALHotplug", dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CUdev", condition: .when(traits: ["Hotplug"]))],
                 swiftSettings: strictSwift),
         // External plugins (issue 21): their manifests, the plugin directories, the plugin
         // protocol's host side.
         // Sealed memfds, for bulk bytes beside the plugin protocol's messages (part of libc).
         .systemLibrary(name: "CMemfd"),
         .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "CMemfd"], swiftSettings: strictSwift),
-        .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
-        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALMedia", "FieldHALProcess", "FieldHALPluginProtocol",
+        .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", "FieldHALProcess", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
         // glibc's mallopt, for the daemon's heap policy (no library: part of libc).
         .systemLibrary(name: "CMalloc"),
 
-        // Plugins: one folder each. A plugin imports the core and its own C module only.
-        .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        // Plugins: one folder each. A plugin imports the core, the system module (its device
+        // thread) and its own C module only.
+        .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
         // A kit recorded with `fieldhal record`, played back: no hardware, no C library.
         .target(name: "ReplayPlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Replay", swiftSettings: strictSwift),
         // fprintd has no C library to link: the plugin runs its tools (FieldHALProcess).
         .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
         .target(
             name: "LibnfcPlugin",
-            dependencies: ["FieldHAL", .target(name: "CNFC", condition: .when(traits: ["NFC"]))],
+            dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CNFC", condition: .when(traits: ["NFC"]))],
             path: "Plugins/Libnfc", swiftSettings: strictSwift
         ),
         .target(
             name: "V4L2Plugin",
-            dependencies: ["FieldHAL", "FieldHALMedia", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
             path: "Plugins/V4L2", swiftSettings: strictSwift
         ),
         .target(
             name: "ALSAPlugin",
-            dependencies: ["FieldHAL", "FieldHALMedia", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
             path: "Plugins/ALSA", swiftSettings: strictSwift
         ),
         .target(
             name: "EvdevPlugin",
-            dependencies: ["FieldHAL", .target(name: "CEvdev", condition: .when(traits: ["Evdev"]))],
+            dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CEvdev", condition: .when(traits: ["Evdev"]))],
             path: "Plugins/Evdev", swiftSettings: strictSwift
         ),
         .target(
             name: "GpsdPlugin",
-            dependencies: ["FieldHAL", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
+            dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
             path: "Plugins/Gpsd", swiftSettings: strictSwift
         ),
 
@@ -211,22 +219,22 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALVault", "Transrify", "TransrifyAlertChannel"],
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "Transrify", "TransrifyAlertChannel"],
                 swiftSettings: strictSwift),
 
         // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
         // -sanitize=fuzzer,address -DFUZZING); built normally it replays a corpus.
-        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALVault", "FieldHALLock", "FieldHALPluginProtocol", "TransrifyWire", "CSodium"],
+        .executableTarget(name: "fieldhal-fuzz", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALVault", "FieldHALLock", "FieldHALPluginProtocol", "TransrifyWire", "CSodium"],
                           path: "fuzz/Sources/fieldhal-fuzz", swiftSettings: strictSwift),
 
         // The hardware API (issue 20): its wire values, and its server on a Unix socket.
-        .target(name: "FieldHALAPI", dependencies: ["FieldHAL"], swiftSettings: strictSwift),
+        .target(name: "FieldHALAPI", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: strictSwift),
         // A SwiftNIO event loop as a task executor: the server's event stream runs on the loop
         // of its connection (no thread woken in between).
         .target(name: "EventLoopExecutor", dependencies: [.product(name: "NIOCore", package: "swift-nio")], swiftSettings: strictSwift),
         .target(
             name: "FieldHALServer",
-            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALHotplug", "EventLoopExecutor", .product(name: "Hummingbird", package: "hummingbird"),
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALHotplug", "EventLoopExecutor", .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
@@ -240,7 +248,7 @@ let package = Package(
         // A Swift client of that API: blocking calls on threads of its own, no event loop.
         .target(
             name: "FieldHALClient",
-            dependencies: ["FieldHAL", "FieldHALAPI"],
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI"],
             swiftSettings: strictSwift
         ),
 
@@ -248,13 +256,13 @@ let package = Package(
         // (names, help, output), exit codes, and a blocking one-call client of the API.
         .target(
             name: "FieldHALCommandLine",
-            dependencies: ["FieldHAL", "FieldHALAPI", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSwift
         ),
         // The front: no backend, no HTTP stack, no event loop (its start is every script's cost).
         .executableTarget(
             name: "fieldhal-front",
-            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALCommandLine",
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALCommandLine",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSwift
         ),
@@ -263,7 +271,7 @@ let package = Package(
         // benchmarks are built on it; the front is not (it stays small).
         .target(
             name: "FieldHALComposition",
-            dependencies: ["FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "FieldHALFlows",
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "FieldHALFlows",
                            "FieldHALLock", "FieldHALClient", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine", "FieldHALMQTT",
                            .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strictSwift
@@ -272,7 +280,7 @@ let package = Package(
         // flow routes; the executable only starts it.
         .target(
             name: "FieldHALDaemon",
-            dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALFlows", "FieldHALVault",
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALFlows", "FieldHALVault",
                            "FieldHALCommandLine", "FieldHALComposition", "FieldHALHotplug", "FieldHALMQTT", "FieldHALLogind", "Transrify",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -282,7 +290,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "fieldhal",
-            dependencies: [
+            dependencies: ["FieldHALSystem", 
                 "FieldHAL", "FieldHALVault", "FieldHALAPI", "FieldHALServer", "FieldHALClient", "FieldHALLock", "FieldHALPlugins", "FieldHALFlows", "Transrify",
                 "FieldHALCommandLine", "FieldHALHotplug", "FieldHALPluginHost", "FieldHALPluginSDK", "CMalloc", "FieldHALComposition", "FieldHALProcess", "FieldHALDaemon", "FieldHALMedia",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -296,7 +304,7 @@ let package = Package(
         // The benchmarks: a tool of the repository's, not installed by the package.
         .executableTarget(
             name: "fieldhal-bench",
-            dependencies: [
+            dependencies: ["FieldHALSystem", 
                 "FieldHAL", "FieldHALComposition", "FieldHALVault", "FieldHALAPI", "FieldHALClient", "FieldHALLock", "FieldHALPlugins",
                 "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "FieldHALCommandLine", "FieldHALPluginHost",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -306,24 +314,24 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "TestSupport"], swiftSettings: strictSwift),
-        .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
+        .testTarget(name: "FieldHALTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALProcess", "FieldHALMedia", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "VaultTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "CSodium"], exclude: ["nacl-peer.py"],
                     swiftSettings: strictSwift),
         .testTarget(name: "PluginHostTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "FieldHALPluginHost", "FieldHALPluginSDK", "FieldHALServer", "TestSupport", "FakePlugin",
                                                        .product(name: "Logging", package: "swift-log")],
                     exclude: ["fixture-plugin.py", "media-plugin.py", "nmea-pty.py"], swiftSettings: strictSwift),
         .testTarget(name: "FakePluginTests", dependencies: ["FieldHAL", "FieldHALMedia", "FakePlugin"], swiftSettings: strictSwift),
-        .testTarget(name: "CLITests", dependencies: ["fieldhal", "fieldhal-front", "fieldhal-bench", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
+        .testTarget(name: "CLITests", dependencies: ["FieldHALSystem", "fieldhal", "fieldhal-front", "fieldhal-bench", "FieldHALCommandLine", "TestSupport", "Transrify", "TransrifyLabServer", "FieldHAL", "FieldHALAPI", "FieldHALClient"], swiftSettings: strictSwift),
         .testTarget(name: "GpsdPluginTests", dependencies: ["FieldHAL", "FieldHALAPI", "GpsdPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Logs", "Golden"], swiftSettings: strictSwift),
 
         .testTarget(name: "LibnfcPluginTests", dependencies: ["FieldHAL", "FieldHALAPI", "LibnfcPlugin", "FieldHALPluginHost", "TestSupport"],
                     exclude: ["Golden"], swiftSettings: strictSwift),
-        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALProcess", "FieldHALMedia", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
+        .testTarget(name: "FlowsTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALProcess", "FieldHALMedia", "TestSupport", "FieldHALVault", "FieldHALFlows", "Transrify", "TransrifyAlertChannel", "TransrifyLabServer", "CSodium", "FakePlugin"],
                     swiftSettings: strictSwift),
         .testTarget(name: "TransrifyTests", dependencies: ["Transrify", "TestSupport", "TransrifyLabServer", "CSodium"], swiftSettings: strictSwift),
-        .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
-        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "FieldHALLogind", "FieldHALMQTT", "TestSupport",
+        .testTarget(name: "LockTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "FieldHALLock"], swiftSettings: strictSwift),
+        .testTarget(name: "DaemonTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALClient", "FieldHALCommandLine", "FieldHALDaemon", "FieldHALMedia", "FieldHALLogind", "FieldHALMQTT", "TestSupport",
                                                        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                                                        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                                                        .product(name: "Logging", package: "swift-log")],
@@ -331,12 +339,12 @@ let package = Package(
         .testTarget(name: "MQTTTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALMQTT", "TestSupport",
                                                      .product(name: "Logging", package: "swift-log")],
                     swiftSettings: strictSwift),
-        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALAPI", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
+        .testTarget(name: "ServerTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALAPI", "FieldHALServer", "FieldHALHotplug", "FakePlugin", "LibnfcPlugin", "TestSupport"], swiftSettings: strictSwift),
         .testTarget(name: "FprintdPluginTests", dependencies: ["FieldHAL", "FprintdPlugin", "FieldHALPluginHost", "TestSupport"], swiftSettings: strictSwift),
 
         // The real camera, sound and haptics backends against the kernel's vivid, snd-aloop,
         // snd-dummy and uinput drivers: run in the kernel lab by lab/device-tests.
-        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALMedia", "FieldHALFlows", "FieldHALVault", "Transrify", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
+        .testTarget(name: "DeviceTests", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", "FieldHALFlows", "FieldHALVault", "Transrify", "FieldHALHotplug", "FieldHALServer", "FieldHALPlugins", "FieldHALPluginHost", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin", "TestSupport", "fieldhal", "fieldhal-front"],
                     swiftSettings: strictSwift),
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.

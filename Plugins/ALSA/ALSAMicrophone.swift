@@ -1,6 +1,7 @@
 #if ALSA
 import FieldHAL
 import FieldHALMedia
+import FieldHALSystem
 import Foundation
 import Synchronization
 

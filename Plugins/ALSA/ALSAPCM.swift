@@ -1,6 +1,7 @@
 #if ALSA
 import CALSA
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -171,10 +172,10 @@ final class ALSAPCM {
                                     advice: "the device has stopped (or another program holds its clock); check it with arecord -l")
             }
             for index in entries.indices { entries[index].revents = 0 }
-            let ready = poll(&entries, nfds_t(entries.count), remaining.pollTimeout)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                throw Self.error(-errno, subject: subject, doing: "wait")
+            let ready: Int
+            switch SystemCall.poll(&entries, timeout: remaining) {
+            case .success(let count): ready = count
+            case .failure(let code): throw Self.error(-code.rawValue, subject: subject, doing: "wait")
             }
             if entries[count].revents != 0 { throw FieldHALError.cancelled(subject) }
             if ready == 0 { continue }

@@ -2,6 +2,7 @@
 import CALSA
 #endif
 import FieldHAL
+import FieldHALSystem
 
 /// The ALSA backend: microphones (WAV recording with levels) and the speaker for alert
 /// sounds, through alsa-lib. Built with the `ALSA` trait.

@@ -1,5 +1,6 @@
 #if ALSA
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import Synchronization
 

@@ -1,6 +1,7 @@
 #if Evdev
 import CEvdev
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import Synchronization
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 
 /// The evdev backend: haptics through Linux force feedback. Built with the `Evdev` trait.
 public enum EvdevPlugin {

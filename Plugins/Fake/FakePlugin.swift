@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 
 /// The fake kit: a scriptable simulator for every capability, shipped in the product (as

@@ -1,5 +1,6 @@
 #if GPS
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -133,19 +134,14 @@ final class GpsdLocationProvider: LocationProvider {
     private func pump(_ connection: GpsdConnection, reportProblem: (String) -> Void, clearProblem: () -> Void) throws {
         var lastReport = ContinuousClock.now
         var silent = false
-        let silenceMilliseconds = Int32(clamping: Int(settings.silenceTimeout.seconds * 1000))
+        let silence = settings.silenceTimeout
         while !stopping.value {
             var entries = [
                 pollfd(fd: connection.fileDescriptor, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0),
             ]
-            let elapsed = Int32(clamping: Int((ContinuousClock.now - lastReport).seconds * 1000))
-            let timeout = silent ? silenceMilliseconds : max(0, silenceMilliseconds - elapsed)
-            let ready = poll(&entries, 2, timeout)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                throw FieldHALError(.io, subject: "gps \(deviceName)", detail: "poll: \(SystemError.describe())")
-            }
+            let timeout = silent ? silence : max(.zero, silence - (ContinuousClock.now - lastReport))
+            try SystemCall.poll(&entries, timeout: timeout, subject: "gps \(deviceName)")
             if entries[1].revents != 0 { wakeup.drain(); continue }
             if entries[0].revents != 0 {
                 for report in try connection.readReports() {

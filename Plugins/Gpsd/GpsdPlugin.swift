@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 
 /// The gpsd backend: location from gpsd through libgps. Built with the `GPS` trait.
 public enum GpsdPlugin {

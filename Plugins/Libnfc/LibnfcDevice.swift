@@ -2,6 +2,7 @@
 import CNFC
 import Dispatch
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import Synchronization
 

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 
 /// The libnfc backend: NFC readers (PN532 on UART/I2C/SPI, ACR122, PN533 …) as a reader of
 /// NFC Forum Type 2 and Type 4 tags and as an emulated Type 4 tag. Built with the `NFC` trait.

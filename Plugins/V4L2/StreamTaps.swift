@@ -1,5 +1,6 @@
 #if V4L2
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import Synchronization
 

@@ -2,6 +2,7 @@
 import CV4L2
 import FieldHAL
 import FieldHALMedia
+import FieldHALSystem
 import Foundation
 import Synchronization
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 #if V4L2
 import CV4L2
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -71,22 +72,16 @@ final class V4L2Handle {
 
     /// One ioctl, retried on EINTR. `doing` names the step for the error message.
     func control<Argument>(_ request: UInt, _ argument: inout Argument, doing: String) throws {
-        while true {
-            let result = withUnsafeMutablePointer(to: &argument) { fieldhal_v4l2_ioctl(descriptor, request, $0) }
-            if result >= 0 { return }
-            let code = errno
-            if code == EINTR { continue }
-            throw Self.error(code, subject: subject, doing: doing)
-        }
+        let code = tryControl(request, &argument)
+        if code != 0 { throw Self.error(code, subject: subject, doing: doing) }
     }
 
     /// Like `control`, but returns the errno instead of throwing: for enumerations, which end
     /// with EINVAL, and dequeues, which say "not yet" with EAGAIN.
     func tryControl<Argument>(_ request: UInt, _ argument: inout Argument) -> Int32 {
-        while true {
-            let result = withUnsafeMutablePointer(to: &argument) { fieldhal_v4l2_ioctl(descriptor, request, $0) }
-            if result >= 0 { return 0 }
-            if errno != EINTR { return errno }
+        switch SystemCall.attempt({ withUnsafeMutablePointer(to: &argument) { fieldhal_v4l2_ioctl(descriptor, request, $0) } }) {
+        case .success: 0
+        case .failure(let code): code.rawValue
         }
     }
 

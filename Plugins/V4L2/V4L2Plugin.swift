@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 
 /// The V4L2 backend: cameras through Video4Linux2 and libv4l2, stills and Motion-JPEG video
 /// encoded with libturbojpeg. Built with the `V4L2` trait.

@@ -1,6 +1,7 @@
 #if V4L2
 import CV4L2
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -109,10 +110,10 @@ final class V4L2Stream {
             }
             var entries = [pollfd(fd: handle.descriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&entries, 2, remaining.pollTimeout)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                throw V4L2Handle.error(errno, subject: handle.subject, doing: "wait for a frame")
+            let ready: Int
+            switch SystemCall.poll(&entries, timeout: remaining) {
+            case .success(let count): ready = count
+            case .failure(let code): throw V4L2Handle.error(code.rawValue, subject: handle.subject, doing: "wait for a frame")
             }
             if entries[1].revents != 0 { throw FieldHALError.cancelled(handle.subject) }
             if ready == 0 { continue }

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -27,11 +28,7 @@ public enum DaemonConnection {
             }
             var entries = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: stop?.fileDescriptor ?? -1, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&entries, 2, wait?.pollTimeout ?? -1)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                throw SystemError.io("poll", subject: subject)
-            }
+            let ready = try SystemCall.poll(&entries, timeout: wait, subject: subject)
             if entries[1].revents != 0 { return }  // the caller stopped listening
             if ready == 0 { continue }  // the deadline, checked above
             let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }

@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALAPI
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FieldHAL
 import FieldHALAPI
+import FieldHALSystem
 import Foundation
 
 // What both command-line programs share: `fieldhal` (the whole CLI, every backend linked in)

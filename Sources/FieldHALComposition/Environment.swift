@@ -2,14 +2,15 @@ import ArgumentParser
 import FieldHAL
 import FieldHALAPI
 import FieldHALCommandLine
-import FieldHALServer
 import FieldHALFlows
 import FieldHALMQTT
-import Transrify
-import FieldHALPlugins
 import FieldHALPluginHost
+import FieldHALPlugins
+import FieldHALServer
+import FieldHALSystem
 import FieldHALVault
 import Foundation
+import Transrify
 
 /// The configuration, state directory and kit a command runs with.
 public struct Environment: Sendable {

@@ -5,6 +5,7 @@ import FieldHALCommandLine
 import FieldHALFlows
 import FieldHALLock
 import FieldHALServer
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Transrify

@@ -8,6 +8,7 @@ import FieldHALLock
 import FieldHALLogind
 import FieldHALMQTT
 import FieldHALServer
+import FieldHALSystem
 import Foundation
 import Logging
 import ServiceLifecycle

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -22,9 +23,8 @@ public final class DaemonLock: Sendable {
         let path = state.path + "/" + Self.fileName
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0o600)
         guard fd >= 0 else { throw SystemError.io("open the daemon lock", subject: path) }
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            if errno == EINTR { continue }
-            let code = errno
+        if case .failure(let failure) = SystemCall.attempt({ flock(fd, LOCK_EX | LOCK_NB) }) {
+            let code = failure.rawValue
             var bytes = [UInt8](repeating: 0, count: 32)
             let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
             close(fd)

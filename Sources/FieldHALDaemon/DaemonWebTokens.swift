@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALAPI
 import FieldHALServer
+import FieldHALSystem
 import FieldHALVault
 
 /// The web door's tokens as the API asks for them, kept by the vault's `WebTokenBook` in the

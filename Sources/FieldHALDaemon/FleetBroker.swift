@@ -4,6 +4,7 @@ import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALMQTT
 import FieldHALServer
+import FieldHALSystem
 import Foundation
 
 extension Daemon {

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 
 /// The emergency reset (seed 003 Req 8, "clear all app data"), with one exception that

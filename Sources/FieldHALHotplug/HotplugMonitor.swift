@@ -2,6 +2,7 @@
 import CUdev
 #endif
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -91,10 +92,7 @@ public final class HotplugMonitor: Sendable {
             while true {
                 var watched = [pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
                                pollfd(fd: wakeupDescriptor, events: Int16(POLLIN), revents: 0)]
-                if poll(&watched, 2, -1) < 0 {
-                    if errno == EINTR { continue }
-                    return
-                }
+                guard (try? SystemCall.poll(&watched, timeout: nil, subject: "udev's monitor")) != nil else { return }
                 if watched[1].revents != 0 { return }  // stop()
                 guard watched[0].revents & Int16(POLLIN) != 0, let device = udev_monitor_receive_device(handles.monitor) else { continue }
                 continuation.yield(Self.event(device))

@@ -1,5 +1,6 @@
 import CSodium
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 #if canImport(Glibc)
@@ -47,9 +48,7 @@ public struct VaultLockStore: LockStore {
             throw SystemError.io("open", subject: path)
         }
         defer { close(descriptor) }
-        while flock(descriptor, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw SystemError.io("flock", subject: path) }
-        }
+        try SystemCall.retrying("flock", subject: path) { flock(descriptor, LOCK_EX) }
         return try body()
     }
 }

@@ -1,5 +1,6 @@
 import CSystemd
 import FieldHAL
+import FieldHALSystem
 import Logging
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import CMosquitto
 import FieldHAL
 import FieldHALAPI
+import FieldHALSystem
 import Foundation
 import Logging
 import Synchronization
@@ -325,8 +326,8 @@ public final class FleetBridge: Sendable {
                     fds.append(pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(mosquitto) ? Int16(POLLOUT) : 0), revents: 0))
                 }
                 let wait = socketOpen ? Duration.seconds(1) : max(.zero, min(.seconds(1), ContinuousClock.now.duration(to: retryAt)))
-                let ready = poll(&fds, nfds_t(fds.count), wait.pollTimeout)
-                if ready < 0 && errno != EINTR { Thread.sleep(forTimeInterval: 0.1) }
+                // A failed poll (it cannot fail on these two descriptors but by a bug) must not spin.
+                if case .failure = SystemCall.poll(&fds, timeout: wait) { Thread.sleep(forTimeInterval: 0.1) }
                 if fds[0].revents != 0 { bridge.wakeup.drain() }
                 if fds.count > 1 {
                     let events = Int32(fds[1].revents)

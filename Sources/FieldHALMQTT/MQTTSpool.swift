@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -74,20 +75,19 @@ final class MQTTSpool {
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw SystemError.io("open", subject: temporary) }
         let bytes = Array(topic.utf8) + [0x0A] + payload
-        let written = bytes.withUnsafeBytes { buffer -> Bool in
-            var offset = 0
-            while offset < buffer.count {
-                let n = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return false }
-                offset += n
-            }
-            return true
+        let failure = bytes.withUnsafeBytes { buffer -> FieldHALError? in
+            do throws(FieldHALError) {
+                try SystemCall.writeAll(buffer, to: fd, file: temporary)
+                return nil
+            } catch { return error }
         }
-        let code = errno
         close(fd)
-        guard written, rename(temporary, final) == 0 else {
-            let error = SystemError.io(written ? "rename" : "write", subject: written ? final : temporary, code: written ? errno : code)
+        if let failure {
+            unlink(temporary)
+            throw failure
+        }
+        guard rename(temporary, final) == 0 else {
+            let error = SystemError.io("rename", subject: final)
             unlink(temporary)
             throw error
         }

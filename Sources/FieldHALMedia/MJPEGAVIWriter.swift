@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 
 /// Streams PCM to a RIFF/WAVE file: the header is written first with placeholder sizes,

@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALPluginProtocol
+import FieldHALSystem
 import Foundation
 
 /// `fieldhal plugin check`: a manifest read and checked, the plugin started, the handshake

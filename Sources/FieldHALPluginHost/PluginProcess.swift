@@ -1,6 +1,7 @@
 import FieldHAL
-import FieldHALProcess
 import FieldHALPluginProtocol
+import FieldHALProcess
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -202,10 +203,7 @@ public final class PluginProcess {
                            pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: errorsOpen ? (child.standardError ?? -1) : -1, events: Int16(POLLIN), revents: 0)]
             let tick = child.exitDescriptor == nil ? min(left, .milliseconds(50)) : left
-            let ready = poll(&entries, nfds_t(entries.count), tick.pollTimeout)
-            if ready < 0 && errno != EINTR {
-                throw SystemError.io("poll", subject: subject)
-            }
+            try SystemCall.poll(&entries, timeout: tick, subject: subject)
             if entries[1].revents != 0 {
                 wakeup.drain()
                 return .woken

@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALPluginProtocol
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 internal import CSpawn
 #if canImport(Glibc)
 import Glibc
@@ -58,14 +59,7 @@ public enum DetachedRun {
         let descriptor = fieldhal_pidfd_open(pid)
         guard descriptor >= 0 else { return errno == ESRCH }
         defer { close(descriptor) }
-        let deadline = ContinuousClock.now + limit
-        while true {
-            let left = deadline - ContinuousClock.now
-            guard left > .zero else { return false }
-            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, left.pollTimeout)
-            if ready > 0 { return true }
-            if ready < 0, errno != EINTR { return false }
-        }
+        var entries = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+        return ((try? SystemCall.poll(&entries, timeout: limit, subject: "the detached run")) ?? 0) > 0
     }
 }

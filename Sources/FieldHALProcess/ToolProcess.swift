@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -73,20 +74,21 @@ public enum ToolProcess {
                 lines.finish()
                 break
             }
-            var waitMilliseconds: Int32 = child.exitDescriptor == nil ? 50 : -1
+            // Without an exit descriptor (no pidfd), the exit is looked for every 50 ms.
+            var wait: Duration? = child.exitDescriptor == nil ? .milliseconds(50) : nil
             if let deadline {
                 let left = deadline - .now
                 if left <= .zero { stopReason = .timeout(subject, after: timeout!, waitingFor: what); break }
-                let leftMilliseconds = Int32(clamping: Int((left.seconds * 1000).rounded(.up)))
-                waitMilliseconds = waitMilliseconds < 0 ? leftMilliseconds : min(waitMilliseconds, leftMilliseconds)
+                wait = min(wait ?? left, left)
             }
             let streams = Array(open.keys)
             var entries = streams.map { pollfd(fd: open[$0]!, events: Int16(POLLIN), revents: 0) }
             entries.append(pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0))
             entries.append(pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0))
-            let ready = poll(&entries, nfds_t(entries.count), waitMilliseconds)
-            if ready < 0 && errno != EINTR {
-                stopReason = SystemError.io("poll", subject: subject)
+            do {
+                try SystemCall.poll(&entries, timeout: wait, subject: subject)
+            } catch {
+                stopReason = error
                 break
             }
             if entries.last!.revents != 0 { wakeup.drain(); continue }

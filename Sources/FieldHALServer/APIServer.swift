@@ -1,13 +1,14 @@
+import EventLoopExecutor
 import FieldHAL
 import FieldHALAPI
-import EventLoopExecutor
+import FieldHALSystem
 import Foundation
 import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
-import NIOPosix
 import NIOHTTP1
+import NIOPosix
 #if canImport(Glibc)
 import Glibc
 #endif

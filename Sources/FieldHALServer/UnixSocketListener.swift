@@ -1,5 +1,6 @@
 import Dispatch
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import HummingbirdCore
 import Logging
@@ -100,10 +101,8 @@ final class UnixSocketListener: Sendable {
         var entries = [pollfd(fd: listening, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: wakeup.fileDescriptor, events: Int16(POLLIN), revents: 0)]
         while !stopped.withLock({ $0 }) {
-            let ready = poll(&entries, 2, -1)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                logger.error("api: poll() on the socket: \(SystemError.describe())")
+            if case .failure(let code) = SystemCall.poll(&entries, timeout: nil) {
+                logger.error("api: poll() on the socket: \(code.description)")
                 return
             }
             // What the kernel has queued, taken in one go and handed to the event loop in

@@ -1,5 +1,6 @@
 import CSodium
 import FieldHAL
+import FieldHALSystem
 import Foundation
 
 /// Evidence at rest: libsodium's `crypto_secretstream_xchacha20poly1305`, 64 KiB per

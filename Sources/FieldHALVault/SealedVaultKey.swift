@@ -1,6 +1,7 @@
 import CSodium
 import FieldHAL
 import FieldHALProcess
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif

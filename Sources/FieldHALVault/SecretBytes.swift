@@ -1,5 +1,6 @@
 import CSodium
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -80,11 +81,7 @@ public final class SecretBytes: @unchecked Sendable, ExpressibleByStringLiteral 
         var length = 0, tooLong = false, sawAnything = false
         var byte: UInt8 = 0
         while true {
-            let got = read(descriptor, &byte, 1)
-            if got < 0 && errno == EINTR { continue }
-            if got < 0 {
-                throw FieldHALError(.io, subject: "standard input", detail: SystemError.describe())
-            }
+            let got = try SystemCall.retrying("read", subject: "standard input") { read(descriptor, &byte, 1) }
             if got == 0 { break }
             sawAnything = true
             if byte == 0x0A { break }

@@ -1,5 +1,6 @@
 import CSodium
 import FieldHAL
+import FieldHALSystem
 #if canImport(Glibc)
 import Glibc
 #endif

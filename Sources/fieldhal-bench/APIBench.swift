@@ -1,10 +1,11 @@
 import ArgumentParser
 import FieldHAL
-import FieldHALComposition
 import FieldHALAPI
 import FieldHALClient
-import Foundation
 import FieldHALCommandLine
+import FieldHALComposition
+import FieldHALSystem
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif

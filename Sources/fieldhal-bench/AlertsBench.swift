@@ -1,11 +1,12 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALFlows
+import FieldHALSystem
 import Foundation
 import Transrify
 import TransrifyAlertChannel
-import FieldHALCommandLine
 
 /// `fieldhal-bench alerts`: how long from a duress alert leaving kit A to the banner on kit
 /// B, over the WebSocket channel and by polling, against a private lab server. The baseline

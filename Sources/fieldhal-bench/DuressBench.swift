@@ -1,10 +1,11 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALLock
+import FieldHALSystem
 import FieldHALVault
 import Foundation
-import FieldHALCommandLine
 
 /// `fieldhal-bench duress`: does a duress unlock take the time a normal unlock takes? Two
 /// throwaway kits in a temporary directory, set up alike; unlocks alternate between the

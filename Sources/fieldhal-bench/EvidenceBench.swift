@@ -1,10 +1,11 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALFlows
+import FieldHALSystem
 import FieldHALVault
 import Foundation
-import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

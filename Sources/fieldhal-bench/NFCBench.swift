@@ -1,9 +1,10 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALPlugins
+import FieldHALSystem
 import Foundation
-import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

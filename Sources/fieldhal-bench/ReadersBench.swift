@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALPlugins
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,12 +1,13 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALFlows
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Synchronization
 import Transrify
-import FieldHALCommandLine
 
 /// `fieldhal-bench seizure` (issue 19): how soon the evidence of a duress capture is on the
 /// server, and how much of a recording a kit taken at t seconds has already sent. The same

@@ -2,6 +2,7 @@ import ArgumentParser
 import FieldHAL
 import FieldHALAPI
 import FieldHALCommandLine
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,11 +1,12 @@
 import ArgumentParser
 import FieldHAL
+import FieldHALCommandLine
 import FieldHALComposition
 import FieldHALFlows
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Transrify
-import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

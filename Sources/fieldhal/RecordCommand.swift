@@ -4,6 +4,7 @@ import FieldHALAPI
 import FieldHALClient
 import FieldHALCommandLine
 import FieldHALComposition
+import FieldHALSystem
 import Foundation
 
 /// `fieldhal record`: the running daemon's receivers and readers, recorded to a trace the
@@ -43,13 +44,13 @@ struct RecordCommand: FieldHALSubcommand {
         fchmod(descriptor, 0o600)
         func write(_ line: String) throws {
             let bytes = Array((line + "\n").utf8)
-            var done = 0
-            while done < bytes.count {
-                let wrote = bytes[done...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
-                if wrote < 0, errno == EINTR { continue }
-                guard wrote > 0 else { throw SystemError.io("write", subject: "trace \(output)") }
-                done += wrote
+            let failure = bytes.withUnsafeBytes { buffer -> FieldHALError? in
+                do throws(FieldHALError) {
+                    try SystemCall.writeAll(buffer, to: descriptor, file: "trace \(output)")
+                    return nil
+                } catch { return error }
             }
+            if let failure { throw failure }
         }
         let file = environment.configuration.file
         let recorded = LockedValue(0)

@@ -1,14 +1,15 @@
 import ArgumentParser
 import FieldHAL
-import FieldHALProcess
-import FieldHALComposition
 import FieldHALAPI
+import FieldHALCommandLine
+import FieldHALComposition
 import FieldHALFlows
+import FieldHALProcess
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Transrify
 import TransrifyAlertChannel
-import FieldHALCommandLine
 #if canImport(Glibc)
 import Glibc
 #endif

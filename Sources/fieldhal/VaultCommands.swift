@@ -1,7 +1,8 @@
 import ArgumentParser
 import FieldHAL
-import FieldHALComposition
 import FieldHALCommandLine
+import FieldHALComposition
+import FieldHALSystem
 import FieldHALVault
 #if canImport(Glibc)
 import Glibc

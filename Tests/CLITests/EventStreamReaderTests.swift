@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALAPI
 @testable import FieldHALClient
+import FieldHALSystem
 import Foundation
 import Synchronization
 import Testing

@@ -4,6 +4,7 @@ import FieldHALClient
 import FieldHALCommandLine
 @testable import FieldHALDaemon
 import FieldHALMedia
+import FieldHALSystem
 import Foundation
 import Logging
 import ServiceLifecycle

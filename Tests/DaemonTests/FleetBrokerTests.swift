@@ -221,14 +221,14 @@ struct FleetBrokerTests {
         let config = state + "/kit.toml"
         try kit("rig-6", receivers: ["first"]).write(toFile: config, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
-        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/location/first|0|") != nil, "\(subscriber.lines) \(daemon.output)")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/location/first|0|") != nil, "\(subscriber.lines)")
 
         try kit("rig-7", receivers: ["first", "second"]).write(toFile: config, atomically: true, encoding: .utf8)
         kill(daemon.process.processIdentifier, SIGHUP)
         #expect(await daemon.waitForLine(containing: "mqtt: [mqtt] changed; the bridge starts again with it", timeout: .seconds(20)) != nil, "\(daemon.output)")
         #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/status|0|offline") != nil, "the old client id leaves: \(subscriber.lines.suffix(5))")
         #expect(await subscriber.waitForLine(containing: "fieldhal/rig-7/status|0|online") != nil, "\(subscriber.lines.suffix(5))")
-        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-7/location/second|0|") != nil, "the receiver the reload added: \(subscriber.lines.suffix(5))")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-7/location/second|0|") != nil, "the receiver the reload added: \(subscriber.lines.suffix(5)) \(daemon.output)")
 
         try kit("rig-7", receivers: ["first", "second"], mqtt: "commands = [\"everything\"]\n").write(toFile: config, atomically: true, encoding: .utf8)
         kill(daemon.process.processIdentifier, SIGHUP)

@@ -2,6 +2,7 @@
 import FieldHAL
 import FieldHALMedia
 import FieldHALPluginHost
+import FieldHALSystem
 import Foundation
 import TestSupport
 import Testing

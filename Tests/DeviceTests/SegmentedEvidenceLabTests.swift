@@ -1,11 +1,12 @@
 @testable import ALSAPlugin
 import FieldHAL
 @testable import FieldHALFlows
+import FieldHALSystem
 import FieldHALVault
-import Transrify
 import Foundation
 import TestSupport
 import Testing
+import Transrify
 @testable import V4L2Plugin
 
 /// Issue 19 on the real backends: evidence recorded in segments from vivid and snd-aloop at

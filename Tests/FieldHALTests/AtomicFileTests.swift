@@ -1,6 +1,7 @@
+@testable import FieldHAL
+import FieldHALSystem
 import Foundation
 import Testing
-@testable import FieldHAL
 
 struct SimulatedCrash: Error {}
 

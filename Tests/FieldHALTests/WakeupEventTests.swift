@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import Foundation
 import Testing
 

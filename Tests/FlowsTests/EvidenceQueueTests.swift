@@ -1,11 +1,12 @@
 import CSodium
 import FieldHAL
 @testable import FieldHALFlows
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 import Transrify
 import TransrifyLabServer
 

@@ -1,9 +1,10 @@
+@testable import FieldHAL
+@testable import FieldHALLock
+import FieldHALSystem
+@testable import FieldHALVault
 import Foundation
 import Synchronization
 import Testing
-@testable import FieldHAL
-@testable import FieldHALLock
-@testable import FieldHALVault
 
 /// A clock the test moves by hand.
 final class TestClock: @unchecked Sendable {

@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALServer
+import FieldHALSystem
 import Foundation
 import Synchronization
 import Testing

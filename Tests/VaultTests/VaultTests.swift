@@ -1,7 +1,8 @@
+@testable import FieldHAL
+import FieldHALSystem
+@testable import FieldHALVault
 import Foundation
 import Testing
-@testable import FieldHAL
-@testable import FieldHALVault
 
 func freshStateDirectory() throws -> StateDirectory {
     StateDirectory(path: NSTemporaryDirectory() + "fieldhal-vault-\(UUID().uuidString)")

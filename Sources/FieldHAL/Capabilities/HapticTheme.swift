@@ -27,7 +27,7 @@ public struct HapticTheme: Sendable, Equatable {
 
     /// Reads and checks a theme file: every step within the limits `HapticPattern.validate` sets.
     public static func load(path: String) throws -> HapticTheme {
-        guard let bytes = try AtomicFile.read(path) else {
+        guard let bytes = try RegularFile.read(path, limit: 1 << 20, what: "haptic theme") else {
             throw FieldHALError(.deviceNotFound, subject: "haptic theme \(path)", detail: "no such file")
         }
         return try decode(bytes, source: path)

@@ -13,11 +13,11 @@ public enum RegularFile {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
         if fd < 0 {
             if errno == ENOENT { return nil }
-            throw AtomicFileWriter.ioError(path, "open the \(what)")
+            throw SystemError.file(path, "open the \(what)")
         }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { throw AtomicFileWriter.ioError(path, "inspect the \(what)") }
+        guard fstat(fd, &info) == 0 else { throw SystemError.file(path, "inspect the \(what)") }
         guard info.st_mode & S_IFMT == S_IFREG else {
             throw FieldHALError(.invalidArgument, subject: path, detail: "the \(what) is not a regular file (a device, a pipe or a folder)",
                                 advice: "name a regular file")
@@ -27,10 +27,27 @@ public enum RegularFile {
                                 advice: "name a smaller file")
         }
         // A file that grows while it is read is cut at the limit, not followed.
-        guard let bytes = try AtomicFile.readToEnd(fd, path: path, operation: "read the \(what)", limit: limit) else {
+        guard let bytes = try readToEnd(fd, path: path, operation: "read the \(what)", limit: limit) else {
             throw FieldHALError(.invalidArgument, subject: path, detail: "the \(what) grew past \(limit) bytes while it was read",
                                 advice: "name a file that is not being written")
         }
         return bytes
+    }
+
+    /// Everything `fd` gives until its end, or nil as soon as more than `limit` bytes come.
+    /// `operation` names the read in an error ("read the NMEA log").
+    public static func readToEnd(_ fd: Int32, path: String, operation: String, limit: Int = .max) throws(FieldHALError) -> [UInt8]? {
+        var result: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw SystemError.file(path, operation)
+            }
+            if count == 0 { return result }
+            guard result.count + count <= limit else { return nil }
+            result += buffer[0..<count]
+        }
     }
 }

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import Synchronization

@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 
 /// The thread evidence is sealed on. Encrypting a segment of several megabytes and its
 /// fsync are blocking work that must not hold a thread of Swift's cooperative pool, where

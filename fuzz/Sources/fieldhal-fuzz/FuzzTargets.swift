@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALAPI
 import FieldHALLock
 import FieldHALPluginProtocol
+import FieldHALSystem
 import FieldHALVault
 import Foundation
 import TransrifyWire

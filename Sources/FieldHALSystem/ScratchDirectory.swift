@@ -1,3 +1,4 @@
+import FieldHAL
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import Dispatch
+import FieldHAL
 import Foundation
 import Synchronization
 

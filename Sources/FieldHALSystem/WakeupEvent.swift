@@ -1,3 +1,4 @@
+import FieldHAL
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,15 +47,8 @@ public final class WakeupEvent: Sendable {
     /// pending, so the caller decides whether to drain it), false when the time is up. The
     /// one interruptible pause of the device threads.
     public func wait(upTo duration: Duration) -> Bool {
-        let deadline = ContinuousClock.now + duration
-        while true {
-            let remaining = ContinuousClock.now.duration(to: deadline)
-            var entry = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, remaining.pollTimeout)
-            if ready > 0 { return true }
-            if ready < 0 && errno == EINTR { continue }
-            if ready < 0 || ContinuousClock.now >= deadline { return false }
-        }
+        var entries = [pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)]
+        return ((try? SystemCall.poll(&entries, timeout: duration, subject: "wake-up pipe")) ?? 0) > 0
     }
 
     /// Whether a signal is pending, without clearing it.

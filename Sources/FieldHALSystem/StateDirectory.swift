@@ -1,3 +1,4 @@
+import FieldHAL
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,3 +1,4 @@
+import FieldHAL
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -59,17 +60,9 @@ public final class AtomicFileWriter {
 
     /// Appends bytes to the temporary file.
     public func write(_ bytes: UnsafeRawBufferPointer) throws {
-        var offset = 0
-        while offset < bytes.count {
-            let result = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw Self.ioError(path, "write")
-            }
-            offset += result
-            bytesWritten += result
-            if bytesWritten > 0 { try inject(.wroteSome) }
-        }
+        try SystemCall.writeAll(bytes, to: descriptor, file: path)
+        bytesWritten += bytes.count
+        if bytesWritten > 0 { try inject(.wroteSome) }
     }
 
     public func write(_ bytes: [UInt8]) throws {
@@ -161,14 +154,7 @@ public final class AtomicFileWriter {
     }
 
     static func ioError(_ path: String, _ operation: String, errno code: Int32 = errno) -> FieldHALError {
-        let advice: String? = switch code {
-        case EACCES, EPERM: "check the owner and mode of the directory, or run as the fieldhal user"
-        case ENOSPC, EDQUOT: "free some disk space"
-        case EROFS: "the file system is read-only; use a state directory on a writable one"
-        case ENOENT: "create the directory, or use another state directory"
-        default: nil
-        }
-        return FieldHALError(.io, subject: path, detail: "\(operation): \(SystemError.describe(code))", advice: advice)
+        SystemError.file(path, operation, code: code)
     }
 }
 
@@ -194,19 +180,7 @@ public enum AtomicFile {
     }
 
     /// Everything `fd` gives until its end, or nil as soon as more than `limit` bytes come.
-    /// `operation` names the read in an error ("read the NMEA log").
     static func readToEnd(_ fd: Int32, path: String, operation: String, limit: Int = .max) throws(FieldHALError) -> [UInt8]? {
-        var result: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw AtomicFileWriter.ioError(path, operation)
-            }
-            if count == 0 { return result }
-            guard result.count + count <= limit else { return nil }
-            result += buffer[0..<count]
-        }
+        try RegularFile.readToEnd(fd, path: path, operation: operation, limit: limit)
     }
 }

@@ -1,3 +1,4 @@
+import FieldHAL
 import Synchronization
 
 /// One body at a time, across its awaits, in the order they arrived: for changes that must
