@@ -85,6 +85,7 @@ extension Daemon {
         }
         fleetBridge.withLock { $0 = bridge }
         let changes = host.capabilityEvents()  // before the look: no change is missed
+        let reloaded = host.reloads()
         let sightings = settings.tags ? host.sightings() : nil
         for status in host.devices { bridge.device(status, changed: false) }
         bridge.health(host.health)
@@ -133,6 +134,19 @@ extension Daemon {
                         bridge.device(status, changed: true)
                         bridge.health(host.health)
                         follow(status)
+                    }
+                } catch {}
+            }
+            // A reload may add devices without a change to say of them: each one's state,
+            // and a receiver followed, once the reload has opened them.
+            group.addTask {
+                do {
+                    for try await _ in reloaded {
+                        for status in host.devices {
+                            bridge.device(status, changed: false)
+                            follow(status)
+                        }
+                        bridge.health(host.health)
                     }
                 } catch {}
             }

@@ -225,7 +225,13 @@ public final class APIHost: Sendable {
         for status in reported where !before.contains(status) {
             announce(status)
         }
+        reloadsDone.yield(state.withLock { $0.held?.devices.count ?? 0 })
     }
+
+    /// Told when a reload has opened the new configuration's devices (the count of them):
+    /// what looks at `devices` looks again then (a device a reload added).
+    public func reloads() -> AsyncThrowingStream<Int, any Error> { reloadsDone.subscribe() }
+    private let reloadsDone = Broadcaster<Int>(bufferLimit: 4)
 
     /// A device's new state, to event followers and to the metrics (a device that went away
     /// or came back, a plugin that died or serves again).

@@ -221,7 +221,7 @@ struct FleetBrokerTests {
         let config = state + "/kit.toml"
         try kit("rig-6", receivers: ["first"]).write(toFile: config, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess(["--config", config, "--state-dir", state])
-        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/location/first|0|") != nil, "\(subscriber.lines)")
+        #expect(await subscriber.waitForLine(containing: "fieldhal/rig-6/location/first|0|") != nil, "\(subscriber.lines) \(daemon.output)")
 
         try kit("rig-7", receivers: ["first", "second"]).write(toFile: config, atomically: true, encoding: .utf8)
         kill(daemon.process.processIdentifier, SIGHUP)
