@@ -15,11 +15,11 @@ import Testing
     /// The probe plugin in `mode`, its manifest at protocol 1.`minor`: a receiver in a
     /// process of its own before 1.6, in the plugin's shared process since.
     func load(_ mode: String, minor: Int = 0, section: String = "device = \"/dev/ttyFIXTURE\"",
-              log: CapturedLog = CapturedLog()) async throws -> Loaded {
+              log: CapturedLines = CapturedLines()) async throws -> Loaded {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("probe", mode: mode, manifest: PluginFixtures.manifest(name: "probe", minor: minor))
         let (registry, discovery) = PluginRegistry.adding(externalPluginsTo: PluginRegistry([]), directories: [fixtures.root],
-                                                          logger: log.logger)
+                                                          logger: log.logger(label: "test.plugins", level: .trace))
         #expect(discovery.problems.isEmpty)
         let configuration = try KitConfiguration.parse("[gps]\nplugin = \"probe\"\n\(section)\n", file: "kit.toml",
                                                        directory: fixtures.root, registry: registry)
@@ -71,7 +71,7 @@ import Testing
     }
 
     @Test(arguments: [0, 6]) func aCrashedPluginIsALostSourceThenComesBack(minor: Int) async throws {
-        let log = CapturedLog()
+        let log = CapturedLines()
         let loaded = try await load("die-after-fixes", minor: minor, log: log)
         let location = try loaded.kit.location()
         var lost: Fix?
@@ -232,7 +232,7 @@ import Testing
     @Test func twoReceiversAndAReaderShareOneProcessAndComeBackTogether() async throws {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("probe", manifest: PluginFixtures.manifest(name: "probe", minor: 6, capabilities: Self.capabilities))
-        let log = CapturedLog()
+        let log = CapturedLines()
         let kit = try await fixtures.kit("""
             [gps.left]
             plugin = "probe"
@@ -243,7 +243,7 @@ import Testing
             [nfc]
             plugin = "probe"
             device = "/dev/ttyFIX3"
-            """, logger: log.logger)
+            """, logger: log.logger(label: "test.plugins", level: .trace))
         let left = try kit.location(named: "left"), right = try kit.location(named: "right")
         #expect(kit.status(of: .location, named: "left")?.identity?.serial == "ttyFIX1")
         #expect(kit.status(of: .location, named: "right")?.identity?.serial == "ttyFIX2")
@@ -298,29 +298,5 @@ import Testing
         let by = ContinuousClock.now + .seconds(5)
         while !fixtures.leftovers().isEmpty, ContinuousClock.now < by { try await Task.sleep(for: .milliseconds(50)) }
         #expect(fixtures.leftovers().isEmpty)
-    }
-}
-
-/// Log lines as "level message", kept for a test to read.
-final class CapturedLog: Sendable {
-    private let kept = LockedValue<[String]>([])
-    var lines: [String] { kept.value }
-
-    var logger: Logger {
-        Logger(label: "test.plugins") { [kept] _ in Handler(kept: kept) }
-    }
-
-    struct Handler: LogHandler {
-        let kept: LockedValue<[String]>
-        var logLevel: Logger.Level = .trace
-        var metadata: Logger.Metadata = [:]
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            kept.withLock { $0.append("\(event.level) \(event.message)") }
-        }
     }
 }

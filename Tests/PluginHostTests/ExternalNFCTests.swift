@@ -12,10 +12,10 @@ import Testing
     static let manifest = PluginFixtures.manifest(
         name: "probe", minor: 1, capabilities: #"{"nfc": {"parameters": [{"name": "device", "type": "string", "required": true, "help": "the reader's tty"}]}}"#)
 
-    func load(_ mode: String, log: CapturedLog = CapturedLog()) async throws -> (Kit, PluginFixtures) {
+    func load(_ mode: String, log: CapturedLines = CapturedLines()) async throws -> (Kit, PluginFixtures) {
         let fixtures = try PluginFixtures()
         try fixtures.plugin("probe", mode: mode, manifest: Self.manifest)
-        return (try await fixtures.kit("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", logger: log.logger), fixtures)
+        return (try await fixtures.kit("[nfc]\nplugin = \"probe\"\ndevice = \"/dev/ttyFIXTURE\"\n", logger: log.logger(label: "test.plugins", level: .trace)), fixtures)
     }
 
     func failure(_ body: () async throws -> Void) async -> FieldHALError? {
@@ -58,7 +58,7 @@ import Testing
     }
 
     @Test func aPluginThatDiesMidReadIsATypedErrorAndTheNextReadStartsItAgain() async throws {
-        let log = CapturedLog()
+        let log = CapturedLines()
         let (kit, fixtures) = try await load("die-in-read", log: log)
         let reader = try kit.nfcReader()
         let error = await failure { _ = try await reader.readTag(timeout: .seconds(5)) }
