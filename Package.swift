@@ -132,7 +132,7 @@ let package = Package(
         // protocol's host side.
         // Sealed memfds, for bulk bytes beside the plugin protocol's messages (part of libc).
         .systemLibrary(name: "CMemfd"),
-        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "CMemfd"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "FieldHALSystem", "CMemfd"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
         .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", "FieldHALProcess", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],

@@ -31,11 +31,11 @@ public enum DaemonConnection {
             let ready = try SystemCall.poll(&entries, timeout: wait, subject: subject)
             if entries[1].revents != 0 { return }  // the caller stopped listening
             if ready == 0 { continue }  // the deadline, checked above
-            let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
-            if count < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
-                                    advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
+            let count: Int
+            switch SystemCall.attempt({ chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) } }) {
+            case .success(let got): count = got
+            case .failure(.resourceTemporarilyUnavailable): continue
+            case .failure(let code): throw ended(subject, errno: code.rawValue)
             }
             for part in count == 0 ? try reader.closed() : try reader.feed(chunk[0..<count]) { deliver(part) }
         }
@@ -66,16 +66,19 @@ public enum DaemonConnection {
         return descriptor
     }
 
+    /// The daemon hung up (or the connection broke) in the middle of a call.
+    public static func ended(_ subject: String, errno code: Int32) -> FieldHALError {
+        FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe(code)))",
+                      advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
+    }
+
     public static func send(_ bytes: [UInt8], to descriptor: Int32, subject: String) throws {
         var sent = 0
         while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
-                                    advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
+            switch SystemCall.attempt({ bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }) {
+            case .success(let count): sent += count
+            case .failure(let code): throw ended(subject, errno: code.rawValue)
             }
-            sent += count
         }
     }
 }

@@ -32,16 +32,13 @@ enum EventStreamReader {
         while true {
             var entries = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: stop.fileDescriptor, events: Int16(POLLIN), revents: 0)]
-            guard poll(&entries, 2, -1) >= 0 else {
-                if errno == EINTR { continue }
-                throw SystemError.io("poll", subject: subject)
-            }
+            try SystemCall.poll(&entries, timeout: nil, subject: subject)
             if entries[1].revents != 0 { return }
-            let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
-            if count < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                throw FieldHALError(.disconnected, subject: subject, detail: "the daemon ended the connection mid-call (\(SystemError.describe()))",
-                                    advice: "is the daemon stopping or restarting? (journalctl -u fieldhal)")
+            let count: Int
+            switch SystemCall.attempt({ chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) } }) {
+            case .success(let got): count = got
+            case .failure(.resourceTemporarilyUnavailable): continue
+            case .failure(let code): throw DaemonConnection.ended(subject, errno: code.rawValue)
             }
             let parts = count == 0 ? try response.closed() : try response.feed(chunk[0..<count])
             for part in parts {

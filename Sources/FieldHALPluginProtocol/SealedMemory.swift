@@ -1,5 +1,6 @@
 import CMemfd
 import FieldHAL
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -17,10 +18,11 @@ public enum SealedMemory {
         let owned = OwnedDescriptor(descriptor)
         var offset = 0
         while offset < bytes.count {
-            let written = pwrite(descriptor, bytes.baseAddress! + offset, bytes.count - offset, off_t(offset))
-            if written < 0 && errno == EINTR { continue }
-            guard written > 0 else { throw failure("writing the memfd") }
-            offset += written
+            switch SystemCall.attempt({ pwrite(descriptor, bytes.baseAddress! + offset, bytes.count - offset, off_t(offset)) }) {
+            case .success(let written) where written > 0: offset += written
+            case .success: throw failure("writing the memfd", code: ENOSPC)
+            case .failure(let code): throw failure("writing the memfd", code: code.rawValue)
+            }
         }
         guard fieldhal_memfd_seal(descriptor) == 0 else { throw failure("sealing the memfd") }
         return owned
@@ -48,15 +50,16 @@ public enum SealedMemory {
         var bytes = [UInt8](repeating: 0, count: size)
         var offset = 0
         while offset < size {
-            let count = bytes.withUnsafeMutableBytes { pread(handle, $0.baseAddress! + offset, size - offset, off_t(offset)) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { throw failure("reading the memfd") }
-            offset += count
+            switch SystemCall.attempt({ bytes.withUnsafeMutableBytes { pread(handle, $0.baseAddress! + offset, size - offset, off_t(offset)) } }) {
+            case .success(let count) where count > 0: offset += count
+            case .success: throw failure("reading the memfd", code: EIO)  // shorter than it said
+            case .failure(let code): throw failure("reading the memfd", code: code.rawValue)
+            }
         }
         return bytes
     }
 
-    private static func failure(_ step: String) -> FieldHALError {
-        FieldHALError(.io, subject: "sealed memory", detail: "\(step): \(SystemError.describe())")
+    private static func failure(_ step: String, code: Int32 = errno) -> FieldHALError {
+        FieldHALError(.io, subject: "sealed memory", detail: "\(step): \(SystemError.describe(code))")
     }
 }

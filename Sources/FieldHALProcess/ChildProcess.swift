@@ -1,4 +1,5 @@
 import FieldHAL
+import FieldHALSystem
 internal import CSpawn
 #if canImport(Glibc)
 import Glibc
@@ -137,10 +138,10 @@ public final class ChildProcess {
     public func waitForExit() {
         guard waitStatus == nil else { return }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 {
-            guard errno == EINTR else { waitStatus = .some(nil); return }
+        switch SystemCall.attempt({ waitpid(pid, &status, 0) }) {
+        case .success: waitStatus = .some(status)
+        case .failure: waitStatus = .some(nil)  // reaped elsewhere: no status to keep
         }
-        waitStatus = .some(status)
     }
 
     /// Ends the process at once: SIGKILL, which nothing in the tool can block or delay.

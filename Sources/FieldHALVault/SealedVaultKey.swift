@@ -103,7 +103,7 @@ public enum SealedVaultKey {
                 throw VaultError(kind: .keySealed, path: subject, detail: "cannot \(what): the TPM did not answer within \(deadline.components.seconds) s")
             }
             var entries = open.keys.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-            if poll(&entries, nfds_t(entries.count), left.pollTimeout) < 0 && errno != EINTR { break }
+            if case .failure = SystemCall.poll(&entries, timeout: left) { break }
             for entry in entries where entry.revents != 0 {
                 var chunk = [UInt8](repeating: 0, count: 4096)
                 let count = read(entry.fd, &chunk, chunk.count)
