@@ -14,8 +14,6 @@ import Prometheus
 /// operator asks for them (`[metrics] process = true`, documented as revealing).
 public final class KitMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    /// Requests answered, by door (`socket`, `web`), route and status.
-    private let requests = LockedValue<[String: Counter]>([:])
     /// Event streams open now, through either door.
     private let followers: Gauge
     private let includesProcess: Bool
@@ -33,36 +31,15 @@ public final class KitMetrics: Sendable {
     }
 
     func answered(door: String, path: String, status: Int) {
-        let route = Self.route(path), key = "\(door) \(route) \(status)"
-        let counter = requests.withLock { counters in
-            if let counter = counters[key] { return counter }
-            let counter = registry.makeCounter(
-                descriptor: MetricNameDescriptor(namespace: "fieldhal", subsystem: "api", metricName: "requests", unitName: "total",
-                                                 helpText: "API requests answered, by door, route and status"),
-                labels: [("door", door), ("route", route), ("status", "\(status)")])
-            counters[key] = counter
-            return counter
-        }
-        counter.increment()
+        count("api", "requests", help: "API requests answered, by door, route and status",
+              [("door", door), ("route", Self.route(path)), ("status", "\(status)")])
     }
 
     /// Devices that changed state (unplugged or back, a plugin that died or serves again),
     /// by the state they changed to.
-    private let changes = LockedValue<[String: Counter]>([:])
-
     func deviceChanged(_ status: CapabilityStatus) {
-        let device = status.name ?? "default", state = status.state.rawValue
-        let key = "\(status.capability.rawValue) \(device) \(state)"
-        let counter = changes.withLock { counters in
-            if let counter = counters[key] { return counter }
-            let counter = registry.makeCounter(
-                descriptor: MetricNameDescriptor(namespace: "fieldhal", subsystem: "device", metricName: "changes", unitName: "total",
-                                                 helpText: "devices that changed state (unplugged or back, a plugin that died or serves again), by the state they changed to"),
-                labels: [("capability", status.capability.rawValue), ("device", device), ("state", state)])
-            counters[key] = counter
-            return counter
-        }
-        counter.increment()
+        count("device", "changes", help: "devices that changed state (unplugged or back, a plugin that died or serves again), by the state they changed to",
+              [("capability", status.capability.rawValue), ("device", status.name ?? "default"), ("state", status.state.rawValue)])
     }
 
     /// Counters made as their labels first appear, by family and labels.

@@ -176,11 +176,6 @@ public enum AtomicFile {
             throw AtomicFileWriter.ioError(path, "open")
         }
         defer { close(fd) }
-        return try readToEnd(fd, path: path, operation: "read")
-    }
-
-    /// Everything `fd` gives until its end, or nil as soon as more than `limit` bytes come.
-    static func readToEnd(_ fd: Int32, path: String, operation: String, limit: Int = .max) throws(FieldHALError) -> [UInt8]? {
-        try RegularFile.readToEnd(fd, path: path, operation: operation, limit: limit)
+        return try RegularFile.readToEnd(fd, path: path, operation: "read")
     }
 }
