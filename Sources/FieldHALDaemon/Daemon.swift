@@ -535,8 +535,13 @@ struct DaemonLoop: Service {
         self.body = body
     }
 
+    /// A loop with nothing to do (no `[web]`, no `[mqtt]`), or one that ended on its own,
+    /// waits for its turn to stop: a service that finished while the group was stopping the
+    /// ones after it was "finished unexpectedly" to swift-service-lifecycle, and a SIGTERM
+    /// just after the start made the daemon exit 1 (DaemonCLITests, once in CI).
     func run() async throws {
         await cancelWhenGracefulShutdown { await body() }
+        try? await gracefulShutdown()
     }
 }
 
