@@ -22,6 +22,13 @@ let strictSwift: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+/// What a plugin process links stands on FoundationEssentials, not the whole of Foundation
+/// (ICU, CoreFoundation): a Swift plugin process's resident memory (docs/decisions.md,
+/// "Foundation's essentials"). A dependency that imports Foundation (TOMLKit) would lend its
+/// members to every file silently; with MemberImportVisibility a file sees only the members
+/// of what it imports itself, so reaching for one of Foundation's is a compile error here.
+let essentialsSwift: [SwiftSetting] = strictSwift + [.enableUpcomingFeature("MemberImportVisibility")]
+
 let package = Package(
     name: "FieldHAL",
     platforms: [.macOS(.v15)],
@@ -86,17 +93,19 @@ let package = Package(
         .target(
             name: "FieldHAL",
             dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
-            swiftSettings: strictSwift
+            swiftSettings: essentialsSwift
         ),
         // The Linux plumbing under the backends and the daemon: device threads and their
         // wake-ups, state and scratch directories, atomic files, and the one seam for system
         // calls (EINTR, errno as a typed error) on swift-system.
-        .target(name: "FieldHALSystem", dependencies: ["FieldHAL", .product(name: "SystemPackage", package: "swift-system")],
-                swiftSettings: strictSwift),
+        // Naming a thread (pthread_setname_np, declared under _GNU_SOURCE only): no library.
+        .systemLibrary(name: "CThreadName"),
+        .target(name: "FieldHALSystem", dependencies: ["FieldHAL", "CThreadName", .product(name: "SystemPackage", package: "swift-system")],
+                swiftSettings: essentialsSwift),
         // Recordings' containers: the WAV and Motion-JPEG AVI writers, JPEG's sizes and tables.
-        .target(name: "FieldHALMedia", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: strictSwift),
+        .target(name: "FieldHALMedia", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: essentialsSwift),
         // Child processes: tools run to their end, plugin processes, a detached run.
-        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "FieldHALSystem", "CSpawn"], swiftSettings: strictSwift),
+        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "FieldHALSystem", "CSpawn"], swiftSettings: essentialsSwift),
         // posix_spawn's closefrom and pidfd_open, for FieldHALProcess (part of libc).
         .systemLibrary(name: "CSpawn"),
         // Secrets at rest, over libsodium (a hard dependency: no trait).
@@ -132,8 +141,8 @@ let package = Package(
         // protocol's host side.
         // Sealed memfds, for bulk bytes beside the plugin protocol's messages (part of libc).
         .systemLibrary(name: "CMemfd"),
-        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "FieldHALSystem", "CMemfd"], swiftSettings: strictSwift),
-        .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALPluginProtocol"], swiftSettings: strictSwift),
+        .target(name: "FieldHALPluginProtocol", dependencies: ["FieldHAL", "FieldHALSystem", "CMemfd", .product(name: "SystemPackage", package: "swift-system")], swiftSettings: essentialsSwift),
+        .target(name: "FieldHALPluginSDK", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALPluginProtocol"], swiftSettings: essentialsSwift),
         .target(name: "FieldHALPluginHost", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", "FieldHALProcess", "FieldHALPluginProtocol",
                                                            .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strictSwift),
@@ -142,35 +151,37 @@ let package = Package(
 
         // Plugins: one folder each. A plugin imports the core, the system module (its device
         // thread) and its own C module only.
-        .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: strictSwift),
+        .target(name: "FakePlugin", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia"], path: "Plugins/Fake", swiftSettings: essentialsSwift),
         // A kit recorded with `fieldhal record`, played back: no hardware, no C library.
-        .target(name: "ReplayPlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Replay", swiftSettings: strictSwift),
+        .target(name: "ReplayPlugin", dependencies: ["FieldHAL", "FieldHALMedia"], path: "Plugins/Replay", swiftSettings: essentialsSwift),
         // fprintd has no C library to link: the plugin runs its tools (FieldHALProcess).
-        .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: strictSwift),
+        .target(name: "FprintdPlugin", dependencies: ["FieldHAL", "FieldHALProcess"], path: "Plugins/Fprintd", swiftSettings: essentialsSwift),
         .target(
             name: "LibnfcPlugin",
             dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CNFC", condition: .when(traits: ["NFC"]))],
-            path: "Plugins/Libnfc", swiftSettings: strictSwift
+            path: "Plugins/Libnfc", swiftSettings: essentialsSwift
         ),
         .target(
             name: "V4L2Plugin",
-            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
-            path: "Plugins/V4L2", swiftSettings: strictSwift
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .product(name: "SystemPackage", package: "swift-system"),
+                           .target(name: "CV4L2", condition: .when(traits: ["V4L2"]))],
+            path: "Plugins/V4L2", swiftSettings: essentialsSwift
         ),
         .target(
             name: "ALSAPlugin",
-            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
-            path: "Plugins/ALSA", swiftSettings: strictSwift
+            dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALMedia", .product(name: "SystemPackage", package: "swift-system"),
+                           .target(name: "CALSA", condition: .when(traits: ["ALSA"]))],
+            path: "Plugins/ALSA", swiftSettings: essentialsSwift
         ),
         .target(
             name: "EvdevPlugin",
             dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CEvdev", condition: .when(traits: ["Evdev"]))],
-            path: "Plugins/Evdev", swiftSettings: strictSwift
+            path: "Plugins/Evdev", swiftSettings: essentialsSwift
         ),
         .target(
             name: "GpsdPlugin",
             dependencies: ["FieldHAL", "FieldHALSystem", .target(name: "CGPS", condition: .when(traits: ["GPS"]))],
-            path: "Plugins/Gpsd", swiftSettings: strictSwift
+            path: "Plugins/Gpsd", swiftSettings: essentialsSwift
         ),
 
         // The list of compiled-in plugins: the only place that names them all.
@@ -179,7 +190,7 @@ let package = Package(
             dependencies: ["FieldHAL", "FakePlugin", "ReplayPlugin", "FprintdPlugin", "GpsdPlugin", "LibnfcPlugin", "V4L2Plugin", "ALSAPlugin", "EvdevPlugin"] + backendTraits.compactMap { entry in
                 entry.cModule.isEmpty ? nil : .target(name: entry.cModule, condition: .when(traits: [entry.trait]))
             },
-            swiftSettings: strictSwift
+            swiftSettings: essentialsSwift
         ),
 
         // The Transrify API: its client over AsyncHTTPClient, and apart from it its wire values

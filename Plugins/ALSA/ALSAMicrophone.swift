@@ -2,7 +2,11 @@
 import FieldHAL
 import FieldHALMedia
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// Records from an ALSA PCM to WAV on the device's own thread, a period at a time, so

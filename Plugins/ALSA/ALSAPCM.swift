@@ -2,7 +2,12 @@
 import CALSA
 import FieldHAL
 import FieldHALSystem
+import SystemPackage
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,7 +1,11 @@
 #if ALSA
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// Plays short clips (the alert sound) through an ALSA PCM on its own thread. The PCM is

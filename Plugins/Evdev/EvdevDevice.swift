@@ -1,7 +1,11 @@
 #if Evdev
 import CEvdev
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -48,7 +52,7 @@ final class EvdevDevice {
     /// descriptor's vendor name, and udev's stable link.
     func identity() -> DeviceIdentity {
         var id = input_id()
-        let ids = fieldhal_evdev_id(descriptor, &id) >= 0 ? String(format: "%04x:%04x", id.vendor, id.product) : nil
+        let ids = fieldhal_evdev_id(descriptor, &id) >= 0 ? "\(id.vendor.hex(width: 4)):\(id.product.hex(width: 4))" : nil
         var uniqBytes = [CChar](repeating: 0, count: 256)
         let uniq = fieldhal_evdev_uniq(descriptor, &uniqBytes, Int32(uniqBytes.count - 1)) >= 0
             ? String(decoding: uniqBytes.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil

@@ -2,7 +2,11 @@
 import CEvdev
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,10 @@
 import FieldHAL
 import FieldHALMedia
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A camera that photographs a test pattern: eight colour bars over a grey ramp, with a
 /// frame counter band, encoded as a real baseline JPEG of the requested size.

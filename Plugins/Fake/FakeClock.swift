@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Scripted time for the fakes: a schedule is measured from the moment the device
 /// opened, so the same configuration plays out the same way on every run.

@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A vibration motor that records what it was asked to play. Tests read `played`; the
 /// CLI and demos can also have every pattern appended to a JSON-lines log file.

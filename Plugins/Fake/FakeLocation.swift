@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A GPS receiver that plays a scripted track: one point every `interval_ms`, looping.
 /// Each point is reported with the time it is played, as a live receiver would.

@@ -1,6 +1,13 @@
 import FieldHAL
 import FieldHALMedia
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A microphone that records a sine tone, or loops the samples of a WAV file, to a real
 /// WAV file streamed to disk. In real time by default, as a sound card would; with

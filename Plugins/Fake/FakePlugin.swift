@@ -1,6 +1,13 @@
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The fake kit: a scriptable simulator for every capability, shipped in the product (as
 /// SANE ships its `test` backend) so flows and demos run on a laptop with no hardware.
@@ -93,7 +100,7 @@ public enum FakePlugin {
 
     @Sendable static func open(_ capability: Capability, _ parameters: PluginParameters,
                                _ context: PluginContext) async throws -> CapabilityProvider {
-        let device = parameters.string("device") ?? "fake-\(capability.rawValue.replacingOccurrences(of: "_", with: "-"))0"
+        let device = parameters.string("device") ?? "fake-\(capability.rawValue.replacing("_", with: "-"))0"
         switch capability {
         case .location:
             return .location(try openLocation(device, parameters, context))
@@ -198,7 +205,7 @@ public enum FakePlugin {
     }
 
     private static func hexDigits(_ index: Int) -> String {
-        String(format: "%02X", index & 0xFF)
+        (index & 0xFF).hex(width: 2, uppercase: true)
     }
 
     static func openMicrophone(_ device: String, _ parameters: PluginParameters, _ context: PluginContext) throws -> FakeMicrophone {

@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A speaker that records what it was asked to play, optionally into a JSON-lines log.
 actor FakeSpeaker: Speaker {

@@ -1,5 +1,12 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The log the fake output devices (haptics, speaker) can keep: one JSON object a line, so
 /// a demo or a test in another process can see what was played.

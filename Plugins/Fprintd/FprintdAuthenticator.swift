@@ -1,7 +1,11 @@
 #if Fprintd
 import FieldHAL
 import FieldHALProcess
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -154,7 +158,7 @@ final class FprintdAuthenticator: BiometricAuthenticator {
         var listing = Listing(device: nil, fingers: [])
         for line in outcome.standardOutput {
             if line.hasPrefix("Device at ") { listing.device = listing.device ?? String(line.dropFirst("Device at ".count)) }
-            if let hash = line.range(of: ": "), line.hasPrefix(" - #"), let finger = Finger(rawValue: String(line[hash.upperBound...])) {
+            if let hash = line.firstRange(of: ": "), line.hasPrefix(" - #"), let finger = Finger(rawValue: String(line[hash.upperBound...])) {
                 listing.fingers.append(finger)
             }
         }

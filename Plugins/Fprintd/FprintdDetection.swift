@@ -1,7 +1,11 @@
 #if Fprintd
 import FieldHAL
 import FieldHALProcess
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// fprintd's sensors for `fieldhal detect`: the manager's GetDevices on the system bus
 /// (through gdbus, as the plugin uses fprintd's own tools), with each sensor's name and scan

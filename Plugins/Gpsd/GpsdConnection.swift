@@ -1,7 +1,11 @@
 #if GPS
 import CGPS
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -125,14 +129,12 @@ final class GpsdConnection {
     private func deactivatedDevice() -> String? {
         let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         guard text.hasPrefix("{\"class\":\"DEVICE\""), text.contains("\"activated\":0") else { return nil }
-        guard let pathKey = text.range(of: "\"path\":\""),
-              let end = text[pathKey.upperBound...].firstIndex(of: "\"") else { return "" }
-        return String(text[pathKey.upperBound..<end])
+        return (try? JSONValue(parsing: text.utf8))?["path"]?.string ?? ""
     }
 
     /// The receivers gpsd knows (its DEVICES report, sent when a watch begins), each as
     /// its JSON object; nil when none came within `timeout`.
-    func devices(timeout: Duration) throws -> [[String: Any]]? {
+    func devices(timeout: Duration) throws -> [[String: JSONValue]]? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             var waiting = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
@@ -145,8 +147,8 @@ final class GpsdConnection {
                 if status == 0 { break }
                 let text = message.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
                 guard text.hasPrefix("{\"class\":\"DEVICES\"") else { continue }
-                let report = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
-                return report?["devices"] as? [[String: Any]] ?? []
+                let report = try? JSONValue(parsing: text.utf8)
+                return report?["devices"]?.array?.compactMap(\.object) ?? []
             }
         }
         return nil

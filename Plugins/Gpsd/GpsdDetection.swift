@@ -1,6 +1,10 @@
 #if GPS
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// gpsd's receivers for `fieldhal detect`: the DEVICES report gpsd sends when a watch
 /// begins (path, driver, subtype), each written as a `[gps]` that watches that receiver.
@@ -23,11 +27,11 @@ enum GpsdDetection {
         defer { connection.close() }
         let endpoint = "\(options.gpsdHost):\(options.gpsdPort)"
         return receivers.compactMap { receiver -> DetectedDevice? in
-            guard let path = receiver["path"] as? String else { return nil }
-            let driver = receiver["driver"] as? String ?? "unknown"
+            guard let path = receiver["path"]?.string else { return nil }
+            let driver = receiver["driver"]?.string ?? "unknown"
             var details = ["gpsd": endpoint, "driver": driver]
-            if let subtype = receiver["subtype"] as? String, !subtype.isEmpty { details["subtype"] = subtype }
-            if let rate = receiver["bps"] as? Int { details["bps"] = "\(rate)" }
+            if let subtype = receiver["subtype"]?.string, !subtype.isEmpty { details["subtype"] = subtype }
+            if let rate = receiver["bps"]?.integer { details["bps"] = "\(rate)" }
             var parameters: [String: ConfigValue] = ["device": .string(path)]
             if options.gpsdHost != "localhost" { parameters["host"] = .string(options.gpsdHost) }
             if options.gpsdPort != 2947 { parameters["port"] = .integer(options.gpsdPort) }

@@ -1,7 +1,14 @@
 #if NFC
 import CNFC
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// NFC readers for `fieldhal detect`, as libnfc lists them (nfc_list_devices): USB readers,
 /// and readers named in libnfc's configuration or `LIBNFC_DEVICE`; with `--intrusive`,

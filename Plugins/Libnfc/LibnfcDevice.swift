@@ -3,7 +3,14 @@ import CNFC
 import Dispatch
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// One libnfc reader, opened on a thread of its own: every libnfc call runs there, one at

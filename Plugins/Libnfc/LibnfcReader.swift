@@ -1,7 +1,11 @@
 #if NFC
 import CNFC
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The reader side: polls for an ISO 14443-A tag and reads or writes its NDEF message.
 final class LibnfcReader: NFCReader {

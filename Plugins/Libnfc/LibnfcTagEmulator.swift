@@ -1,7 +1,11 @@
 #if NFC
 import CNFC
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Tag emulation: the chip becomes an ISO-DEP card (a random 4-byte UID, SAK 0x20) and
 /// answers a reader's SELECT and READ BINARY APDUs with the core's Type 4 application,

@@ -1,6 +1,10 @@
 import FieldHAL
 import FieldHALMedia
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A kit played back from a trace (`fieldhal record`, `KitTrace`): a receiver gives the
 /// trace's fixes at the times they came, a reader the trace's tags in the order they were
@@ -43,7 +47,7 @@ public enum ReplayPlugin {
         let mine = entries.filter { $0.device == device }
         let speed = parameters.number("speed") ?? 1
         let loop = parameters.boolean("loop") ?? false
-        let name = "\(device) from \((path as NSString).lastPathComponent)"
+        let name = "\(device) from \(path.split(separator: "/").last.map(String.init) ?? path)"
         let uses = ReplayedUses(deviceName: name, mine.compactMap(\.use), speed: speed, loop: loop)
         switch capability {
         case .location:
@@ -188,7 +192,7 @@ actor ReplayedReader: NFCReader {
         }
     }
 
-    private static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02X", $0) }.joined() }
+    private static func hex(_ bytes: [UInt8]) -> String { bytes.map { $0.hex(width: 2, uppercase: true) }.joined() }
 
     func write(_ message: NDEFMessage, timeout: Duration) async throws -> NFCTag {
         throw FieldHALError(.unsupported, subject: "nfc \(deviceName)", detail: "a replayed reader writes no tag",

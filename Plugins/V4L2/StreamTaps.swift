@@ -1,7 +1,11 @@
 #if V4L2
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// Everyone who shares the camera's one open stream. A V4L2 node streams to one reader at a

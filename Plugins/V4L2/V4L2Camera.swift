@@ -3,7 +3,11 @@ import CV4L2
 import FieldHAL
 import FieldHALMedia
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,7 +1,11 @@
 #if V4L2
 import CV4L2
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The machine's V4L2 capture nodes for `fieldhal detect`: each one's card, driver, bus and
 /// own pixel formats (VIDIOC_QUERYCAP, VIDIOC_ENUM_FMT), named by udev's stable link when

@@ -2,7 +2,12 @@
 import CV4L2
 import FieldHAL
 import FieldHALSystem
+import SystemPackage
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -29,7 +34,7 @@ struct FourCC: Hashable, Sendable, CustomStringConvertible {
     var description: String {
         let bigEndian = code & (1 << 31) != 0
         let letters = String(decoding: (0..<4).map { UInt8(truncatingIfNeeded: (code & 0x7FFF_FFFF) >> (8 * $0)) }, as: UTF8.self)
-            .trimmingCharacters(in: .whitespaces)
+            .trimmingSpace()
         return bigEndian ? letters + "-BE" : letters
     }
 

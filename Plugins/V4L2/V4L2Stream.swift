@@ -2,6 +2,7 @@
 import CV4L2
 import FieldHAL
 import FieldHALSystem
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif

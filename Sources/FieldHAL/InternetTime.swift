@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Times on the wire (RFC 3339, UTC, milliseconds: `2026-11-27T06:00:00.123Z`), written
 /// and read with integer arithmetic.

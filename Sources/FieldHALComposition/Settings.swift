@@ -8,11 +8,6 @@ import TransrifyAlertChannel
 import Glibc
 #endif
 
-/// FieldHAL's version, as the CLI, the plugin manifests and Transrify's device info give it.
-public enum FieldHALVersion {
-    public static let current = "0.3.0"
-}
-
 /// `[transrify]`: which API the flows talk to (Req 16.2, 16.4). The tenant key is not here:
 /// it lives in the vault (`fieldhal tenant set-key`).
 public enum TransrifySettings {

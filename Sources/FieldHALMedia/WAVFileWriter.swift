@@ -1,6 +1,13 @@
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Streams PCM to a RIFF/WAVE file: the header is written first with placeholder sizes,
 /// samples are appended as they arrive, and `finish()` patches the sizes and commits the

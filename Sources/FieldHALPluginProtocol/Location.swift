@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Location on the channel (docs/plugin-protocol.md, "Location"): a fix has the fields of
 /// the HTTP API's `Fix`.

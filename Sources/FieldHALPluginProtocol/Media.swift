@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The camera, the microphone and the speaker on the channel (docs/plugin-protocol.md,
 /// "Camera, microphone, speaker", protocol 1.3). Their bytes never travel in JSON:

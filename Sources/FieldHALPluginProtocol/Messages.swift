@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The protocol's messages as bytes on the channel, and the values both sides read and
 /// write: the host (`FieldHALPluginHost`) and a plugin in Swift (`FieldHALPluginSDK`) use

@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// NFC on the channel (docs/plugin-protocol.md, "NFC", protocol 1.1): `nfc.read`,
 /// `nfc.write` and `nfc.emulate`, with a tag, an NDEF message and an emulation's outcome

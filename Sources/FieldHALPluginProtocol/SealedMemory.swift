@@ -1,7 +1,12 @@
 import CMemfd
 import FieldHAL
 import FieldHALSystem
+import SystemPackage
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif

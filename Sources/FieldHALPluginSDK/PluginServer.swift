@@ -1,7 +1,11 @@
 import FieldHAL
 import FieldHALPluginProtocol
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -104,7 +108,7 @@ public final class PluginServer: Sendable {
         reading: for await next in messages.stream {
             switch next {
             case .fault(let fault):
-                FileHandle.standardError.write(Data("\(name): \(fault)\n".utf8))
+                StandardError.write("\(name): \(fault)")
                 status = 1
                 break reading
             case .message(let message, let descriptors):

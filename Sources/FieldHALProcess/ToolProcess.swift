@@ -1,6 +1,10 @@
 import FieldHAL
 import FieldHALSystem
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,6 +1,10 @@
 import Dispatch
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import Synchronization
 
 /// A thread of its own for one device's blocking C calls (a libgps `poll`, a libnfc
@@ -32,9 +36,13 @@ public final class DeviceThread: Sendable {
     /// debugger's view of the thread object; the system sees `threadName`.
     public init(name: String) {
         self.name = name
-        let thread = Thread { [self] in self.serve() }
-        thread.name = Self.threadName
-        thread.start()
+        // A device thread is what every capability stands on: a system that cannot make one
+        // more thread has nothing sensible left to do.
+        do {
+            try SystemThread.start(name: Self.threadName) { [self] in self.serve() }
+        } catch {
+            fatalError("\(name): \(error)")
+        }
     }
 
     /// Queues `job`; it runs after the jobs queued before it. Returns false, and drops the

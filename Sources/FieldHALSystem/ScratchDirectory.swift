@@ -1,5 +1,9 @@
 import FieldHAL
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,10 +15,16 @@ import Glibc
 public enum ScratchDirectory {
     /// Makes `$TMPDIR/<prefix>-XXXXXX`, mode 0700, owned by this user.
     public static func make(_ prefix: String) throws -> String {
-        var template = Array((NSTemporaryDirectory() + prefix + "-XXXXXX").utf8CString)
+        var template = Array((temporaryDirectory + prefix + "-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
-            throw SystemError.io("cannot make a scratch directory", subject: NSTemporaryDirectory())
+            throw SystemError.io("cannot make a scratch directory", subject: temporaryDirectory)
         }
         return String(cString: made)
+    }
+
+    /// `$TMPDIR` with a slash at its end, or `/tmp/`: where `NSTemporaryDirectory` looks.
+    public static var temporaryDirectory: String {
+        guard let value = getenv("TMPDIR").map({ String(cString: $0) }), !value.isEmpty else { return "/tmp/" }
+        return value.hasSuffix("/") ? value : value + "/"
     }
 }

@@ -5,6 +5,7 @@ import FieldHALCommandLine
 import FieldHALPluginHost
 import FieldHALPluginSDK
 import FieldHALPlugins
+import FieldHALSystem
 import Foundation
 
 /// `fieldhal plugins`: the built-in plugins, then the external ones the plugin directories hold.

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// What a still capture asks for (expo-camera's `takePictureAsync` options, in pixels).
 public struct PhotoRequest: Sendable, Equatable {

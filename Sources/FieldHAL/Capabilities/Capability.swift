@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// The kinds of hardware FieldHAL abstracts. The raw value is the configuration
 /// section that chooses the capability's plugin (`[gps]`, `[nfc_emulator]`, …).
@@ -60,7 +64,7 @@ public struct DeviceIdentity: Sendable, Equatable, Codable {
 
     public init(vendor: String? = nil, model: String? = nil, serial: String? = nil, link: String? = nil) {
         func said(_ text: String?) -> String? {
-            guard let text = text?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else { return nil }
+            guard let text = text?.trimmingSpace(), !text.isEmpty else { return nil }
             return text
         }
         self.vendor = said(vendor)

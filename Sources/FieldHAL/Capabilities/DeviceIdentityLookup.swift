@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Where a backend finds what its device is, from what udev and the kernel already publish:
 /// plain files and links, read with no library (the core imports no C module).
@@ -30,8 +34,8 @@ extension DeviceIdentity {
                 return String(decoding: data, as: UTF8.self)
             }
             if let vendorID = read("idVendor"), let productID = read("idProduct") {
-                let ids = "\(vendorID.trimmingCharacters(in: .whitespacesAndNewlines)):\(productID.trimmingCharacters(in: .whitespacesAndNewlines))"
-                return DeviceIdentity(vendor: read("manufacturer") ?? vendorID, model: read("product").map { "\($0.trimmingCharacters(in: .whitespacesAndNewlines)) (\(ids))" } ?? ids,
+                let ids = "\(vendorID.trimmingSpace()):\(productID.trimmingSpace())"
+                return DeviceIdentity(vendor: read("manufacturer") ?? vendorID, model: read("product").map { "\($0.trimmingSpace()) (\(ids))" } ?? ids,
                                       serial: read("serial"))
             }
             directory.deleteLastPathComponent()

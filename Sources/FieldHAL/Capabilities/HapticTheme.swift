@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Named haptic patterns as data, in the spirit of feedbackd's themes: a JSON file maps each
 /// name (success, warning, …) to its steps, so a kit with a weak motor or a strong one gets

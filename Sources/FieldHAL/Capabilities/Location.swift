@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// How good a position is, as gpsd reports it.
 public enum FixMode: String, Sendable, Codable, Comparable {

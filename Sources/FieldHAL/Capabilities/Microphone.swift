@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// PCM sample formats FieldHAL records (ALSA's names).
 public enum SampleFormat: String, Sendable, Codable {

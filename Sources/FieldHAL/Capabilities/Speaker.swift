@@ -1,4 +1,11 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc  // sin
+#endif
 
 /// A short sound to play: 16-bit mono PCM, made in memory (alert sounds are a second or
 /// less, so there is nothing to stream).

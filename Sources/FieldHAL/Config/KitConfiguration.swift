@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 import TOMLKit
 
 /// The parsed configuration file: which plugin serves each capability, with what
@@ -69,8 +73,7 @@ public struct KitConfiguration: Sendable {
     public static func load(path: String, registry: PluginRegistry,
                             settings: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
         let text = try ConfigFile.read(path)
-        let directory = (path as NSString).deletingLastPathComponent
-        return try parse(text, file: path, directory: directory.isEmpty ? "." : directory,
+        return try parse(text, file: path, directory: ConfigFile.directory(of: path),
                          registry: registry, settings: settings)
     }
 
@@ -324,14 +327,6 @@ extension ConfigValue {
         case .date, .time, .dateTime: .dateTime("")
         }
     }
-}
-
-func errnoDescription(of error: any Error) -> String {
-    let nsError = error as NSError
-    if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
-        return SystemError.describe(Int32(underlying.code))
-    }
-    return nsError.localizedDescription
 }
 
 extension PluginParameters {

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// Any JSON value, decoded strictly (`true` is never `1`): what a manifest or a plugin's
 /// message holds before it is checked field by field.

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// A kit's devices as they behaved, recorded to be played back: what `fieldhal record`
 /// writes and the `replay` plugin plays, so that a fault seen in the field comes back on a
@@ -63,14 +67,24 @@ public enum KitTrace {
         return String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
+    /// The largest trace read: a day of fixes at 10 Hz with NFC and sensor lines beside them
+    /// is a few hundred MiB; past this, a path named by mistake (a disk image) is refused.
+    public static let maximumSize = 1 << 30
+
     /// A trace file read whole: its header and entries, or what is wrong with it (the line).
     public static func read(_ path: String) throws(FieldHALError) -> (Header, [Entry]) {
-        let text: String
+        let advice = "record one with `fieldhal record --output \(path)`"
+        let bytes: [UInt8]?
         do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
+            bytes = try RegularFile.read(path, limit: maximumSize, what: "trace")
         } catch {
-            throw FieldHALError(.deviceNotFound, subject: "trace \(path)", detail: "cannot be read: \(error.localizedDescription)",
-                                advice: "record one with `fieldhal record --output \(path)`")
+            throw FieldHALError(.deviceNotFound, subject: "trace \(path)", detail: "cannot be read: \(error.detail)", advice: advice)
+        }
+        guard let bytes else {
+            throw FieldHALError(.deviceNotFound, subject: "trace \(path)", detail: "cannot be read: no such file", advice: advice)
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw FieldHALError(.deviceNotFound, subject: "trace \(path)", detail: "cannot be read: it is not UTF-8 text", advice: advice)
         }
         let decoder = JSONDecoder()
         var header: Header?

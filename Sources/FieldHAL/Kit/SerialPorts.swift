@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// USB serial ports as sysfs describes them, for detection: where a PN532 board or a GNSS
 /// receiver may be. Read from /sys only: nothing is written to any port.
@@ -52,6 +56,6 @@ public enum SerialPorts {
     }
 
     private static func read(_ path: String) -> String? {
-        (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingSpace()
     }
 }

@@ -1,4 +1,8 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
 import Foundation
+#endif
 
 /// udev's links to a device node that survive a replug: `/dev/v4l/by-id/usb-…-video-index0`
 /// names the camera itself, `/dev/v4l/by-path/…` the port it is in. A configuration that

@@ -7,6 +7,7 @@ import FieldHALFlows
 import FieldHALHotplug
 import FieldHALLock
 import FieldHALServer
+import FieldHALSystem
 import Foundation
 import Logging
 import ServiceLifecycle
