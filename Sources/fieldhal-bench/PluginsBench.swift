@@ -420,7 +420,9 @@ struct PluginsBench: AsyncParsableCommand {
         return (.init(seconds: wall, pluginCPUSeconds: cpu, pluginCPUPercent: cpu / wall * 100), peak, resident)
     }
 
-    /// The child of this process running `plugin serve`.
+    /// The child of this process running `plugin serve gpsd`: by now the gpsd backend's own
+    /// plugin executable, which `plugin serve` runs in its place (or the CLI itself, in a
+    /// build without it).
     private static func pluginProcess() -> Int32? {
         let me = getpid()
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
@@ -430,7 +432,8 @@ struct PluginsBench: AsyncParsableCommand {
             let fields = stat[stat.index(after: afterName)...].split(separator: " ")
             guard fields.count > 2, Int32(fields[1]) == me,
                   let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline")) else { continue }
-            if String(decoding: command, as: UTF8.self).contains("plugin\0serve\0gpsd") { return pid }
+            let line = String(decoding: command, as: UTF8.self)
+            if line.contains("fieldhal-plugin-gpsd\0") || line.contains("plugin\0serve\0gpsd") { return pid }
         }
         return nil
     }

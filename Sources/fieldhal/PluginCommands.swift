@@ -184,6 +184,22 @@ struct PluginCommand: AsyncParsableCommand {
     /// never taken by an external plugin.
     static func externalName(of plugin: String) -> String { "\(plugin)-process" }
 
+    /// The backend's own plugin executable beside this binary (`fieldhal-plugin-gpsd`), by
+    /// its real path; nil when this build has none. One that others could change is refused
+    /// (exit 77), as PluginTrust refuses a plugin directory's: it runs as the daemon's user.
+    static func processExecutable(of plugin: String) throws -> String? {
+        guard let binary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
+        let directory = binary.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        let executable = directory + "/fieldhal-plugin-" + plugin
+        guard access(executable, X_OK) == 0 else { return nil }
+        do {
+            return try PluginTrust.check(executable, what: "plugin executable")
+        } catch {
+            Output.failure(error.description)
+            throw ExitCode(77)  // EX_NOPERM
+        }
+    }
+
     static func builtIn(_ plugin: String) throws -> PluginDescriptor {
         guard let descriptor = BuiltinPlugins.registry.plugin(named: plugin) else {
             let names = BuiltinPlugins.registry.all.map(\.name).sorted().joined(separator: ", ")
@@ -385,21 +401,33 @@ struct PluginCommand: AsyncParsableCommand {
             What an external plugin's executable runs to serve a built-in plugin out of \
             process (see `fieldhal plugin manifest`). It speaks JSON-RPC on standard input \
             and output (docs/plugin-protocol.md) and is started by FieldHAL, not by hand. \
+            It runs the backend's own plugin executable, fieldhal-plugin-PLUGIN, installed \
+            beside this fieldhal (a process linking that one backend: a few MiB where the whole \
+            CLI would take three times as much); a build without it serves from this process. \
             Exit status 0 after the host's `exit` or the end of the input; 76 (EX_PROTOCOL) \
             when the host sent something that is not the protocol; 64 for a plugin this \
-            build does not have.
+            build does not have; 77 when the plugin executable beside it may be changed by \
+            others (it is refused, as a plugin directory's would be).
             """)
         @Argument(help: "The built-in plugin (fieldhal plugins lists them).") var plugin: String
         @Option(help: "The name to answer the handshake with: the manifest's (default: PLUGIN-process).") var name: String?
 
         func run() async throws {
-            await DispatchTimers.prepare()
             let descriptor = try PluginCommand.builtIn(plugin)
+            let name = name ?? PluginCommand.externalName(of: plugin)
+            if let executable = try PluginCommand.processExecutable(of: plugin) {
+                // Replaces this process: the host's pipes and the pid stay as they are.
+                let arguments = [executable, "--name", name]
+                var pointers = arguments.map { strdup($0) } + [nil]
+                execv(executable, &pointers)
+                Output.failure("cannot run \(executable): \(SystemError.describe())")
+                throw ExitCode(71)  // EX_OSERR
+            }
+            await DispatchTimers.prepare()
             if isatty(0) != 0 {
                 FileHandle.standardError.write(Data("fieldhal plugin serve: speaks the plugin protocol (JSON-RPC lines) on this terminal; FieldHAL starts it from a manifest (fieldhal plugin manifest \(plugin))\n".utf8))
             }
-            let status = await PluginServer(descriptor, name: name ?? PluginCommand.externalName(of: plugin),
-                                            version: FieldHALVersion.current).serve()
+            let status = await PluginServer(descriptor, name: name, version: FieldHALVersion.current).serve()
             if status != 0 { throw ExitCode(76) }  // EX_PROTOCOL: the host broke the protocol (said on stderr)
         }
     }
