@@ -45,7 +45,10 @@ public final class GPSFake: @unchecked Sendable {
         try await start(logs: [log], port: port, once: once, cycle: cycle)
     }
 
-    /// Starts gpsfake with one receiver per log, all on one gpsd.
+    /// Starts gpsfake with one receiver per log, all on one gpsd. With several, the start
+    /// waits until gpsd lists every one: gpsfake can lose a pty on its way to gpsd as it can
+    /// lose the only one (CI, 2026-12-06 at 6cfd755: one of two never listed in 15 s), and a
+    /// gpsd without it is started afresh like one that never reports.
     public static func start(logs: [String], port: Int? = nil, once: Bool = false, cycle: Double = 0.02) async throws -> GPSFake {
         var lastError: any Error = GPSFakeError("gpsfake did not start")
         for _ in 0..<3 {
@@ -53,6 +56,7 @@ public final class GPSFake: @unchecked Sendable {
             do {
                 try await gpsd.waitUntilListening()
                 try await gpsd.waitUntilReporting()
+                if logs.count > 1 { _ = try await gpsd.devicePaths() }
                 return gpsd
             } catch {
                 lastError = error
