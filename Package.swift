@@ -114,7 +114,7 @@ let package = Package(
         // Recordings' containers: the WAV and Motion-JPEG AVI writers, JPEG's sizes and tables.
         .target(name: "FieldHALMedia", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: essentialsSwift),
         // Child processes: tools run to their end, plugin processes, a detached run.
-        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "FieldHALSystem", "CSpawn"], swiftSettings: essentialsSwift),
+        .target(name: "FieldHALProcess", dependencies: ["FieldHAL", "FieldHALSystem", "CSpawn", .product(name: "SystemPackage", package: "swift-system")], swiftSettings: essentialsSwift),
         // posix_spawn's closefrom and pidfd_open, for FieldHALProcess (part of libc).
         .systemLibrary(name: "CSpawn"),
         // Secrets at rest, over libsodium (a hard dependency: no trait).
@@ -122,7 +122,7 @@ let package = Package(
         // The vault, and every cipher and hash the product uses (the flows hold none).
         // OpenSSL's libcrypto, for the evidence's SHA-256 only (the CPU's SHA extensions).
         .systemLibrary(name: "CLibcrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALProcess", "CSodium", "CLibcrypto"],
+        .target(name: "FieldHALVault", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALProcess", "CSodium", "CLibcrypto", .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
         // The kit's lock: PIN (argon2id), duress PIN, lockouts, relock, audit log.
         .target(name: "FieldHALLock", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "CSodium"], swiftSettings: strictSwift),
@@ -239,7 +239,8 @@ let package = Package(
         ),
 
         // The product's flows: duress sign-in, the background work after it, evidence.
-        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "Transrify", "TransrifyAlertChannel"],
+        .target(name: "FieldHALFlows", dependencies: ["FieldHAL", "FieldHALSystem", "FieldHALVault", "Transrify", "TransrifyAlertChannel",
+                                                       .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: strictSwift),
 
         // The parsers of outside input as libFuzzer targets (fuzz/run builds them with
@@ -259,7 +260,8 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                            // The caller gate's handlers sit in the HTTP pipeline Hummingbird builds from these.
                            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                           .product(name: "Logging", package: "swift-log"), .product(name: "Prometheus", package: "swift-prometheus")],
+                           .product(name: "Logging", package: "swift-log"), .product(name: "Prometheus", package: "swift-prometheus"),
+                           .product(name: "SystemPackage", package: "swift-system")],
             // The JavaScript client the web door serves, compiled into the server: no file to
             // find at run time.
             resources: [.embedInCode("WebClient/fieldhal.js"), .embedInCode("WebClient/fieldhal.d.ts")],

@@ -1,6 +1,7 @@
 #if GPS
 import CGPS
 import FieldHAL
+import FieldHALSystem
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -137,9 +138,8 @@ final class GpsdConnection {
     func devices(timeout: Duration) throws -> [[String: JSONValue]]? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            var waiting = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
-            let left = deadline - ContinuousClock.now
-            _ = poll(&waiting, 1, max(1, left.pollTimeout))
+            var waiting = [pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)]
+            _ = SystemCall.poll(&waiting, timeout: max(Duration.milliseconds(1), deadline - ContinuousClock.now))
             while true {
                 message[0] = 0
                 let status = gps_read(data, &message, Int32(message.count))

@@ -113,8 +113,9 @@ public final class PluginProcess {
             try? notify("exit", timeout: grace)
             let deadline = ContinuousClock.now + grace
             while !child.hasExited, ContinuousClock.now < deadline {
-                var entry = pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0)
-                _ = poll(&entry, 1, child.exitDescriptor == nil ? 20 : ContinuousClock.now.duration(to: deadline).pollTimeout)
+                // With no pidfd (an old kernel) the exit is looked for every 20 ms.
+                var entries = [pollfd(fd: child.exitDescriptor ?? -1, events: Int16(POLLIN), revents: 0)]
+                _ = SystemCall.poll(&entries, timeout: child.exitDescriptor == nil ? .milliseconds(20) : ContinuousClock.now.duration(to: deadline))
             }
         }
         child.kill()
@@ -219,7 +220,7 @@ public final class PluginProcess {
                 throw failure(.protocolError, "sent more descriptors than its messages name during \(method)")
             }
             if count > 0 { received += chunk[..<count]; continue }
-            if count < 0 && (errno == EAGAIN || errno == EINTR) {
+            if count < 0 && errno == EAGAIN {  // (an interruption is retried by `receive`)
                 // Woken by the exit, and a copy of the socket lives on in a child it left.
                 if exitedNow && child.hasExited { throw exited(during: method) }
                 continue

@@ -1,4 +1,6 @@
 import FieldHAL
+import FieldHALSystem
+import SystemPackage
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -99,19 +101,20 @@ extension PluginProtocol {
                 queue.removeFirst()
                 continue
             }
-            var sent = send(first.bytes, descriptors: first.descriptors.map(\.descriptor), on: socket)
-            if sent < 0 && errno == ENOTSOCK && first.descriptors.isEmpty {
+            var sent = SystemCall.attempt { send(first.bytes, descriptors: first.descriptors.map(\.descriptor), on: socket) }
+            if case .failure(.notSocket) = sent, first.descriptors.isEmpty {
                 // Not a socket: a plugin run by hand, its output a terminal or a pipe.
-                sent = first.bytes.withUnsafeBytes { Glibc.write(socket, $0.baseAddress, $0.count) }
+                sent = SystemCall.attempt { first.bytes.withUnsafeBytes { Glibc.write(socket, $0.baseAddress, $0.count) } }
             }
-            if sent > 0 {
+            switch sent {
+            case .success(let count) where count > 0:
                 queue[0].descriptors = []  // the receiver has them now; ours close here
-                queue[0].bytes = first.bytes.dropFirst(sent)
+                queue[0].bytes = first.bytes.dropFirst(count)
                 continue
+            case .success: return .failed(EPIPE)
+            case .failure(.resourceTemporarilyUnavailable): return .wouldBlock
+            case .failure(let code): return .failed(code.rawValue)
             }
-            if sent < 0 && errno == EINTR { continue }
-            if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wouldBlock }
-            return .failed(sent < 0 ? errno : EPIPE)
         }
         return .all
     }
@@ -172,17 +175,23 @@ extension PluginProtocol {
         defer { control.deallocate() }
         control.initializeMemory(as: UInt8.self, repeating: 0, count: space)
         var header = msghdr()
-        let count = withUnsafeMutablePointer(to: &vector) { vectorPointer -> Int in
+        // An interruption is retried here (the seam); any other failure is -1 with errno set.
+        let outcome = withUnsafeMutablePointer(to: &vector) { vectorPointer -> Result<Int, Errno> in
             header.msg_iov = vectorPointer
             header.msg_iovlen = 1
             header.msg_control = control
             header.msg_controllen = space
-            return Glibc.recvmsg(socket, &header, flags | Int32(MSG_CMSG_CLOEXEC))
+            return SystemCall.attempt { Glibc.recvmsg(socket, &header, flags | Int32(MSG_CMSG_CLOEXEC)) }
         }
-        if count < 0 && errno == ENOTSOCK {
-            return Received(count: Glibc.read(socket, buffer.baseAddress, buffer.count), descriptors: [], truncated: false)
+        let count: Int
+        switch outcome {
+        case .success(let got): count = got
+        case .failure(.notSocket):
+            // Not a socket: a plugin run by hand, its input a terminal or a pipe.
+            let read = SystemCall.attempt { Glibc.read(socket, buffer.baseAddress, buffer.count) }
+            return Received(count: (try? read.get()) ?? -1, descriptors: [], truncated: false)
+        case .failure: return Received(count: -1, descriptors: [], truncated: false)
         }
-        guard count >= 0 else { return Received(count: count, descriptors: [], truncated: false) }
         var descriptors: [OwnedDescriptor] = []
         var offset = 0
         let headerSize = MemoryLayout<cmsghdr>.stride

@@ -564,8 +564,9 @@ public final class PluginServer: Sendable {
                 }
             }
             if done { return }
-            var room = pollfd(fd: output, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&room, 1, 1000)
+            // Room on the host's side, or a second to look at `done` again.
+            var room = [pollfd(fd: output, events: Int16(POLLOUT), revents: 0)]
+            _ = SystemCall.poll(&room, timeout: .seconds(1))
         }
     }
 }
@@ -611,7 +612,6 @@ struct MessageReader {
                 return .fault("the host sent more descriptors than its messages name")
             }
             if got.count > 0 { buffered += chunk[..<got.count]; continue }
-            if got.count < 0 && errno == EINTR { continue }
             ended = true  // the end of the input, or the host gone: a last line without a newline is dropped
         }
     }

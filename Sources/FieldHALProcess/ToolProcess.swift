@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALSystem
+import SystemPackage
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -132,20 +133,22 @@ private struct LineSplitter {
     /// One read of `descriptor` (non-blocking), its complete lines handed on.
     mutating func readOnce(_ descriptor: Int32, _ stream: ToolProcess.Stream) -> Read {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        let count = read(descriptor, &chunk, chunk.count)
-        if count < 0 && (errno == EAGAIN || errno == EINTR) { return .keepReading }
-        if count <= 0 { return flush(stream) ? .stop : .endOfFile }
-        buffers[stream]! += chunk[0..<count]
-        return split(stream) ? .stop : .keepReading
+        switch SystemCall.attempt({ read(descriptor, &chunk, chunk.count) }) {
+        case .failure(.resourceTemporarilyUnavailable): return .keepReading
+        case .success(let count) where count > 0:
+            buffers[stream]! += chunk[0..<count]
+            return split(stream) ? .stop : .keepReading
+        case .success, .failure: return flush(stream) ? .stop : .endOfFile
+        }
     }
 
     /// Everything `descriptor` holds now, without waiting for more.
     mutating func drain(_ descriptor: Int32, _ stream: ToolProcess.Stream) -> Read {
         while true {
             var chunk = [UInt8](repeating: 0, count: 4096)
-            let count = read(descriptor, &chunk, chunk.count)
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { return flush(stream) ? .stop : .endOfFile }
+            guard case .success(let count) = SystemCall.attempt({ read(descriptor, &chunk, chunk.count) }), count > 0 else {
+                return flush(stream) ? .stop : .endOfFile
+            }
             buffers[stream]! += chunk[0..<count]
             if split(stream) { return .stop }
         }

@@ -1,4 +1,6 @@
 import FieldHAL
+import FieldHALSystem
+import SystemPackage
 import NIOCore
 import Synchronization
 #if canImport(Glibc)
@@ -191,13 +193,11 @@ final class EventStreamSocket: Sendable {
     private static func write(_ bytes: ArraySlice<UInt8>, to descriptor: Int32) -> Int {
         var offset = bytes.startIndex
         while offset < bytes.endIndex {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if sent < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { break }
-                return -1
+            switch SystemCall.attempt({ bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } }) {
+            case .success(let sent): offset += sent
+            case .failure(.resourceTemporarilyUnavailable): return offset - bytes.startIndex  // full for now
+            case .failure: return -1
             }
-            offset += sent
         }
         return offset - bytes.startIndex
     }

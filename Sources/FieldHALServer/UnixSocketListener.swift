@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -110,8 +111,8 @@ final class UnixSocketListener: Sendable {
             // of the loop's work (docs/decisions.md, "The API is served on one event loop").
             var batch: [(connection: Int32, admission: GatedHTTP1Channel.Admission)] = []
             while batch.count < Self.batchLimit, !stopped.withLock({ $0 }) {
-                let connection = Self.accept(listening)
-                if connection >= 0 {
+                let accepted = Self.accept(listening)
+                if case .success(let connection) = accepted {
                     // The gate's decision first, here: a connection over its caller's share
                     // is closed before SwiftNIO ever sees it, so a storm of them costs the
                     // event loop nothing.
@@ -123,12 +124,13 @@ final class UnixSocketListener: Sendable {
                     }
                     continue
                 }
-                switch errno {
-                case EINTR, ECONNABORTED: continue
-                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                guard case .failure(let code) = accepted else { break }
+                switch code {
+                case .connectionAbort: continue
+                case .tooManyOpenFiles, .tooManyOpenFilesInSystem, .noBufferSpace, .noMemory:
                     // Out of descriptors: the queued connections wait in the kernel's
                     // backlog until some close, rather than spinning on a socket that stays readable.
-                    logger.warning("api: accept(): \(SystemError.describe())")
+                    logger.warning("api: accept(): \(SystemError.describe(code.rawValue))")
                     _ = wakeup.wait(upTo: .milliseconds(50))
                 default: break
                 }
@@ -149,16 +151,16 @@ final class UnixSocketListener: Sendable {
         drain()
     }
 
-    /// A connection, close-on-exec and non-blocking as SwiftNIO wants it; -1 and errno as
-    /// `accept`'s. (Glibc's Swift module leaves `accept4` out. Between the two calls a
+    /// A connection, close-on-exec and non-blocking as SwiftNIO wants it, or `accept`'s errno
+    /// (an interruption retried). (Glibc's Swift module leaves `accept4` out. Between the two calls a
     /// program started by another thread could inherit it, but the daemon starts its
     /// children through `ChildProcess`, which closes every descriptor from 3 on in the child.)
-    private static func accept(_ listening: Int32) -> Int32 {
-        let connection = Glibc.accept(listening, nil, nil)
-        guard connection >= 0 else { return connection }
-        _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-        _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) | O_NONBLOCK)
-        return connection
+    private static func accept(_ listening: Int32) -> Result<Int32, Errno> {
+        SystemCall.attempt { Glibc.accept(listening, nil, nil) }.map { connection in
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) | O_NONBLOCK)
+            return connection
+        }
     }
 
     /// At most this many connections go to the event loop in one wake-up.
@@ -166,9 +168,7 @@ final class UnixSocketListener: Sendable {
 
     /// Connections queued when the listener stopped are refused, not left open.
     private func drain() {
-        while true {
-            let connection = Self.accept(listening)
-            guard connection >= 0 else { return }
+        while case .success(let connection) = Self.accept(listening) {
             close(connection)
         }
     }

@@ -53,8 +53,8 @@ public final class WakeupEvent: Sendable {
 
     /// Whether a signal is pending, without clearing it.
     public var isSignalled: Bool {
-        var entry = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
-        return poll(&entry, 1, 0) > 0
+        var entries = [pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)]
+        return ((try? SystemCall.poll(&entries, timeout: .zero).get()) ?? 0) > 0
     }
 }
 

@@ -2,6 +2,7 @@ import CSodium
 import FieldHAL
 import FieldHALProcess
 import FieldHALSystem
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -106,9 +107,9 @@ public enum SealedVaultKey {
             if case .failure = SystemCall.poll(&entries, timeout: left) { break }
             for entry in entries where entry.revents != 0 {
                 var chunk = [UInt8](repeating: 0, count: 4096)
-                let count = read(entry.fd, &chunk, chunk.count)
-                if count < 0 && (errno == EAGAIN || errno == EINTR) { continue }
-                if count <= 0 { open[entry.fd] = nil; continue }
+                let outcome = SystemCall.attempt { read(entry.fd, &chunk, chunk.count) }
+                if case .failure(.resourceTemporarilyUnavailable) = outcome { continue }
+                guard case .success(let count) = outcome, count > 0 else { open[entry.fd] = nil; continue }
                 if open[entry.fd] == true { output += chunk[0..<count] } else { errors += chunk[0..<count] }
                 sodium_memzero(&chunk, chunk.count)
             }

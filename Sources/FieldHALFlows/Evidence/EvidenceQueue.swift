@@ -1,6 +1,7 @@
 import FieldHAL
 import FieldHALSystem
 import FieldHALVault
+import SystemPackage
 import Foundation
 import Synchronization
 import Transrify
@@ -115,13 +116,17 @@ public final class EvidenceQueue: Sendable {
         }
         defer { unlockAndClose(descriptor) }
         // Held for microseconds by whoever makes the key: wait for it, within a bound.
-        let deadline = Date().addingTimeInterval(10)
-        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
-            guard errno == EWOULDBLOCK || errno == EINTR, Date() < deadline else {
+        let deadline = ContinuousClock.now + .seconds(10)
+        waiting: while true {
+            switch SystemCall.attempt({ flock(descriptor, LOCK_EX | LOCK_NB) }) {
+            case .success: break waiting
+            case .failure(.wouldBlock) where ContinuousClock.now < deadline: usleep(10_000)
+            case .failure(.wouldBlock):
                 throw FieldHALError(.busy, subject: "evidence queue", detail: "another process holds \(directory)/queue.lock",
                                     advice: "find it with fuser \(directory)/queue.lock")
+            case .failure(let code):
+                throw SystemError.file(directory + "/queue.lock", "lock", code: code.rawValue)
             }
-            usleep(10_000)
         }
         if let stored = try vault.loadSecret(keyEntry), stored.count == EvidenceCipher.keySize { return stored }
         var fresh = try EvidenceCipher.newKey()
