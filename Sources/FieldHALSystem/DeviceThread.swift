@@ -20,6 +20,9 @@ public final class DeviceThread: Sendable {
     private struct Queue {
         var jobs: [Job] = []
         var stopping = false
+        /// Why there is no thread: the system would not make one (out of memory, or over its
+        /// limit of threads). Every job is then refused with it.
+        var unstarted: FieldHALError?
     }
 
     public let name: String
@@ -36,12 +39,12 @@ public final class DeviceThread: Sendable {
     /// debugger's view of the thread object; the system sees `threadName`.
     public init(name: String) {
         self.name = name
-        // A device thread is what every capability stands on: a system that cannot make one
-        // more thread has nothing sensible left to do.
         do {
             try SystemThread.start(name: Self.threadName) { [self] in self.serve() }
         } catch {
-            fatalError("\(name): \(error)")
+            // No crash: the device this thread was for fails to open, saying why.
+            let failure = FieldHALError(error.kind, subject: name, detail: "cannot start its thread: \(error.detail)", advice: error.advice)
+            queue.withLock { $0.stopping = true; $0.unstarted = failure }
         }
     }
 
@@ -69,8 +72,8 @@ public final class DeviceThread: Sendable {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 let accepted = submit { continuation.resume(with: Result { try job() }) }
                 if !accepted {
-                    continuation.resume(throwing: FieldHALError(.disconnected, subject: name,
-                                                                detail: "the device has been closed"))
+                    continuation.resume(throwing: queue.withLock { $0.unstarted } ?? FieldHALError(.disconnected, subject: name,
+                                                                                                  detail: "the device has been closed"))
                 }
             }
         } onCancel: {
