@@ -29,15 +29,6 @@ let strictSwift: [SwiftSetting] = [
 /// of what it imports itself, so reaching for one of Foundation's is a compile error here.
 let essentialsSwift: [SwiftSetting] = strictSwift + [.enableUpcomingFeature("MemberImportVisibility")]
 
-/// Each built-in backend as a plugin executable of its own (`fieldhal-plugin-gpsd`), built on
-/// the SDK as an outsider's plugin is; `fieldhal plugin serve gpsd` runs it. A process that
-/// links one backend and its one C library, on FoundationEssentials, is what keeps a plugin
-/// process small (docs/decisions.md, "A plugin process per backend").
-let pluginProcesses: [(plugin: String, target: String)] = [
-    ("fake", "FakePlugin"), ("replay", "ReplayPlugin"), ("gpsd", "GpsdPlugin"), ("libnfc", "LibnfcPlugin"),
-    ("v4l2", "V4L2Plugin"), ("alsa", "ALSAPlugin"), ("evdev", "EvdevPlugin"), ("fprintd", "FprintdPlugin"),
-]
-
 let package = Package(
     name: "FieldHAL",
     platforms: [.macOS(.v15)],
@@ -323,6 +314,10 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // A built-in plugin in a process of its own (`fieldhal plugin serve` runs it): the
+        // backends and the SDK on FoundationEssentials, without the rest of the CLI.
+        .executableTarget(name: "fieldhal-plugin", dependencies: ["FieldHAL", "FieldHALPluginSDK", "FieldHALPlugins"], swiftSettings: essentialsSwift),
+
         // The benchmarks: a tool of the repository's, not installed by the package.
         .executableTarget(
             name: "fieldhal-bench",
@@ -371,8 +366,5 @@ let package = Package(
 
         // Helpers the tests share: real peers (gpsfake) started and stopped as processes.
         .target(name: "TestSupport", dependencies: ["FieldHAL", "FieldHALProcess", .product(name: "Logging", package: "swift-log")], path: "Tests/TestSupport", exclude: ["Peers"], swiftSettings: strictSwift),
-    ] + pluginProcesses.map { entry in
-        .executableTarget(name: "fieldhal-plugin-\(entry.plugin)", dependencies: ["FieldHAL", "FieldHALPluginSDK", .target(name: entry.target)],
-                          path: "Sources/PluginProcesses/\(entry.plugin)", swiftSettings: essentialsSwift)
-    }
+    ]
 )

@@ -19,9 +19,10 @@ import Glibc
 /// backend whose trait was off in this build); 76 when the host sent something that is not
 /// the protocol (said on standard error, which the host logs).
 public enum PluginProcess {
+    /// `program` is how usage and errors name the command (default: the executable's name).
     public static func main(_ descriptor: PluginDescriptor?, version: String,
-                            arguments: [String] = Array(CommandLine.arguments.dropFirst())) async -> Never {
-        let program = CommandLine.arguments.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "plugin"
+                            arguments: [String] = Array(CommandLine.arguments.dropFirst()),
+                            program: String = executableName) async -> Never {
         var name: String?
         var rest = arguments[...]
         while let argument = rest.popFirst() {
@@ -57,7 +58,12 @@ public enum PluginProcess {
         exit(status == 0 ? 0 : 76)  // EX_PROTOCOL: the host broke the protocol (said on stderr)
     }
 
-    private static func fail(_ program: String, _ message: String, status: Int32) -> Never {
+    /// The name this process was started by, without its directory.
+    public static var executableName: String {
+        CommandLine.arguments.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "plugin"
+    }
+
+    public static func fail(_ program: String, _ message: String, status: Int32) -> Never {
         StandardError.write("\(program): \(message)")
         exit(status)
     }

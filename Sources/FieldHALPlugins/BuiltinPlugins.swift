@@ -32,6 +32,26 @@ public enum BuiltinPlugins {
         return PluginRegistry(plugins)
     }
 
+    /// The names of the plugins compiled in (those whose trait is on).
+    public static var names: [String] { registry.all.map(\.name).sorted() }
+
+    /// One built-in plugin by name, without making the others' descriptors: a plugin process
+    /// (`fieldhal-plugin`) touches only the backend it serves. Nil for a name this build does
+    /// not have.
+    public static func descriptor(named name: String) -> PluginDescriptor? {
+        switch name {
+        case "fake": FakePlugin.descriptor
+        case "replay": ReplayPlugin.descriptor
+        case "fprintd": FprintdPlugin.descriptor
+        case "gpsd": GpsdPlugin.descriptor
+        case "libnfc": LibnfcPlugin.descriptor
+        case "v4l2": V4L2Plugin.descriptor
+        case "alsa": ALSAPlugin.descriptor
+        case "evdev": EvdevPlugin.descriptor
+        default: nil
+        }
+    }
+
     /// The real backends built in. Each is nil when its trait is off, so `fieldhal plugins`
     /// never claims hardware support the binary lacks.
     static var realBackends: [PluginDescriptor] {

@@ -420,9 +420,9 @@ struct PluginsBench: AsyncParsableCommand {
         return (.init(seconds: wall, pluginCPUSeconds: cpu, pluginCPUPercent: cpu / wall * 100), peak, resident)
     }
 
-    /// The child of this process running `plugin serve gpsd`: by now the gpsd backend's own
-    /// plugin executable, which `plugin serve` runs in its place (or the CLI itself, in a
-    /// build without it).
+    /// The child of this process running `plugin serve gpsd`: by now the plugin executable
+    /// (`fieldhal-plugin gpsd`), which `plugin serve` runs in its place (or the CLI itself, in
+    /// a build without it).
     private static func pluginProcess() -> Int32? {
         let me = getpid()
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
@@ -433,7 +433,7 @@ struct PluginsBench: AsyncParsableCommand {
             guard fields.count > 2, Int32(fields[1]) == me,
                   let command = try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline")) else { continue }
             let line = String(decoding: command, as: UTF8.self)
-            if line.contains("fieldhal-plugin-gpsd\0") || line.contains("plugin\0serve\0gpsd") { return pid }
+            if line.contains("fieldhal-plugin\0gpsd\0") || line.contains("plugin\0serve\0gpsd") { return pid }
         }
         return nil
     }

@@ -184,13 +184,13 @@ struct PluginCommand: AsyncParsableCommand {
     /// never taken by an external plugin.
     static func externalName(of plugin: String) -> String { "\(plugin)-process" }
 
-    /// The backend's own plugin executable beside this binary (`fieldhal-plugin-gpsd`), by
-    /// its real path; nil when this build has none. One that others could change is refused
-    /// (exit 77), as PluginTrust refuses a plugin directory's: it runs as the daemon's user.
-    static func processExecutable(of plugin: String) throws -> String? {
+    /// The plugin executable beside this binary (`fieldhal-plugin`), by its real path; nil
+    /// when this build has none. One that others could change is refused (exit 77), as
+    /// PluginTrust refuses a plugin directory's: it runs as the daemon's user.
+    static func processExecutable() throws -> String? {
         guard let binary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
         let directory = binary.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        let executable = directory + "/fieldhal-plugin-" + plugin
+        let executable = directory + "/fieldhal-plugin"
         guard access(executable, X_OK) == 0 else { return nil }
         do {
             return try PluginTrust.check(executable, what: "plugin executable")
@@ -401,9 +401,9 @@ struct PluginCommand: AsyncParsableCommand {
             What an external plugin's executable runs to serve a built-in plugin out of \
             process (see `fieldhal plugin manifest`). It speaks JSON-RPC on standard input \
             and output (docs/plugin-protocol.md) and is started by FieldHAL, not by hand. \
-            It runs the backend's own plugin executable, fieldhal-plugin-PLUGIN, installed \
-            beside this fieldhal: a process linking that one backend, 12 MiB resident where the \
-            whole CLI takes 28. A build without it serves from this process. \
+            It runs the plugin executable installed beside this fieldhal (fieldhal-plugin): \
+            the backends on FoundationEssentials without the rest of the CLI, 13 MiB resident \
+            where the whole CLI takes 28. A build without it serves from this process. \
             Exit status 0 after the host's `exit` or the end of the input; 76 (EX_PROTOCOL) \
             when the host sent something that is not the protocol; 64 for a plugin this \
             build does not have; 77 when the plugin executable beside it may be changed by \
@@ -415,9 +415,9 @@ struct PluginCommand: AsyncParsableCommand {
         func run() async throws {
             let descriptor = try PluginCommand.builtIn(plugin)
             let name = name ?? PluginCommand.externalName(of: plugin)
-            if let executable = try PluginCommand.processExecutable(of: plugin) {
+            if let executable = try PluginCommand.processExecutable() {
                 // Replaces this process: the host's pipes and the pid stay as they are.
-                let arguments = [executable, "--name", name]
+                let arguments = [executable, plugin, "--name", name]
                 var pointers = arguments.map { strdup($0) } + [nil]
                 execv(executable, &pointers)
                 Output.failure("cannot run \(executable): \(SystemError.describe())")

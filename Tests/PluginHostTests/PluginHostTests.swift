@@ -395,17 +395,19 @@ final class PluginFixtures: @unchecked Sendable {
         #expect(garbled.stderr.contains("not JSON-RPC 2.0"), "\(garbled.stderr)")
     }
 
-    /// `plugin serve` runs the backend's own plugin executable beside the binary (issue 42:
-    /// a process linking one backend): the process that answers the handshake is
-    /// fieldhal-plugin-fake. One that others may change is refused, as a plugin directory's
+    /// `plugin serve` runs the plugin executable beside the binary (issue 42: a process
+    /// without the rest of the CLI): the process that answers the handshake is
+    /// `fieldhal-plugin fake`. One that others may change is refused, as a plugin directory's
     /// would be; a binary with none beside it serves the plugin itself.
-    @Test func pluginServeRunsTheBackendsOwnExecutable() async throws {
+    @Test func pluginServeRunsThePluginExecutable() async throws {
         let handshake = #"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol":"1.6"}}"# + "\n"
         let served = try await CLI.run(["plugin", "serve", "fake", "--name", "fake-own"], input: handshake)
         #expect(served.status == 0 && served.stdout.contains(#""name":"fake-own""#), "\(served.stdout)\(served.stderr)")
-        let own = CLI.binary.deletingLastPathComponent().appendingPathComponent("fieldhal-plugin-fake").path
-        let help = try await offPool { try CLI.runBlocking(["--help"], executable: URL(fileURLWithPath: own)) }
-        #expect(help.status == 0 && help.stdout.contains("usage: fieldhal-plugin-fake [--name NAME]"), "\(help.stdout)")
+        let own = URL(fileURLWithPath: CLI.binary.deletingLastPathComponent().appendingPathComponent("fieldhal-plugin").path)
+        let help = try await offPool { try CLI.runBlocking(["fake", "--help"], executable: own) }
+        #expect(help.status == 0 && help.stdout.contains("usage: fieldhal-plugin fake [--name NAME]"), "\(help.stdout)")
+        let none = try await offPool { try CLI.runBlocking(["no-such-plugin"], executable: own) }
+        #expect(none.status == 64 && none.stderr.contains("no built-in plugin no-such-plugin"), "\(none.stderr)")
         let watched = try await offPool { () throws -> String? in
             let process = Process()
             process.executableURL = CLI.binary
@@ -418,12 +420,12 @@ final class PluginFixtures: @unchecked Sendable {
             // exec(2) keeps the pid: wait for the image to be the plugin executable's.
             for _ in 0..<200 {
                 if let image = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process.processIdentifier)/exe"),
-                   image.hasSuffix("/fieldhal-plugin-fake") { return image }
+                   image.hasSuffix("/fieldhal-plugin") { return image }
                 usleep(50_000)
             }
             return try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(process.processIdentifier)/exe")
         }
-        #expect(watched?.hasSuffix("/fieldhal-plugin-fake") == true, "\(watched ?? "no process")")
+        #expect(watched?.hasSuffix("/fieldhal-plugin") == true, "\(watched ?? "no process")")
 
         // A copy of the CLI (a hard link: the same file) in a folder of its own, beside a
         // plugin executable anyone may write.
@@ -434,11 +436,11 @@ final class PluginFixtures: @unchecked Sendable {
         try FileManager.default.linkItem(atPath: CLI.binary.resolvingSymlinksInPath().path, toPath: linked)
         let alone = try await offPool { try CLI.runBlocking(["plugin", "serve", "fake"], input: handshake, executable: URL(fileURLWithPath: linked)) }
         #expect(alone.status == 0 && alone.stdout.contains(#""name":"fake-process""#), "served by the CLI itself: \(alone.stdout)\(alone.stderr)")
-        let writable = folder + "/fieldhal-plugin-fake"
+        let writable = folder + "/fieldhal-plugin"
         try "#!/bin/sh\necho replaced\n".write(toFile: writable, atomically: false, encoding: .utf8)
         chmod(writable, 0o757)
         let refused = try await offPool { try CLI.runBlocking(["plugin", "serve", "fake"], input: handshake, executable: URL(fileURLWithPath: linked)) }
-        #expect(refused.status == 77 && refused.stderr.contains("fieldhal-plugin-fake") && !refused.stdout.contains("replaced"),
+        #expect(refused.status == 77 && refused.stderr.contains("fieldhal-plugin") && !refused.stdout.contains("replaced"),
                 "\(refused.status) \(refused.stdout)\(refused.stderr)")
     }
 
