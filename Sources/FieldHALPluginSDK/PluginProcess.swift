@@ -63,6 +63,7 @@ public enum PluginProcess {
         CommandLine.arguments.first.map { $0.split(separator: "/").last.map(String.init) ?? $0 } ?? "plugin"
     }
 
+    /// Says `program: message` on standard error and exits with `status` (sysexits).
     public static func fail(_ program: String, _ message: String, status: Int32) -> Never {
         StandardError.write("\(program): \(message)")
         exit(status)
