@@ -69,7 +69,7 @@ public final class MJPEGAVIWriter {
         self.width = width
         self.height = height
         self.segmentBytes = segmentBytes
-        let directory = AtomicFileWriter.directory(of: path)
+        let directory = FilePaths.directory(of: path)
         self.freeSpace = freeSpace ?? { Self.freeBytes(in: directory) }
         file = try AtomicFileWriter(path: path, mode: 0o640)
         let hdrl = headerList()

@@ -26,36 +26,26 @@ import CEvdev
 /// The plugins compiled into this build. This list is the one place that names them: a
 /// new backend adds its folder, its target in Package.swift, and a line here.
 public enum BuiltinPlugins {
+    /// Each plugin under its name, its descriptor made only when asked for (a plugin process
+    /// touches only the backend it serves). A real backend's is nil when its trait is off,
+    /// so `fieldhal plugins` never claims hardware support the binary lacks.
+    private static let plugins: [(name: String, descriptor: @Sendable () -> PluginDescriptor?)] = [
+        ("fake", { FakePlugin.descriptor }), ("replay", { ReplayPlugin.descriptor }),
+        ("fprintd", { FprintdPlugin.descriptor }), ("gpsd", { GpsdPlugin.descriptor }), ("libnfc", { LibnfcPlugin.descriptor }),
+        ("v4l2", { V4L2Plugin.descriptor }), ("alsa", { ALSAPlugin.descriptor }), ("evdev", { EvdevPlugin.descriptor }),
+    ]
+
     public static var registry: PluginRegistry {
-        var plugins: [PluginDescriptor] = [FakePlugin.descriptor, ReplayPlugin.descriptor]
-        plugins += realBackends
-        return PluginRegistry(plugins)
+        PluginRegistry(plugins.compactMap { $0.descriptor() })
     }
 
     /// The names of the plugins compiled in (those whose trait is on).
     public static var names: [String] { registry.all.map(\.name).sorted() }
 
-    /// One built-in plugin by name, without making the others' descriptors: a plugin process
-    /// (`fieldhal-plugin`) touches only the backend it serves. Nil for a name this build does
-    /// not have.
+    /// One built-in plugin by name, without making the others' descriptors. Nil for a name
+    /// this build does not have.
     public static func descriptor(named name: String) -> PluginDescriptor? {
-        switch name {
-        case "fake": FakePlugin.descriptor
-        case "replay": ReplayPlugin.descriptor
-        case "fprintd": FprintdPlugin.descriptor
-        case "gpsd": GpsdPlugin.descriptor
-        case "libnfc": LibnfcPlugin.descriptor
-        case "v4l2": V4L2Plugin.descriptor
-        case "alsa": ALSAPlugin.descriptor
-        case "evdev": EvdevPlugin.descriptor
-        default: nil
-        }
-    }
-
-    /// The real backends built in. Each is nil when its trait is off, so `fieldhal plugins`
-    /// never claims hardware support the binary lacks.
-    static var realBackends: [PluginDescriptor] {
-        [FprintdPlugin.descriptor, GpsdPlugin.descriptor, LibnfcPlugin.descriptor, V4L2Plugin.descriptor, ALSAPlugin.descriptor, EvdevPlugin.descriptor].compactMap { $0 }
+        plugins.first { $0.name == name }?.descriptor()
     }
 
     /// The traits this binary was built with, for `fieldhal plugins`.

@@ -43,7 +43,7 @@ public final class AtomicFileWriter {
             return
         }
         inPlace = false
-        let directory = Self.directory(of: path)
+        let directory = FilePaths.directory(of: path)
         let name = String(path.split(separator: "/").last ?? Substring(path))
         temporaryPath = "\(directory)/.\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
@@ -97,7 +97,7 @@ public final class AtomicFileWriter {
         guard rename(temporaryPath, path) == 0 else { throw Self.ioError(path, "rename into place") }
         committed = true
         try inject(.renamed)
-        try Self.syncDirectory(Self.directory(of: path))
+        try Self.syncDirectory(FilePaths.directory(of: path))
     }
 
     /// Like `commit`, but only if nothing is at `path` yet: returns false (and leaves the
@@ -122,7 +122,7 @@ public final class AtomicFileWriter {
         unlink(temporaryPath)
         committed = true
         try inject(.renamed)
-        try Self.syncDirectory(Self.directory(of: path))
+        try Self.syncDirectory(FilePaths.directory(of: path))
         return true
     }
 
@@ -138,11 +138,6 @@ public final class AtomicFileWriter {
 
     private func inject(_ step: Step) throws {
         try faultInjection?(step)
-    }
-
-    public static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     /// fsync on a directory makes the entries created or renamed in it durable.

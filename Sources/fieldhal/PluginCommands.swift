@@ -202,7 +202,7 @@ struct PluginCommand: AsyncParsableCommand {
 
     static func builtIn(_ plugin: String) throws -> PluginDescriptor {
         guard let descriptor = BuiltinPlugins.registry.plugin(named: plugin) else {
-            let names = BuiltinPlugins.registry.all.map(\.name).sorted().joined(separator: ", ")
+            let names = BuiltinPlugins.names.joined(separator: ", ")
             Output.failure("no built-in plugin \(plugin) in this build; the built-in plugins are \(names)")
             throw ExitCode(64)
         }
@@ -423,12 +423,9 @@ struct PluginCommand: AsyncParsableCommand {
                 Output.failure("cannot run \(executable): \(SystemError.describe())")
                 throw ExitCode(71)  // EX_OSERR
             }
-            await DispatchTimers.prepare()
-            if isatty(0) != 0 {
-                FileHandle.standardError.write(Data("fieldhal plugin serve: speaks the plugin protocol (JSON-RPC lines) on this terminal; FieldHAL starts it from a manifest (fieldhal plugin manifest \(plugin))\n".utf8))
-            }
-            let status = await PluginServer(descriptor, name: name, version: FieldHALVersion.current).serve()
-            if status != 0 { throw ExitCode(76) }  // EX_PROTOCOL: the host broke the protocol (said on stderr)
+            // No plugin executable in this build: the same serving, from this process.
+            await PluginProcess.main(descriptor, version: FieldHALVersion.current, arguments: ["--name", name],
+                                     program: "fieldhal plugin serve \(plugin)")
         }
     }
 }

@@ -18,7 +18,7 @@ struct EssentialsTests {
                      "/etc/fieldhal/", "a/b/c/d.toml", "./kit.toml", "../kits/kit.toml"]
         for path in paths {
             let foundation = (path as NSString).deletingLastPathComponent
-            #expect(ConfigFile.directory(of: path) == (foundation.isEmpty ? "." : foundation), "\(path)")
+            #expect(FilePaths.directory(of: path) == (foundation.isEmpty ? "." : foundation), "\(path)")
         }
     }
 

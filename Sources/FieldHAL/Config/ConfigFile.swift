@@ -5,18 +5,6 @@ public enum ConfigFile {
     /// No kit needs more: the largest example is a few KiB, a long GPS track a few hundred.
     public static let limit = 1 << 20
 
-    /// The directory holding the file at `path`, which relative paths in it are taken from:
-    /// "." for a bare name, "/" for a file at the root.
-    public static func directory(of path: String) -> String {
-        var path = Substring(path)
-        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        if slash == path.startIndex { return "/" }
-        var directory = path[..<slash]
-        while directory.count > 1, directory.hasSuffix("/") { directory.removeLast() }
-        return String(directory)
-    }
-
     public static func read(_ path: String) throws(ConfigError) -> String {
         let bytes: [UInt8]?
         do {

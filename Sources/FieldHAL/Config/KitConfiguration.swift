@@ -73,7 +73,7 @@ public struct KitConfiguration: Sendable {
     public static func load(path: String, registry: PluginRegistry,
                             settings: [String: [ParameterSpec]] = coreSettings) throws(ConfigError) -> KitConfiguration {
         let text = try ConfigFile.read(path)
-        return try parse(text, file: path, directory: ConfigFile.directory(of: path),
+        return try parse(text, file: path, directory: FilePaths.directory(of: path),
                          registry: registry, settings: settings)
     }
 
