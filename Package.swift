@@ -29,6 +29,18 @@ let strictSwift: [SwiftSetting] = [
 /// of what it imports itself, so reaching for one of Foundation's is a compile error here.
 let essentialsSwift: [SwiftSetting] = strictSwift + [.enableUpcomingFeature("MemberImportVisibility")]
 
+/// How the processes a kit runs (the daemon and CLI, a plugin process) are linked: by GNU ld,
+/// their relative relocations packed (DT_RELR, glibc 2.36), no symbol exported. The loader
+/// reads every relocation at start and the pages stay resident: gold's RELA table is 1 MB in
+/// `fieldhal-plugin`, 3.3 MB in `fieldhal`; packed it is 8 KB. Swift's static-stdlib link
+/// exports the executable's own symbols (`-export-dynamic`), which nothing here looks up
+/// (no plugin is dlopen'ed); the loader reads their hash and table. docs/decisions.md,
+/// "How the executables are linked".
+let kitProcessLinking: [LinkerSetting] = [
+    .unsafeFlags(["-use-ld=bfd", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+                  "-Xlinker", "--no-export-dynamic"], .when(platforms: [.linux])),
+]
+
 let package = Package(
     name: "FieldHAL",
     platforms: [.macOS(.v15)],
@@ -209,7 +221,8 @@ let package = Package(
                            .product(name: "NIOPosix", package: "swift-nio"),
                            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")],
-            swiftSettings: strictSwift
+            swiftSettings: strictSwift,
+            linkerSettings: kitProcessLinking
         ),
         // A faithful, persistent Transrify server for labs and tests, and its executable.
         .target(
@@ -311,12 +324,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
-            swiftSettings: strictSwift
+            swiftSettings: strictSwift,
+            linkerSettings: kitProcessLinking
         ),
 
         // A built-in plugin in a process of its own (`fieldhal plugin serve` runs it): the
         // backends and the SDK on FoundationEssentials, without the rest of the CLI.
-        .executableTarget(name: "fieldhal-plugin", dependencies: ["FieldHAL", "FieldHALPluginSDK", "FieldHALPlugins"], swiftSettings: essentialsSwift),
+        .executableTarget(name: "fieldhal-plugin", dependencies: ["FieldHAL", "FieldHALPluginSDK", "FieldHALPlugins"], swiftSettings: essentialsSwift,
+                          linkerSettings: kitProcessLinking),
 
         // The benchmarks: a tool of the repository's, not installed by the package.
         .executableTarget(

@@ -10,8 +10,11 @@ import Glibc
 /// ```swift
 /// import FieldHALPluginSDK
 /// import MyPlugin
-/// await PluginProcess.main(MyPlugin.descriptor, version: "1.0.0")
+/// PluginProcess.run(MyPlugin.descriptor, version: "1.0.0")
 /// ```
+///
+/// `run` is for top-level code with no `await` in it; `main` is the same for a caller already
+/// in an async context.
 ///
 /// Arguments: `--name NAME`, the name to answer the handshake with (the manifest's; default
 /// the descriptor's own), and `--help`. Exit status (sysexits): 0 after the host's `exit` or
@@ -19,6 +22,17 @@ import Glibc
 /// backend whose trait was off in this build); 76 when the host sent something that is not
 /// the protocol (said on standard error, which the host logs).
 public enum PluginProcess {
+    /// `main` from a synchronous top level: the plugin is served by a task and the main
+    /// thread is parked (`MainThread.hand(to:)`, which says why an async top level costs a
+    /// plugin process its unwind tables: about 0.8 MiB).
+    public static func run(_ descriptor: PluginDescriptor?, version: String,
+                           arguments: [String] = Array(CommandLine.arguments.dropFirst()),
+                           program: String = executableName) -> Never {
+        MainThread.hand {
+            await main(descriptor, version: version, arguments: arguments, program: program)
+        }
+    }
+
     /// `program` is how usage and errors name the command (default: the executable's name).
     public static func main(_ descriptor: PluginDescriptor?, version: String,
                             arguments: [String] = Array(CommandLine.arguments.dropFirst()),

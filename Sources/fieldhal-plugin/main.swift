@@ -28,4 +28,6 @@ arguments.removeFirst()
 guard let descriptor = BuiltinPlugins.descriptor(named: plugin) else {
     PluginProcess.fail("fieldhal-plugin", "no built-in plugin \(plugin) in this build; the built-in plugins are \(names)", status: 64)
 }
-await PluginProcess.main(descriptor, version: FieldHALVersion.current, arguments: arguments, program: "fieldhal-plugin \(plugin)")
+// Not `await PluginProcess.main`: an async top level costs the process its unwind tables
+// (MainThread.hand(to:) says why).
+PluginProcess.run(descriptor, version: FieldHALVersion.current, arguments: arguments, program: "fieldhal-plugin \(plugin)")

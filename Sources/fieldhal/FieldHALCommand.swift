@@ -3,9 +3,22 @@ import FieldHAL
 import FieldHALComposition
 import FieldHALCommandLine
 import FieldHALPlugins
+import FieldHALSystem
 import Foundation
 
+/// The executable's entry: the command runs in a task and the main thread is parked, not
+/// ended by an async `main`'s `dispatch_main` (`MainThread.hand(to:)` says what that costs
+/// the daemon: its unwind tables, resident for good).
 @main
+enum FieldHALEntry {
+    static func main() {
+        MainThread.hand {
+            await FieldHALCommand.main()
+            exit(0)
+        }
+    }
+}
+
 struct FieldHALCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fieldhal",
