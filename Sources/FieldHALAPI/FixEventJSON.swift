@@ -8,7 +8,9 @@ import Foundation
 /// (issue 20), and on an idle daemon or client each one is handled cold. `JSONEncoder` took
 /// some 10 µs hot and 50–100 µs cold for one fix, `JSONDecoder` 15 µs hot and 65–100 µs
 /// cold (its generic containers, the date strategy's closure): more, on each side, than the
-/// socket between them. By hand with `JSONValue`'s reader, a few microseconds.
+/// socket between them. Read by hand in one pass over the bytes (`FixEventScanner`): on an
+/// idle client, where each fix is read cold, 5–10 µs, where parsing it into a `JSONValue`
+/// and writing it again to compare took 50–60 µs (2026-12-06).
 ///
 /// Only the form the daemon writes takes this way — a text read by hand must be, byte for
 /// byte, what writing its fix gives — and anything else (a repeated key, a control
@@ -88,44 +90,10 @@ extension Fix {
     /// The fix and its device when `data` is exactly the daemon's form of them, else nil
     /// (Foundation decides).
     static func handRead(_ data: Data) -> (fix: Fix, device: String?)? {
-        guard let value = try? JSONValue(parsing: data), case .object(let object) = value,
-              let modeName = object["mode"]?.string, let mode = FixMode(rawValue: modeName),
-              let timeText = object["time"]?.string, let time = InternetTime.date(timeText) else { return nil }
-        var malformed = false
-        func number(_ name: String) -> Double? {
-            switch object[name] {
-            case nil, .null?: return nil
-            case .integer(let whole)?: return Double(whole)
-            case .number(let real)?: return real
-            default:
-                malformed = true
-                return nil
-            }
+        data.withUnsafeBytes { bytes in
+            var scanner = FixEventScanner(bytes: bytes)
+            return scanner.scan()
         }
-        var fix = Fix(mode: mode, latitude: number("latitude"), longitude: number("longitude"), altitude: number("altitude"),
-                      horizontalAccuracy: number("horizontalAccuracy"), verticalAccuracy: number("verticalAccuracy"),
-                      speed: number("speed"), course: number("course"), time: time)
-        switch object["satellitesUsed"] {
-        case nil, .null?: break
-        case .integer(let whole)? where Int(exactly: whole) != nil: fix.satellitesUsed = Int(whole)
-        default: malformed = true
-        }
-        switch object["sourceProblem"] {
-        case nil, .null?: break
-        case .string(let text)?: fix.sourceProblem = text
-        default: malformed = true
-        }
-        var device: String?
-        switch object["device"] {
-        case nil, .null?: break
-        case .string(let text)?: device = text
-        default: malformed = true
-        }
-        // Only the daemon's own form, byte for byte: a repeated key (Foundation takes the
-        // first, `JSONValue` the last), spaces, another spelling of a number or a time — all
-        // go to Foundation. Writing the fix again costs a few microseconds.
-        guard !malformed, let written = fix.handWritten(device: device), written.utf8.elementsEqual(data) else { return nil }
-        return (fix, device)
     }
 }
 
@@ -152,5 +120,127 @@ public struct FixEventData: Codable, Sendable {
         try fix.encode(to: encoder)
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encodeIfPresent(device, forKey: .device)
+    }
+}
+
+/// One pass over a fix event's bytes that accepts only the daemon's spelling of it — what
+/// `Fix.handWritten(device:)` writes — so that what it reads is what Foundation's decoder
+/// would: the keys in the writer's (sorted) order, each at most once, no space; each number
+/// the shortest that reads back, without ".0"; each string escaped only where the writer
+/// escapes; the time in `InternetTime`'s form. Anything else is nil, and Foundation decides.
+///
+/// Why not `JSONValue` and a comparison with the fix written again, as before: that builds a
+/// dictionary and a string for every fix, and on an idle client it was most of a fix's time
+/// between the socket and the caller (`bench api-gps`).
+private struct FixEventScanner {
+    let bytes: UnsafeRawBufferPointer
+    var at = 0
+
+    /// The writer's keys, in its order.
+    static let keys: [[UInt8]] = ["altitude", "course", "device", "horizontalAccuracy", "latitude", "longitude", "mode",
+                                  "satellitesUsed", "sourceProblem", "speed", "time", "verticalAccuracy"].map { Array($0.utf8) }
+    static let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+
+    mutating func scan() -> (fix: Fix, device: String?)? {
+        guard take(UInt8(ascii: "{")) else { return nil }
+        var numbers = [Double?](repeating: nil, count: Self.keys.count)
+        var device: String?, mode: FixMode?, time: Date?, satellitesUsed: Int?, sourceProblem: String?
+        var next = 0  // the first key still allowed: each after the one before, once
+        while !take(UInt8(ascii: "}")) {
+            if next > 0 { guard take(UInt8(ascii: ",")) else { return nil } }
+            guard let index = key(from: next), take(UInt8(ascii: ":")) else { return nil }
+            next = index + 1
+            switch index {
+            case 2: guard let text = string() else { return nil }; device = text
+            case 6: guard let text = string(), let value = FixMode(rawValue: text) else { return nil }; mode = value
+            case 7: guard let value = integer() else { return nil }; satellitesUsed = value
+            case 8: guard let text = string() else { return nil }; sourceProblem = text
+            case 10:
+                guard let text = string(), let value = InternetTime.date(text), InternetTime.text(value) == text else { return nil }
+                time = value
+            default: guard let value = number() else { return nil }; numbers[index] = value
+            }
+        }
+        guard at == bytes.count, let mode, let time else { return nil }
+        let fix = Fix(mode: mode, latitude: numbers[4], longitude: numbers[5], altitude: numbers[0], horizontalAccuracy: numbers[3],
+                      verticalAccuracy: numbers[11], speed: numbers[9], course: numbers[1], time: time,
+                      satellitesUsed: satellitesUsed, sourceProblem: sourceProblem)
+        return (fix, device)
+    }
+
+    mutating func take(_ byte: UInt8) -> Bool {
+        guard at < bytes.count, bytes[at] == byte else { return false }
+        at += 1
+        return true
+    }
+
+    /// A key, quotes and all, when it is one of `keys[from...]`.
+    mutating func key(from: Int) -> Int? {
+        guard take(Self.quote) else { return nil }
+        let start = at
+        while at < bytes.count, bytes[at] != Self.quote { at += 1 }
+        guard at < bytes.count else { return nil }
+        let name = UnsafeRawBufferPointer(rebasing: bytes[start..<at])
+        at += 1
+        return (from..<Self.keys.count).first { Self.keys[$0].elementsEqual(name) }
+    }
+
+    /// The bytes a number may be spelled with, up to the next delimiter.
+    mutating func token() -> String {
+        let start = at
+        while at < bytes.count, case let byte = bytes[at],
+              (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || "-+.eE".utf8.contains(byte) { at += 1 }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+    }
+
+    /// A finite number in the writer's spelling. "-0" is Foundation's: it reads it as the
+    /// integer 0, a positive zero.
+    mutating func number() -> Double? {
+        let text = token()
+        guard text != "-0", let value = Double(text), value.isFinite else { return nil }
+        // `description` ends a whole number in ".0", which the writer leaves out.
+        let written = value.description
+        let matches = written.hasSuffix(".0") ? written.utf8.dropLast(2).elementsEqual(text.utf8) : written == text
+        return matches ? value : nil
+    }
+
+    mutating func integer() -> Int? {
+        let text = token()
+        guard let value = Int(text), String(value) == text else { return nil }
+        return value
+    }
+
+    /// A string escaped as the writer escapes (`"`, `\`, `\n`, `\r`, `\t`; no other control
+    /// character, no other escape), valid UTF-8.
+    mutating func string() -> String? {
+        guard take(Self.quote) else { return nil }
+        let start = at
+        var unescaped: [UInt8]?  // only once an escape is met
+        while at < bytes.count {
+            let byte = bytes[at]
+            if byte == Self.quote {
+                defer { at += 1 }
+                if let unescaped { return String(validating: unescaped, as: UTF8.self) }
+                return String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+            }
+            guard byte >= 0x20 else { return nil }
+            if byte == Self.backslash {
+                guard at + 1 < bytes.count else { return nil }
+                if unescaped == nil { unescaped = Array(UnsafeRawBufferPointer(rebasing: bytes[start..<at])) }
+                switch bytes[at + 1] {
+                case Self.quote: unescaped!.append(Self.quote)
+                case Self.backslash: unescaped!.append(Self.backslash)
+                case UInt8(ascii: "n"): unescaped!.append(0x0A)
+                case UInt8(ascii: "r"): unescaped!.append(0x0D)
+                case UInt8(ascii: "t"): unescaped!.append(0x09)
+                default: return nil
+                }
+                at += 2
+                continue
+            }
+            unescaped?.append(byte)
+            at += 1
+        }
+        return nil
     }
 }

@@ -41,6 +41,13 @@ public struct HTTPResponseReader: Sendable {
     public var isDone: Bool { stage == .done }
 
     public mutating func feed(_ bytes: some Collection<UInt8>) throws(FieldHALError) -> [Part] {
+        try feed(ArraySlice(bytes))
+    }
+
+    /// The same for a read's bytes, not generic: a caller in another module reaches a
+    /// generic `feed` unspecialised, through witness tables and metadata lookups, and an
+    /// event stream pays that for every event, read cold (`bench api-gps`).
+    public mutating func feed(_ bytes: ArraySlice<UInt8>) throws(FieldHALError) -> [Part] {
         buffer.append(contentsOf: bytes)
         var parts: [Part] = []
         while try step(&parts) {}

@@ -83,13 +83,7 @@ public struct FieldHALClient: Sendable {
         let types = kinds.map { [("types", $0.map(\.rawValue).joined(separator: ","))] } ?? []
         let path = route("events", query: types + devices.map { ("device", $0) })
         let socketPath = socketPath
-        let stop: WakeupEvent
-        do {
-            stop = try WakeupEvent()
-        } catch {
-            end(error)
-            return Subscription {}
-        }
+        let stop = StreamStop()
         let cancelled = LockedValue(false)
         // A thread of its own, blocking: an event costs one wake-up here (`EventStreamReader`
         // says why not the event loop).
@@ -109,7 +103,7 @@ public struct FieldHALClient: Sendable {
         thread.stop()
         return Subscription {
             cancelled.withLock { $0 = true }
-            stop.signal()
+            stop.stop()
         }
     }
 

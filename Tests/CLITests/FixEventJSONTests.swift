@@ -72,6 +72,36 @@ import TestSupport
         #expect(byHand > 3000 && readByHand > 1000, "written by hand \(byHand), read \(readByHand) of 5000")
     }
 
+    /// A byte off the daemon's form is not read by hand, even where the fix would be the
+    /// same: a repeated or reordered key, a space, another spelling of a number, a string or
+    /// a time, "-0" (Foundation reads it as the integer 0). Foundation decides each.
+    @Test(arguments: [
+        #"{"latitude":1,"latitude":2,"mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"mode":"3d","latitude":1,"time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"latitude":-0,"mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"latitude":52.50,"mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"latitude":5.0,"mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"latitude":+5,"mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"device":"a\/b","mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"device":"\u0061","mode":"3d","time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"mode":"3d","satellitesUsed":09,"time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"mode":"3d","speed":null,"time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"mode":"3d","time":"2026-11-27T09:00:00Z"}"#,
+        #"{"mode":"3d","time":"2026-11-27T09:00:00.000Z"} "#,
+        #"{"mode":"3d", "time":"2026-11-27T09:00:00.000Z"}"#,
+        #"{"mode":"3d","time":"2026-11-27T09:00:00.000Z","verticalAccuracy":1"#,
+    ])
+    func offTheDaemonsFormIsFoundations(_ text: String) {
+        #expect(Fix.handRead(Data(text.utf8)) == nil)
+    }
+
+    @Test func theDaemonsFormWithEscapesIsReadByHand() throws {
+        let text = #"{"device":"bench \"4\"\\\t","mode":"2d","satellitesUsed":7,"sourceProblem":"gpsd\nstopped é","time":"2026-11-27T09:00:00.250Z"}"#
+        let read = try #require(Fix.handRead(Data(text.utf8)))
+        #expect(read.device == "bench \"4\"\\\t" && read.fix.sourceProblem == "gpsd\nstopped é" && read.fix.satellitesUsed == 7)
+        #expect(read.fix == (try FieldHALAPI.decoder.decode(Fix.self, from: Data(text.utf8))))
+    }
+
     /// Not the daemon's form: whatever Foundation makes of it, the same fix or an error.
     @Test(arguments: [
         #"{"mode":"3d","time":"2026-11-27T10:00:00+01:00","latitude":52.5}"#,
