@@ -114,7 +114,9 @@ let package = Package(
         // calls (EINTR, errno as a typed error) on swift-system.
         // Naming a thread (pthread_setname_np, declared under _GNU_SOURCE only): no library.
         .systemLibrary(name: "CThreadName"),
-        .target(name: "FieldHALSystem", dependencies: ["FieldHAL", "CThreadName", .product(name: "SystemPackage", package: "swift-system")],
+        // The executable's program headers (dl_iterate_phdr, <link.h>): no library.
+        .systemLibrary(name: "CLoader"),
+        .target(name: "FieldHALSystem", dependencies: ["FieldHAL", "CThreadName", "CLoader", .product(name: "SystemPackage", package: "swift-system")],
                 swiftSettings: essentialsSwift),
         // Recordings' containers: the WAV and Motion-JPEG AVI writers, JPEG's sizes and tables.
         .target(name: "FieldHALMedia", dependencies: ["FieldHALSystem", "FieldHAL"], swiftSettings: essentialsSwift),
