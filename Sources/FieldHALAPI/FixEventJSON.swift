@@ -9,8 +9,8 @@ import Foundation
 /// some 10 µs hot and 50–100 µs cold for one fix, `JSONDecoder` 15 µs hot and 65–100 µs
 /// cold (its generic containers, the date strategy's closure): more, on each side, than the
 /// socket between them. Read by hand in one pass over the bytes (`FixEventScanner`): on an
-/// idle client, where each fix is read cold, 5–10 µs, where parsing it into a `JSONValue`
-/// and writing it again to compare took 50–60 µs (2026-12-06).
+/// idle client, where each fix is read cold, the event's decoding takes about 30 µs, where
+/// parsing it into a `JSONValue` and writing it again to compare took about 60 (2026-12-06).
 ///
 /// Only the form the daemon writes takes this way — a text read by hand must be, byte for
 /// byte, what writing its fix gives — and anything else (a repeated key, a control
