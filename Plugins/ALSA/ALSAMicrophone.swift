@@ -45,23 +45,23 @@ final class ALSAMicrophone: Microphone {
         said.withLock { $0 = identity }
     }
 
-    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+    func record(_ request: RecordingRequest, to destination: RecordingDestination) async throws -> AudioRecording {
         try request.validate(subject: subject)
         return try await thread.run(interrupt: { [wakeup] in wakeup.signal() }) { [self] in
             var recording: AudioRecording?
             var kept: AudioRecording?
             do {
                 try capture(request) { _, _ in
-                    let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+                    let writer = try WAVFileWriter(destination, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
                     return (writer, request.frameCount)
                 } closed: { writer, overruns in
                     try writer.finish()
-                    recording = Self.recording(path, request, writer, overruns: overruns)
+                    recording = Self.recording(destination.name, request, writer, overruns: overruns)
                     return false
                 } interrupted: { writer, overruns in
                     // The device failed partway: the samples before are kept, the file
                     // finished with them, and the failure told with it.
-                    if (try? writer.finish()) != nil { kept = Self.recording(path, request, writer, overruns: overruns) }
+                    if (try? writer.finish()) != nil { kept = Self.recording(destination.name, request, writer, overruns: overruns) }
                 }
             } catch let failure as FieldHALError {
                 guard var kept else { throw failure }
@@ -90,13 +90,13 @@ final class ALSAMicrophone: Microphone {
                 let file = try MemoryFile(name: "fieldhal")
                 open = (file, sequence, startsAt)
                 sequence += 1
-                let writer = try WAVFileWriter(path: file.path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+                let writer = try WAVFileWriter(.memory(file), sampleRate: request.sampleRate, channels: request.channels, format: request.format)
                 return (writer, min(segmentFrames, request.frameCount - recorded))
             } closed: { writer, overruns in
                 try writer.finish()
                 recorded += writer.framesWritten
                 guard let (file, number, startedAt) = open else { return false }
-                let recording = Self.recording(file.path, request, writer, overruns: overruns)
+                let recording = Self.recording(RecordingDestination.memory(file).name, request, writer, overruns: overruns)
                 segments.closed(RecordedSegment(sequence: number, startedAt: startedAt, seconds: recording.durationSeconds, file: file, recording: recording))
                 open = nil
                 return recorded < request.frameCount && !segments.finish.isFinished
@@ -104,7 +104,7 @@ final class ALSAMicrophone: Microphone {
                 // The device failed mid-segment: what the segment holds is evidence, closed
                 // and handed over before the failure is told.
                 guard let (file, number, startedAt) = open, (try? writer.finish()) != nil else { return }
-                let recording = Self.recording(file.path, request, writer, overruns: overruns)
+                let recording = Self.recording(RecordingDestination.memory(file).name, request, writer, overruns: overruns)
                 segments.closed(RecordedSegment(sequence: number, startedAt: startedAt, seconds: recording.durationSeconds, file: file, recording: recording))
                 open = nil
             }

@@ -57,14 +57,14 @@ actor FakeCamera: Camera {
 
     /// Writes `duration × framesPerSecond` frames of the test pattern (its band changes
     /// shade each frame), each at its time when `realtime`, else without waiting.
-    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+    func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording {
         try request.validate(subject: "camera \(deviceName)")
         let wanted = max(1, Int((request.duration.seconds * Double(request.framesPerSecond)).rounded()))
         // Unplugged partway: the frames taken before it, then `endedEarly`.
         let unpluggedAt = unplugAfter.map { max(1, Int(($0.seconds * Double(request.framesPerSecond)).rounded())) }
         let frames = min(wanted, unpluggedAt ?? wanted)
         let endedEarly = unplugAfter.flatMap { frames < wanted ? FakePlugin.unplugged("camera \(deviceName)", after: $0) : nil }
-        let writer = try MJPEGAVIWriter(path: path, width: request.width, height: request.height)
+        let writer = try MJPEGAVIWriter(destination, width: request.width, height: request.height)
         let encoder = BaselineJPEGEncoder(quality: request.quality)
         var full: MJPEGAVIWriter.Full?
         let start = ContinuousClock.now
@@ -87,7 +87,7 @@ actor FakeCamera: Camera {
         }
         let duration = endedEarly == nil ? request.duration : .microseconds(frames * 1_000_000 / request.framesPerSecond)
         let bytes = try writer.finish(duration: duration)
-        return VideoRecording(path: path, width: request.width, height: request.height, frames: writer.frameCount,
+        return VideoRecording(path: destination.name, width: request.width, height: request.height, frames: writer.frameCount,
                               durationSeconds: duration.seconds, bytes: bytes,
                               stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull, endedEarly: endedEarly)
     }

@@ -32,10 +32,10 @@ final class FakeMicrophone: Microphone {
         self.unplugAfter = unplugAfter
     }
 
-    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+    func record(_ request: RecordingRequest, to destination: RecordingDestination) async throws -> AudioRecording {
         let subject = "microphone \(deviceName)"
         try request.validate(subject: subject)
-        let writer = try WAVFileWriter(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
+        let writer = try WAVFileWriter(destination, sampleRate: request.sampleRate, channels: request.channels, format: request.format)
         // Unplugged partway: the samples taken before it, then `endedEarly`.
         let unpluggedAt = unplugAfter.map { max(1, Int(($0.seconds * Double(request.sampleRate)).rounded())) }
         let totalFrames = min(request.frameCount, unpluggedAt ?? request.frameCount)
@@ -61,7 +61,7 @@ final class FakeMicrophone: Microphone {
             frame += count
         }
         try writer.finish()
-        return AudioRecording(path: path, sampleRate: request.sampleRate, channels: request.channels, format: request.format,
+        return AudioRecording(path: destination.name, sampleRate: request.sampleRate, channels: request.channels, format: request.format,
                               frames: writer.framesWritten, peakDBFS: writer.levels.peakDBFS, rmsDBFS: writer.levels.rmsDBFS,
                               endedEarly: endedEarly)
     }

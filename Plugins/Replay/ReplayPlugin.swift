@@ -321,9 +321,9 @@ struct ReplayedCamera: Camera {
                      width: still.width, height: still.height, capturedAt: Date())
     }
 
-    /// The recorded recording's frames, grey, in a Motion-JPEG AVI at `path`; its report as
+    /// The recorded recording's frames, grey, in a Motion-JPEG AVI at `destination`; its report as
     /// the field's camera gave it.
-    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+    func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording {
         var video = try await uses.play(.cameraRecord) { $0.video }
         guard (1...4096).contains(video.width), (1...4096).contains(video.height), (0...1_000_000).contains(video.frames) else {
             throw FieldHALError(.malformedData, subject: "camera \(deviceName)", detail: "the trace's recording is \(video.width)×\(video.height), \(video.frames) frames",
@@ -331,10 +331,10 @@ struct ReplayedCamera: Camera {
         }
         let frame = BaselineJPEGEncoder(quality: request.quality).encode(rgb: [UInt8](repeating: 128, count: video.width * video.height * 3),
                                                                          width: video.width, height: video.height)
-        let writer = try MJPEGAVIWriter(path: path, width: video.width, height: video.height)
+        let writer = try MJPEGAVIWriter(destination, width: video.width, height: video.height)
         for _ in 0..<video.frames { try frame.withUnsafeBytes { try writer.append(jpeg: $0) } }
         try writer.finish(duration: .seconds(video.durationSeconds))
-        video.path = path
+        video.path = destination.name
         return video
     }
 
@@ -347,7 +347,7 @@ struct ReplayedMicrophone: Microphone {
     let uses: ReplayedUses
     var deviceName: String { uses.deviceName }
 
-    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+    func record(_ request: RecordingRequest, to destination: RecordingDestination) async throws -> AudioRecording {
         var audio = try await uses.play(.microphoneRecord) { $0.audio }
         let frameBytes = audio.channels * audio.format.bytesPerSample
         guard (1...8).contains(audio.channels), (1...768_000).contains(audio.sampleRate), (0...audio.sampleRate * 3600).contains(audio.frames) else {
@@ -355,7 +355,7 @@ struct ReplayedMicrophone: Microphone {
                                 detail: "the trace's recording is \(audio.frames) frames of \(audio.channels) channels at \(audio.sampleRate) Hz",
                                 advice: "a trace is what `fieldhal record` writes")
         }
-        let writer = try WAVFileWriter(path: path, sampleRate: audio.sampleRate, channels: audio.channels, format: audio.format)
+        let writer = try WAVFileWriter(destination, sampleRate: audio.sampleRate, channels: audio.channels, format: audio.format)
         let second = [UInt8](repeating: 0, count: audio.sampleRate * frameBytes)
         var left = audio.frames
         while left > 0 {
@@ -364,7 +364,7 @@ struct ReplayedMicrophone: Microphone {
             left -= frames
         }
         try writer.finish()
-        audio.path = path
+        audio.path = destination.name
         return audio
     }
 

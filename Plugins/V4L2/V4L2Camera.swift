@@ -136,7 +136,7 @@ final class V4L2Camera: Camera {
         }
     }
 
-    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+    func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording {
         try request.validate(subject: subject)
         return try await onStream { [self] handle in
             var writer: MJPEGAVIWriter?
@@ -149,7 +149,7 @@ final class V4L2Camera: Camera {
             do {
                 let streamed = try stream(request, handle, opened: { width, height in
                     size = (width, height)
-                    writer = try MJPEGAVIWriter(path: path, width: width, height: height)
+                    writer = try MJPEGAVIWriter(destination, width: width, height: height)
                 }, frame: { jpeg, at, _, droppedSoFar in
                     guard let writer else { return false }
                     full = writer.full(forFrameOf: jpeg.count)
@@ -167,7 +167,7 @@ final class V4L2Camera: Camera {
             }
             guard let writer else { throw FieldHALError(.io, subject: subject, detail: "the stream opened without a size") }
             let bytes = try writer.finish(duration: elapsed)
-            return VideoRecording(path: path, width: size.width, height: size.height, frames: writer.frameCount,
+            return VideoRecording(path: destination.name, width: size.width, height: size.height, frames: writer.frameCount,
                                   durationSeconds: elapsed.seconds, droppedFrames: dropped, bytes: bytes,
                                   stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull, endedEarly: endedEarly)
         }
@@ -200,7 +200,7 @@ final class V4L2Camera: Camera {
             var full: MJPEGAVIWriter.Full?
             func close(_ open: Open, at end: Duration) throws {
                 let bytes = try open.writer.finish(duration: end - open.first)
-                let recording = VideoRecording(path: open.file.path, width: size.width, height: size.height, frames: open.writer.frameCount,
+                let recording = VideoRecording(path: RecordingDestination.memory(open.file).name, width: size.width, height: size.height, frames: open.writer.frameCount,
                                                durationSeconds: (end - open.first).seconds, droppedFrames: dropped - open.droppedBefore,
                                                bytes: bytes, stoppedAtSizeLimit: full == .sizeLimit, stoppedForDiskSpace: full == .diskFull)
                 segments.closed(RecordedSegment(sequence: open.sequence, startedAt: open.startedAt, seconds: recording.durationSeconds,
@@ -218,7 +218,7 @@ final class V4L2Camera: Camera {
                     if current == nil {
                         // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
                         let file = try MemoryFile(name: "fieldhal")
-                        current = Open(file: file, writer: try MJPEGAVIWriter(path: file.path, width: size.width, height: size.height),
+                        current = Open(file: file, writer: try MJPEGAVIWriter(.memory(file), width: size.width, height: size.height),
                                        sequence: sequence, startedAt: date, first: at,
                                        end: segments.length * (Int(at / segments.length) + 1), droppedBefore: dropped)
                         sequence += 1

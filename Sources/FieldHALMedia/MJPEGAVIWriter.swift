@@ -60,18 +60,25 @@ public final class MJPEGAVIWriter {
     public private(set) var bytesWritten = 0
 
     public convenience init(path: String, width: Int, height: Int) throws {
-        try self.init(path: path, width: width, height: height, segmentBytes: Self.segmentLimit)
+        try self.init(.path(path), width: width, height: height)
+    }
+
+    public convenience init(_ destination: RecordingDestination, width: Int, height: Int) throws {
+        try self.init(destination, width: width, height: height, segmentBytes: Self.segmentLimit)
     }
 
     /// `segmentBytes` below `segmentLimit` lets tests cross RIFF boundaries with small files;
     /// `freeSpace` replaces the file system's free space (statvfs) for tests.
-    init(path: String, width: Int, height: Int, segmentBytes: Int, freeSpace: (() -> Int?)? = nil) throws {
+    convenience init(path: String, width: Int, height: Int, segmentBytes: Int, freeSpace: (() -> Int?)? = nil) throws {
+        try self.init(.path(path), width: width, height: height, segmentBytes: segmentBytes, freeSpace: freeSpace)
+    }
+
+    init(_ destination: RecordingDestination, width: Int, height: Int, segmentBytes: Int, freeSpace: (() -> Int?)? = nil) throws {
         self.width = width
         self.height = height
         self.segmentBytes = segmentBytes
-        let directory = FilePaths.directory(of: path)
-        self.freeSpace = freeSpace ?? { Self.freeBytes(in: directory) }
-        file = try AtomicFileWriter(path: path, mode: 0o640)
+        file = try AtomicFileWriter(destination, mode: 0o640)
+        self.freeSpace = freeSpace ?? Self.freeSpace(at: destination)
         let hdrl = headerList()
         let start = Self.fourCC("RIFF") + Self.u32(0) + Self.fourCC("AVI ") + hdrl + Self.fourCC("LIST") + Self.u32(0) + Self.fourCC("movi")
         try write(start)
@@ -173,12 +180,25 @@ public final class MJPEGAVIWriter {
         bytesWritten += bytes.count
     }
 
-    /// nil (no bound but the size limit's) for a file in memory (`DescriptorPath`): its
-    /// recording's length bounds it, and the file system under `/dev/fd` is not where it is.
-    private static func freeBytes(in directory: String) -> Int? {
-        guard !DescriptorPath.directories.contains(directory) else { return nil }
+    /// The free space of the file system the destination is on; nil (no bound but the size
+    /// limit's) for a file in memory, which its recording's length bounds. A directory held
+    /// open is asked through its descriptor, which the caller keeps open until the
+    /// recording returns (`RecordingDestination.entry`).
+    private static func freeSpace(at destination: RecordingDestination) -> () -> Int? {
+        switch destination {
+        case .memory:
+            return { nil }
+        case .path(let path):
+            let directory = FilePaths.directory(of: path)
+            return { available { statvfs(directory, &$0) } }
+        case .entry(_, let directory):
+            return { available { fstatvfs(directory, &$0) } }
+        }
+    }
+
+    private static func available(_ look: (inout statvfs) -> Int32) -> Int? {
         var info = statvfs()
-        guard statvfs(directory, &info) == 0 else { return nil }
+        guard look(&info) == 0 else { return nil }
         return Int(info.f_bavail) * Int(info.f_frsize)
     }
 

@@ -20,11 +20,15 @@ public final class WAVFileWriter {
     private var dataBytes = 0
     public private(set) var levels = AudioLevelMeter()
 
-    public init(path: String, sampleRate: Int, channels: Int, format: SampleFormat) throws {
+    public convenience init(path: String, sampleRate: Int, channels: Int, format: SampleFormat) throws {
+        try self.init(.path(path), sampleRate: sampleRate, channels: channels, format: format)
+    }
+
+    public init(_ destination: RecordingDestination, sampleRate: Int, channels: Int, format: SampleFormat) throws {
         self.sampleRate = sampleRate
         self.channels = channels
         self.format = format
-        file = try AtomicFileWriter(path: path, mode: 0o640)
+        file = try AtomicFileWriter(destination, mode: 0o640)
         try file.write(Self.header(sampleRate: sampleRate, channels: channels, format: format, dataBytes: 0))
     }
 

@@ -29,10 +29,10 @@ final class ExternalCamera: Camera, ExternalRequestDevice {
         return try PluginProtocol.photo(from: answer.result, answer.descriptors, plugin: link.manifest.name)
     }
 
-    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+    func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording {
         try request.validate(subject: "video recording")
-        return try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), to: path, lasting: request.duration) {
-            try PluginProtocol.videoRecording(from: $0, path: path, plugin: link.manifest.name)
+        return try await link.record(PluginProtocol.CameraMethod.record, PluginProtocol.value(of: request), to: destination, lasting: request.duration) {
+            try PluginProtocol.videoRecording(from: $0, path: destination.name, plugin: link.manifest.name)
         }
     }
 
@@ -60,10 +60,10 @@ final class ExternalMicrophone: Microphone, ExternalRequestDevice {
         self.link = link
     }
 
-    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+    func record(_ request: RecordingRequest, to destination: RecordingDestination) async throws -> AudioRecording {
         try request.validate(subject: "recording")
-        return try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), to: path, lasting: request.duration) {
-            try PluginProtocol.audioRecording(from: $0, path: path, plugin: link.manifest.name)
+        return try await link.record(PluginProtocol.MicrophoneMethod.record, PluginProtocol.value(of: request), to: destination, lasting: request.duration) {
+            try PluginProtocol.audioRecording(from: $0, path: destination.name, plugin: link.manifest.name)
         }
     }
 
@@ -98,14 +98,26 @@ final class ExternalSpeaker: Speaker, ExternalRequestDevice {
 }
 
 extension RequestLink.Hold {
-    /// A recording by the plugin: it writes the file the request names into a directory
-    /// made beside `path` and passed as a descriptor; once it has answered, the file is
-    /// moved to `path` and the answer read by `recording`. The plugin has the duration plus
-    /// 30 s (its device's start, the file's end) plus the link's grace.
-    func record<Recording>(_ method: String, _ parameters: JSONValue, to path: String, lasting duration: Duration,
+    /// A recording by the plugin. To a path: it writes the file the request names into a
+    /// directory made beside `path` and passed as a descriptor; once it has answered, the
+    /// file is moved to `path` and the answer read by `recording`. Into a directory held
+    /// open: it gets that directory and the file's name, and writes it there itself. The
+    /// plugin has the duration plus 30 s (its device's start, the file's end) plus the
+    /// link's grace.
+    func record<Recording>(_ method: String, _ parameters: JSONValue, to destination: RecordingDestination, lasting duration: Duration,
                            _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
-        if let target = DescriptorPath.descriptor(in: path) {
-            return try await record(method, parameters, into: target, lasting: duration, recording)
+        let path: String
+        switch destination {
+        case .memory(let file):
+            return try await record(method, parameters, into: file.descriptor, lasting: duration, recording)
+        case .entry(let name, let directory):
+            var fields = parameters.object ?? [:]
+            fields["file"] = .string(name)
+            let answer = try await call(method, .object(fields), descriptors: [try Self.copy(directory, plugin: manifest.name, of: "directory")],
+                                        timeout: duration + .seconds(30))
+            return try recording(answer.result)
+        case .path(let named):
+            path = named
         }
         let directory = try RecordingDirectory(beside: path, plugin: manifest.name)
         let answer = try await call(method, parameters, descriptors: [try directory.descriptor()], timeout: duration + .seconds(30), holding: directory)
@@ -126,14 +138,21 @@ extension RequestLink.Hold {
                                 detail: "recording into memory needs plugin protocol \(PluginProtocol.recordingIntoFile); the plugin speaks \(manifest.protocolVersion)",
                                 advice: "update the plugin (evidence is recorded into memory so that it never reaches the disk in plaintext)")
         }
-        let copy = dup(target)
-        guard copy >= 0 else {
-            throw FieldHALError(.io, subject: "plugin \(manifest.name)", detail: "cannot pass the recording's file: \(SystemError.describe())")
-        }
         var fields = parameters.object ?? [:]
         fields["into"] = .string("file")
-        let answer = try await call(method, .object(fields), descriptors: [OwnedDescriptor(copy)], timeout: duration + .seconds(30))
+        let answer = try await call(method, .object(fields), descriptors: [try Self.copy(target, plugin: manifest.name, of: "file")],
+                                    timeout: duration + .seconds(30))
         return try recording(answer.result)
+    }
+
+    /// A copy of a descriptor to pass: the channel closes what it sends, and the caller's
+    /// stays the caller's.
+    private static func copy(_ descriptor: Int32, plugin: String, of what: String) throws(FieldHALError) -> OwnedDescriptor {
+        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else {
+            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot pass the recording's \(what): \(SystemError.describe())")
+        }
+        return OwnedDescriptor(copy)
     }
 }
 

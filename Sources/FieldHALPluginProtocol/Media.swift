@@ -11,7 +11,7 @@ import Foundation
 /// - a still comes back as a sealed memfd holding the JPEG (`SealedMemory`);
 /// - a clip to play goes out as a sealed memfd of 16-bit little-endian mono PCM;
 /// - a recording is written by the plugin into a directory the host passes as a
-///   descriptor (the plugin opens `/proc/self/fd/N/FILE`), so the host keeps the file's
+///   descriptor (the plugin creates the file relative to it), so the host keeps the file's
 ///   atomic appearance at its path. The path is not part of the protocol; this is not a
 ///   sandbox (a plugin runs as the daemon's user, and /proc shows where the directory is).
 extension PluginProtocol {

@@ -89,7 +89,7 @@ extension PluginProtocol {
         }
         let file = MemoryFile(adopting: descriptors[0].take())
         return RecordedSegment(sequence: Int(sequence), startedAt: startedAt, seconds: seconds, file: file,
-                               recording: try recording(details, file.path))
+                               recording: try recording(details, RecordingDestination.memory(file).name))
     }
 
     private static func number(_ value: JSONValue) -> Double? {

@@ -424,8 +424,8 @@ public final class PluginServer: Sendable {
                     send(PluginProtocol.response(id, result: answer))
                     return
                 }
-                let recording = try await withRecordingPath(parameters, descriptors, .camera, subject: subject) { path in
-                    try await camera.recordVideo(request, to: path)
+                let recording = try await withRecordingDestination(parameters, descriptors, .camera, subject: subject) { destination in
+                    try await camera.recordVideo(request, to: destination)
                 }
                 send(PluginProtocol.response(id, result: PluginProtocol.value(of: recording)))
             }
@@ -447,8 +447,8 @@ public final class PluginServer: Sendable {
                     try await microphone.record(request, in: segments)
                 }
             }
-            return PluginProtocol.value(of: try await withRecordingPath(parameters, descriptors, .microphone, subject: subject) { path in
-                try await microphone.record(request, to: path)
+            return PluginProtocol.value(of: try await withRecordingDestination(parameters, descriptors, .microphone, subject: subject) { destination in
+                try await microphone.record(request, to: destination)
             })
         }
     }
@@ -464,12 +464,12 @@ public final class PluginServer: Sendable {
         }
     }
 
-    /// Runs a recording whose file goes into the directory the host passed: the backend
-    /// writes `/proc/self/fd/N/FILE` (its own atomic write, inside that directory), and the
-    /// host moves it into place. The name must be a plain file name.
-    private func withRecordingPath<Result>(_ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ capability: Capability,
-                                           subject: String, _ record: (String) async throws -> Result) async throws -> Result {
-        // 1.4: the descriptor is the file itself, written in place (see `DescriptorPath`).
+    /// Runs a recording whose file goes where the host's descriptor says: into the directory
+    /// it passed (the backend's own atomic write, relative to that descriptor, under a
+    /// plain file name; the host moves it into place), or (1.4) into the file passed itself,
+    /// written in place.
+    private func withRecordingDestination<Result>(_ parameters: JSONValue, _ descriptors: [OwnedDescriptor], _ capability: Capability,
+                                                  subject: String, _ record: (RecordingDestination) async throws -> Result) async throws -> Result {
         if parameters["into"]?.string == "file" {
             guard descriptors.count == 1 else {
                 throw FieldHALError(.invalidArgument, subject: subject, detail: "a recording into a file needs its descriptor (\"fds\": 1)")
@@ -478,8 +478,7 @@ public final class PluginServer: Sendable {
             guard fstat(descriptors[0].descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
                 throw FieldHALError(.invalidArgument, subject: subject, detail: "the descriptor for a recording into a file is not a regular file")
             }
-            defer { withExtendedLifetime(descriptors) {} }
-            return try await record(DescriptorPath.path(descriptors[0].descriptor))
+            return try await record(.memory(MemoryFile(adopting: descriptors[0].take())))
         }
         let file = parameters["file"]?.string ?? PluginProtocol.recordingFile(capability)
         guard descriptors.count == 1, !file.isEmpty, !file.contains("/"), file != ".", file != ".." else {
@@ -487,7 +486,7 @@ public final class PluginServer: Sendable {
         }
         // The descriptor stays open (owned by `descriptors`) until the recording has ended.
         defer { withExtendedLifetime(descriptors) {} }
-        return try await record("/proc/self/fd/\(descriptors[0].descriptor)/\(file)")
+        return try await record(.entry(file, inDirectory: descriptors[0].descriptor))
     }
 
     /// Runs a request's work and answers with its result, or its error typed as the host

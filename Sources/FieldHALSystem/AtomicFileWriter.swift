@@ -12,41 +12,64 @@ import Darwin
 /// it over the destination and fsyncs the directory so the rename itself is durable.
 /// Dropping the writer without committing removes the temporary file.
 ///
-/// A path that names a descriptor (`/dev/fd/N`, see `DescriptorPath`) is written in place
-/// instead: such a file has no name to rename over, and whoever passed it reads it only once
-/// the writer is done (a recording into a `MemoryFile`).
+/// A `RecordingDestination` says where: a path; a name in a directory held open (the same
+/// steps, relative to that descriptor); or a `MemoryFile`, written in place through its
+/// descriptor — it has no name to rename over, and whoever made it reads it only once the
+/// writer is done.
 public final class AtomicFileWriter {
     /// Points at which a test can make a write fail, as if the process died there.
     public enum Step: String, Sendable, CaseIterable {
         case createdTemporary, wroteSome, wroteAll, syncedFile, renamed
     }
 
+    /// What messages call the file: its path, its name in the directory, or "memory".
     public let path: String
     private let temporaryPath: String
     private var descriptor: Int32
     private var committed = false
     private let faultInjection: (@Sendable (Step) throws -> Void)?
     private var bytesWritten = 0
-    /// Writing into an open descriptor's file (`DescriptorPath`), not through a temporary file.
+    /// Where the names are relative to: the working directory for a path, or a copy of the
+    /// directory descriptor (this writer's own, so the caller's may close first).
+    private let directory: Int32
+    /// Writing into a `MemoryFile`'s descriptor, not through a temporary file.
     private let inPlace: Bool
 
     /// Creates the temporary file with `mode` (0600 by default: state is private).
-    public init(path: String, mode: mode_t = 0o600, faultInjection: (@Sendable (Step) throws -> Void)? = nil) throws {
-        self.path = path
+    public convenience init(path: String, mode: mode_t = 0o600, faultInjection: (@Sendable (Step) throws -> Void)? = nil) throws {
+        try self.init(.path(path), mode: mode, faultInjection: faultInjection)
+    }
+
+    public init(_ destination: RecordingDestination, mode: mode_t = 0o600, faultInjection: (@Sendable (Step) throws -> Void)? = nil) throws {
+        path = destination.name
         self.faultInjection = faultInjection
-        if let target = DescriptorPath.descriptor(in: path) {
-            // A fresh open file of the same file: its own offset, and the file emptied.
+        switch destination {
+        case .memory(let file):
+            // A copy of the file's descriptor, at its start, the file emptied: what a fresh
+            // open would give, without a name to open it by. (The two share an offset; the
+            // file's own reads are positioned, so they never move it.)
             inPlace = true
+            directory = AT_FDCWD
             temporaryPath = path
-            descriptor = open("/proc/self/fd/\(target)", O_WRONLY | O_TRUNC | O_CLOEXEC)
-            guard descriptor >= 0 else { throw Self.ioError(path, "open") }
+            descriptor = fcntl(file.descriptor, F_DUPFD_CLOEXEC, 0)
+            guard descriptor >= 0 else { throw Self.ioError(path, "dup") }
+            guard ftruncate(descriptor, 0) == 0, lseek(descriptor, 0, SEEK_SET) == 0 else { throw Self.ioError(path, "empty") }
             return
+        case .path(let path):
+            inPlace = false
+            directory = AT_FDCWD
+            let name = path.split(separator: "/").last ?? Substring(path)
+            temporaryPath = "\(FilePaths.directory(of: path))/.\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        case .entry(let entry, let parent):
+            guard !entry.isEmpty, !entry.contains("/"), entry != ".", entry != ".." else {
+                throw FieldHALError(.invalidArgument, subject: "file \(entry)", detail: "a file in a directory needs a plain name")
+            }
+            inPlace = false
+            temporaryPath = ".\(entry).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            directory = fcntl(parent, F_DUPFD_CLOEXEC, 0)
+            guard directory >= 0 else { descriptor = -1; throw Self.ioError(path, "dup the directory") }
         }
-        inPlace = false
-        let directory = FilePaths.directory(of: path)
-        let name = String(path.split(separator: "/").last ?? Substring(path))
-        temporaryPath = "\(directory)/.\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        descriptor = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        descriptor = openat(directory, temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw Self.ioError(path, "create \(temporaryPath)") }
         // open() applies the umask; the mode asked for is the mode meant.
         fchmod(descriptor, mode)
@@ -55,7 +78,8 @@ public final class AtomicFileWriter {
 
     deinit {
         if descriptor >= 0 { close(descriptor) }
-        if !committed && !inPlace { unlink(temporaryPath) }
+        if !committed && !inPlace { unlinkat(directory, temporaryPath, 0) }
+        if directory != AT_FDCWD { close(directory) }
     }
 
     /// Appends bytes to the temporary file.
@@ -94,10 +118,11 @@ public final class AtomicFileWriter {
         try inject(.syncedFile)
         guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
         descriptor = -1
-        guard rename(temporaryPath, path) == 0 else { throw Self.ioError(path, "rename into place") }
+        // `path` is the destination's name relative to `directory`: the path, or the entry.
+        guard renameat(directory, temporaryPath, directory, path) == 0 else { throw Self.ioError(path, "rename into place") }
         committed = true
         try inject(.renamed)
-        try Self.syncDirectory(FilePaths.directory(of: path))
+        try syncDirectory()
     }
 
     /// Like `commit`, but only if nothing is at `path` yet: returns false (and leaves the
@@ -114,15 +139,15 @@ public final class AtomicFileWriter {
         try inject(.syncedFile)
         guard close(descriptor) == 0 else { descriptor = -1; throw Self.ioError(path, "close") }
         descriptor = -1
-        if link(temporaryPath, path) != 0 {
+        if linkat(directory, temporaryPath, directory, path, 0) != 0 {
             let code = errno
             guard code == EEXIST else { throw Self.ioError(path, "link into place", errno: code) }
             return false  // deinit removes the temporary file
         }
-        unlink(temporaryPath)
+        unlinkat(directory, temporaryPath, 0)
         committed = true
         try inject(.renamed)
-        try Self.syncDirectory(FilePaths.directory(of: path))
+        try syncDirectory()
         return true
     }
 
@@ -138,6 +163,12 @@ public final class AtomicFileWriter {
 
     private func inject(_ step: Step) throws {
         try faultInjection?(step)
+    }
+
+    /// Makes the rename durable: the directory held open, or the path's.
+    private func syncDirectory() throws {
+        if directory == AT_FDCWD { return try Self.syncDirectory(FilePaths.directory(of: path)) }
+        guard fsync(directory) == 0 else { throw Self.ioError(path, "fsync directory") }
     }
 
     /// fsync on a directory makes the entries created or renamed in it durable.

@@ -16,7 +16,7 @@ import Transrify
 /// lost at the joins, the chain links, and nothing under the state directory is plaintext.
 @Suite("Evidence in segments on vivid and snd-aloop (kernel lab)", .enabled(if: KernelLab.isGuest), .serialized)
 struct SegmentedEvidenceLabTests {
-    /// Out of process only: the backends' writing into `/dev/fd/N` is the same code either
+    /// Out of process only: the backends' writing into a `MemoryFile` is the same code either
     /// way, and this way also crosses the host's memfd to the plugin (one way keeps CI's
     /// device stage ~50 s shorter).
     @Test func audioAndVideoRecordInChainedSegmentsThatPlay() async throws {

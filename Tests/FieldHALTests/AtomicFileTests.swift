@@ -43,6 +43,59 @@ struct AtomicFileTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["state.json"])
     }
 
+    /// A destination in a directory held open (what a plugin process is handed) takes the
+    /// same steps relative to the descriptor: the directory moved after it was opened, the
+    /// file still lands in it, whole or not at all, whatever step a crash comes at.
+    @Test(arguments: AtomicFileWriter.Step.allCases)
+    func aFileInADirectoryHeldOpenAppearsWholeUnderItsName(step: AtomicFileWriter.Step) throws {
+        let base = try temporaryDirectory()
+        try FileManager.default.createDirectory(atPath: base + "/before", withIntermediateDirectories: false)
+        let directory = open(base + "/before", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(directory >= 0)
+        defer { close(directory) }
+        try FileManager.default.moveItem(atPath: base + "/before", toPath: base + "/after")
+        let new = [UInt8](repeating: 0x42, count: 150_000)
+        #expect(throws: SimulatedCrash.self) {
+            let writer = try AtomicFileWriter(.entry("clip.wav", inDirectory: directory), mode: 0o640) { reached in
+                if reached == step { throw SimulatedCrash() }
+            }
+            try writer.write(new)
+            try writer.commit()
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base + "/after") == (step == .renamed ? ["clip.wav"] : []))
+        let writer = try AtomicFileWriter(.entry("clip.wav", inDirectory: directory), mode: 0o640)
+        try writer.write(new)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base + "/after").allSatisfy { $0.hasPrefix(".clip.wav.tmp-") || $0 == "clip.wav" })
+        try writer.commit()
+        #expect(try AtomicFile.read(base + "/after/clip.wav") == new)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base + "/after") == ["clip.wav"])
+        #expect((try FileManager.default.attributesOfItem(atPath: base + "/after/clip.wav")[.posixPermissions] as? Int) == 0o640)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: base) == ["after"], "nothing written by the old path")
+    }
+
+    @Test func aNameInADirectoryMustBePlain() throws {
+        let directory = open(try temporaryDirectory(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(directory) }
+        for name in ["", ".", "..", "../escape", "a/b"] {
+            #expect(throws: FieldHALError.self, "\(name)") { try AtomicFileWriter(.entry(name, inDirectory: directory)) }
+        }
+    }
+
+    /// A memory file is written in place through its own descriptor: emptied first, so a
+    /// second recording replaces the first, and read back by position.
+    @Test func aMemoryFileIsWrittenInPlaceThroughItsDescriptor() throws {
+        let file = try MemoryFile(name: "test")
+        for content in [[UInt8](repeating: 7, count: 10_000), Array("RIFF-short".utf8)] {
+            let writer = try AtomicFileWriter(.memory(file))
+            #expect(writer.path == "memory")
+            try writer.write(content)
+            try writer.write(Array("XX".utf8), at: 0)
+            try writer.commit()
+            #expect(file.size == content.count)
+            #expect(try file.read(at: 0, count: content.count) == Array("XX".utf8) + content.dropFirst(2))
+        }
+    }
+
     @Test func readersRacingAWriterSeeOnlyWholeFiles() throws {
         // (A writer killed with SIGKILL is tested in CLITests, against the real binary.)
         let directory = try temporaryDirectory()

@@ -9,7 +9,7 @@ enum TestPlugins {
         init(deviceName: String = "/dev/video-test") { self.deviceName = deviceName }
         func formats() async throws -> [CameraFormat] { [] }
         func captureStill(_ request: PhotoRequest) async throws -> Photo { throw FieldHALError(.unsupported, subject: "", detail: "") }
-        func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording { throw FieldHALError(.unsupported, subject: "", detail: "") }
+        func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording { throw FieldHALError(.unsupported, subject: "", detail: "") }
         func close() async {}
     }
 

@@ -88,6 +88,27 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).sorted() == ["played.jsonl", "tone.wav"])
     }
 
+    /// A recording into a directory the host holds open goes to the plugin as that directory
+    /// and the file's name: the plugin writes it there, whole, and nothing else is left.
+    @Test func aRecordingIntoADirectoryHeldOpenIsWrittenThereByThePlugin() async throws {
+        let (descriptor, scratch) = try await fakeOutOfProcess()
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard case .microphone(let microphone) = try await open(descriptor, .microphone, ["realtime": .boolean(false)], in: scratch) else {
+            throw CLIError("no microphone")
+        }
+        try FileManager.default.createDirectory(atPath: scratch + "/held", withIntermediateDirectories: false)
+        let directory = Glibc.open(scratch + "/held", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(directory >= 0)
+        defer { close(directory) }
+        let recording = try await microphone.record(RecordingRequest(duration: .milliseconds(250), sampleRate: 16_000),
+                                                    to: .entry("take-1.wav", inDirectory: directory))
+        #expect(recording.path == "take-1.wav" && recording.frames == 4_000)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch + "/held") == ["take-1.wav"])
+        let wav = try Data(contentsOf: URL(fileURLWithPath: scratch + "/held/take-1.wav"))
+        #expect(wav.count == 44 + 8_000 && wav.prefix(4) == Data("RIFF".utf8))
+        await microphone.close()
+    }
+
     /// Protocol 1.4: a recording into a file in memory (evidence, issue 19) goes to the plugin
     /// as that file's descriptor; the plugin writes it in place and nothing touches the disk.
     /// A recording its device ended early (unplugged) crosses the protocol with why: the
@@ -118,15 +139,15 @@ import Testing
             throw CLIError("no microphone or camera")
         }
         let sound = try MemoryFile(name: "test-sound")
-        let recording = try await microphone.record(RecordingRequest(duration: .milliseconds(500), sampleRate: 16_000), to: sound.path)
+        let recording = try await microphone.record(RecordingRequest(duration: .milliseconds(500), sampleRate: 16_000), to: .memory(sound))
         #expect(recording.frames == 8_000 && sound.size == 44 + 16_000)
         #expect(try sound.read(at: 0, count: 44) == WAVFileWriter.header(sampleRate: 16_000, channels: 1, format: .s16le, dataBytes: 16_000))
         let clip = try MemoryFile(name: "test-video")
-        let video = try await camera.recordVideo(VideoRequest(duration: .milliseconds(400), width: 160, height: 120, framesPerSecond: 10), to: clip.path)
+        let video = try await camera.recordVideo(VideoRequest(duration: .milliseconds(400), width: 160, height: 120, framesPerSecond: 10), to: .memory(clip))
         #expect(video.frames > 0 && clip.size == video.bytes)
         #expect(try clip.read(at: 8, count: 4) == Array("AVI ".utf8))
         // A second recording into the same file replaces the first, as a path's would.
-        _ = try await microphone.record(RecordingRequest(duration: .milliseconds(100), sampleRate: 16_000), to: sound.path)
+        _ = try await microphone.record(RecordingRequest(duration: .milliseconds(100), sampleRate: 16_000), to: .memory(sound))
         #expect(sound.size == 44 + 3_200)
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty, "nothing on disk")
         await microphone.close()
@@ -150,7 +171,7 @@ import Testing
         #expect(audio.map(\.sequence) == [0, 1, 2])
         #expect(audio.map(\.recording.frames) == [8_000, 8_000, 4_000])
         for segment in audio {
-            #expect(segment.file.size == 44 + 2 * segment.recording.frames && segment.recording.path == segment.file.path)
+            #expect(segment.file.size == 44 + 2 * segment.recording.frames && segment.recording.path == "memory")
             #expect(try segment.file.read(at: 0, count: 4) == Array("RIFF".utf8))
         }
         let clips = Mutex<[RecordedSegment<VideoRecording>]>([])

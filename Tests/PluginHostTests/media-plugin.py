@@ -63,9 +63,13 @@ def record(ident, params, fds, result):
     """Writes the recording into the directory the host passed, through its descriptor, or
     (protocol 1.4, "into": "file") into the file it passed."""
     if mode != "no-file":
-        into_file = params.get("into") == "file"
-        path = "/proc/self/fd/%d" % fds[0] if into_file else "/proc/self/fd/%d/%s" % (fds[0], params["file"])
-        with open(path, "wb") as out:
+        if params.get("into") == "file":
+            os.ftruncate(fds[0], 0)
+            os.lseek(fds[0], 0, os.SEEK_SET)
+            out = os.fdopen(os.dup(fds[0]), "wb")
+        else:
+            out = os.fdopen(os.open(params["file"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fds[0]), "wb")
+        with out:
             out.write(wav(48000, 480) if params["file"].endswith(".wav") else b"RIFF....AVI ")
     for fd in fds:
         os.close(fd)

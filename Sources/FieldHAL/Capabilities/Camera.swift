@@ -60,12 +60,12 @@ public protocol Camera: Device {
     /// photo reports the size it actually has.
     func captureStill(_ request: PhotoRequest) async throws -> Photo
 
-    /// Records video for `request.duration` to an AVI file at `path` (Motion-JPEG), frames
-    /// streamed to disk. The file appears only when complete; cancelling leaves no file.
-    /// When the camera fails partway, a backend that can finishes the file with the frames
-    /// before and returns it with `endedEarly` (nothing recorded is lost); one that cannot
-    /// throws.
-    func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording
+    /// Records video for `request.duration` to an AVI file (Motion-JPEG) at `destination`,
+    /// frames streamed to it (`MJPEGAVIWriter` takes the destination as it is). A file at a
+    /// path or in a directory appears only when complete; cancelling leaves none. When the
+    /// camera fails partway, a backend that can finishes the file with the frames before
+    /// and returns it with `endedEarly` (nothing recorded is lost); one that cannot throws.
+    func recordVideo(_ request: VideoRequest, to destination: RecordingDestination) async throws -> VideoRecording
 
     /// Records video for `request.duration` in segments (`RecordingSegments`), each a
     /// complete AVI in memory handed over as it closes. A backend that can streams once
@@ -105,6 +105,11 @@ public struct PreviewRequest: Sendable, Equatable {
 }
 
 extension Camera {
+    /// Records video to an AVI file at `path` (`RecordingDestination.path`).
+    public func recordVideo(_ request: VideoRequest, to path: String) async throws -> VideoRecording {
+        try await recordVideo(request, to: .path(path))
+    }
+
     /// A preview of stills, one per frame, on the camera's own schedule: every camera and
     /// plugin has it, and a still during a recording is the recording's frame, so a preview
     /// never takes the camera from the kit's evidence. A camera that can stream overrides it.
@@ -130,10 +135,10 @@ extension Camera {
     public func recordVideoOneSegmentAtATime(_ request: VideoRequest, in segments: RecordingSegments<VideoRecording>) async throws {
         try request.validate(subject: "video recording")
         try segments.validate(subject: "video recording")
-        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, path in
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, destination in
             var segment = request
             segment.duration = length
-            return try await recordVideo(segment, to: path)
+            return try await recordVideo(segment, to: destination)
         }
     }
 }

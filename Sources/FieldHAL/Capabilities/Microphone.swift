@@ -75,11 +75,12 @@ public struct AudioRecording: Sendable, Equatable, Codable {
 }
 
 public protocol Microphone: Device {
-    /// Records to a WAV file at `path`, streamed to disk. The file appears at `path` only
-    /// when complete (written beside it, then renamed); cancelling leaves no file. When the
-    /// device fails partway, a backend that can finishes the file with the samples before
-    /// and returns it with `endedEarly`; one that cannot throws.
-    func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording
+    /// Records to a WAV file at `destination`, streamed to it (`WAVFileWriter` takes the
+    /// destination as it is). A file at a path or in a directory appears only when complete
+    /// (written beside it, then renamed); cancelling leaves none. When the device fails
+    /// partway, a backend that can finishes the file with the samples before and returns
+    /// it with `endedEarly`; one that cannot throws.
+    func record(_ request: RecordingRequest, to destination: RecordingDestination) async throws -> AudioRecording
 
     /// Records for `request.duration` in segments (`RecordingSegments`), each a complete WAV
     /// in memory handed over as it closes. A backend that can keeps one capture running and
@@ -88,6 +89,11 @@ public protocol Microphone: Device {
 }
 
 extension Microphone {
+    /// Records to a WAV file at `path` (`RecordingDestination.path`).
+    public func record(_ request: RecordingRequest, to path: String) async throws -> AudioRecording {
+        try await record(request, to: .path(path))
+    }
+
     public func record(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
         try await recordOneSegmentAtATime(request, in: segments)
     }
@@ -96,10 +102,10 @@ extension Microphone {
     public func recordOneSegmentAtATime(_ request: RecordingRequest, in segments: RecordingSegments<AudioRecording>) async throws {
         try request.validate(subject: "recording")
         try segments.validate(subject: "recording")
-        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, path in
+        try await segments.recordOneAtATime(total: request.duration, seconds: \.durationSeconds, endedEarly: \.endedEarly) { length, destination in
             var segment = request
             segment.duration = length
-            return try await record(segment, to: path)
+            return try await record(segment, to: destination)
         }
     }
 }

@@ -36,13 +36,13 @@ public struct RecordingSegments<Recording: Sendable>: Sendable {
         }
     }
 
-    /// Segment after segment, each recorded on its own by `record(length, path)` into a new
-    /// `MemoryFile`, until `total` or `finish`. What a backend without a segmented stream
+    /// Segment after segment, each recorded on its own by `record(length, destination)` into
+    /// a new `MemoryFile`, until `total` or `finish`. What a backend without a segmented stream
     /// does; a cancellation or a failure ends it, the segments handed over before staying
     /// the caller's. A segment that `endedEarly` says the device failed in is handed over,
     /// then its failure thrown.
     public func recordOneAtATime(total: Duration, seconds: (Recording) -> Double, endedEarly: (Recording) -> FieldHALError? = { _ in nil },
-                                 _ record: (_ length: Duration, _ path: String) async throws -> Recording) async throws {
+                                 _ record: (_ length: Duration, _ destination: RecordingDestination) async throws -> Recording) async throws {
         var recorded = Duration.zero
         var sequence = 0
         while recorded < total {
@@ -52,7 +52,7 @@ public struct RecordingSegments<Recording: Sendable>: Sendable {
             // One neutral name: /proc/PID/fd shows it and must say no more than the devices do.
             let file = try MemoryFile(name: "fieldhal")
             let startedAt = Date()
-            let recording = try await record(segmentLength, file.path)
+            let recording = try await record(segmentLength, .memory(file))
             closed(RecordedSegment(sequence: sequence, startedAt: startedAt, seconds: seconds(recording), file: file, recording: recording))
             if let failure = endedEarly(recording) { throw failure }
             sequence += 1
@@ -71,7 +71,7 @@ public struct RecordedSegment<Recording: Sendable>: Sendable {
     public var seconds: Double
     /// The whole file, the receiver's from now on.
     public var file: MemoryFile
-    /// What the backend reports of this segment, its path the file's.
+    /// What the backend reports of this segment (its path "memory").
     public var recording: Recording
 
     public init(sequence: Int, startedAt: Date, seconds: Double, file: MemoryFile, recording: Recording) {

@@ -2,28 +2,6 @@
 import Glibc
 #endif
 
-/// `/dev/fd/N` as a destination: a file this process already has open, not a name on disk.
-/// The writers (`AtomicFileWriter`, and so `WAVFileWriter` and `MJPEGAVIWriter`) write
-/// straight into such a descriptor, so a backend records into a `MemoryFile` through the
-/// same `record(_:to:)` it uses for a path. A plugin process does the same with the
-/// descriptor the host passed it (protocol 1.4).
-public enum DescriptorPath {
-    public static func path(_ descriptor: Int32) -> String { "/dev/fd/\(descriptor)" }
-
-    /// The directories whose entries name this process's descriptors.
-    public static let directories: Set<String> = ["/dev/fd", "/proc/self/fd"]
-
-    /// The descriptor `path` names (`/dev/fd/N` or `/proc/self/fd/N`), or nil for any other path.
-    public static func descriptor(in path: String) -> Int32? {
-        for prefix in directories.map({ $0 + "/" }) where path.hasPrefix(prefix) {
-            let digits = path.dropFirst(prefix.count)
-            guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber), let number = Int32(digits) else { return nil }
-            return number
-        }
-        return nil
-    }
-}
-
 /// An anonymous file in memory (memfd_create(2)): where a recording that must never reach a
 /// disk in plaintext is written (an evidence segment), to be sealed into the evidence queue
 /// once it closes. It has no name in any file system, and it is gone when closed or when
@@ -59,9 +37,6 @@ public final class MemoryFile: Sendable {
     }
 
     deinit { close(descriptor) }
-
-    /// Where a writer writes it (see `DescriptorPath`).
-    public var path: String { DescriptorPath.path(descriptor) }
 
     public var size: Int {
         var info = stat()

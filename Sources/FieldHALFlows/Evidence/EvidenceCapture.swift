@@ -314,9 +314,9 @@ public struct EvidenceCapture: Sendable {
     /// Records into a file in memory (`MemoryFile`), then seals it into the queue: the
     /// recording never reaches the disk in plaintext, and a kill leaves nothing behind.
     private func captureInMemory(_ kind: EvidenceKind, contentType: String, incidentId: String,
-                                           record: (String) async throws -> Void) async throws -> EvidenceItem {
+                                           record: (RecordingDestination) async throws -> Void) async throws -> EvidenceItem {
         let scratch = try MemoryFile(name: "fieldhal")  // neutral, as a segment's (SegmentedRecording)
-        try await record(scratch.path)
+        try await record(.memory(scratch))
         return try await seal { [queue, silent] in
             try queue.add(kind: kind, contentType: contentType, incidentId: incidentId, memory: scratch, silent: silent)
         }
