@@ -103,10 +103,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
     ],
     targets: [
-        // The core: protocols, values, errors, configuration, registry, NDEF.
+        // The core: protocols, values, errors, configuration, registry, NDEF. Its few reads
+        // (a bounded file, a memory file) go through swift-system, which retries an
+        // interruption: no EINTR loop of its own.
         .target(
             name: "FieldHAL",
-            dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit"), .product(name: "SystemPackage", package: "swift-system")],
             swiftSettings: essentialsSwift
         ),
         // The Linux plumbing under the backends and the daemon: device threads and their

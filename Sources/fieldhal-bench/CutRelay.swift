@@ -1,5 +1,6 @@
 import FieldHAL
 import FieldHALComposition
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -48,9 +49,7 @@ final class CutRelay: @unchecked Sendable {
 
     private func accept() {
         while true {
-            let client = Glibc.accept(listener, nil, nil)
-            guard client >= 0 else {
-                if errno == EINTR { continue }
+            guard case .success(let client) = SystemCall.attempt({ Glibc.accept(listener, nil, nil) }) else {
                 close(listener)
                 return
             }
@@ -72,7 +71,7 @@ final class CutRelay: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var ends = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: server, events: Int16(POLLIN), revents: 0)]
         copying: while true {
-            guard poll(&ends, 2, 1000) >= 0 || errno == EINTR else { break }
+            guard case .success = SystemCall.poll(&ends, timeout: .seconds(1)) else { break }
             for index in 0..<2 where ends[index].revents != 0 {
                 let from = ends[index].fd, to = ends[1 - index].fd
                 let count = buffer.withUnsafeMutableBytes { recv(from, $0.baseAddress, $0.count, 0) }

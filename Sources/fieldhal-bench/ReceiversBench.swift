@@ -3,6 +3,7 @@ import FieldHAL
 import FieldHALAPI
 import FieldHALCommandLine
 import FieldHALComposition
+import FieldHALSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -222,9 +223,7 @@ final class GpsdWatcher: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var pending: [UInt8] = []
         while true {
-            let got = recv(socket, &buffer, buffer.count, 0)
-            if got < 0 && errno == EINTR { continue }
-            if got <= 0 { break }
+            guard case .success(let got) = SystemCall.attempt({ recv(socket, &buffer, buffer.count, 0) }), got > 0 else { break }
             pending += buffer[0..<got]
             while let newline = pending.firstIndex(of: 10) {
                 let line = String(decoding: pending[..<newline], as: UTF8.self)

@@ -1,3 +1,4 @@
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,15 +47,12 @@ public final class MemoryFile: Sendable {
     /// Up to `count` bytes from `offset` (fewer at the end; none past it).
     public func read(at offset: Int, count: Int) throws(FieldHALError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
-        while true {
-            let got = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, count, off_t(offset)) }
-            if got >= 0 {
-                bytes.removeLast(count - got)
-                return bytes
-            }
-            guard errno == EINTR else {
-                throw SystemError.io("read", subject: "memory file")
-            }
+        do {
+            let got = try bytes.withUnsafeMutableBytes { try FileDescriptor(rawValue: descriptor).read(fromAbsoluteOffset: Int64(offset), into: $0) }
+            bytes.removeLast(count - got)
+            return bytes
+        } catch {
+            throw SystemError.io("read", subject: "memory file", code: (error as? Errno)?.rawValue ?? EIO)
         }
     }
 }
