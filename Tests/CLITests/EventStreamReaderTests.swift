@@ -178,7 +178,7 @@ struct EventStreamReaderTests {
         let start = ContinuousClock.now
         follower.cancel()
         _ = await follower.result
-        #expect(ContinuousClock.now - start < .seconds(1))
+        #expect(ContinuousClock.now - start < .seconds(10), "ended by the cancel; the daemon says nothing, ever")
         let deadline = ContinuousClock.now + .seconds(3)
         while !server.peerClosed.value, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         #expect(server.peerClosed.value, "the reader closed its connection")

@@ -175,7 +175,7 @@ struct LoopbackSoundTests {
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/unbind", "snd_dummy.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/snd_dummy/bind", "snd_dummy.0") }
         let sound = try await recording.value
-        #expect(ContinuousClock.now - unplugged < .seconds(3))
+        #expect(ContinuousClock.now - unplugged < .seconds(10), "ended at the unplug, not at the recording's 20 s")
         let failure = try #require(sound.endedEarly, "a recording the card left is not a whole one")
         #expect(failure.kind == .disconnected && "\(failure)".contains("the sound device went away"), "\(failure)")
         #expect(sound.durationSeconds > 0.3 && sound.durationSeconds < 3, "\(sound)")
@@ -259,7 +259,7 @@ struct LoopbackSoundTests {
         let cancelled = ContinuousClock.now
         recording.cancel()
         await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
-        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the recording's 20 s")
         #expect(!FileManager.default.fileExists(atPath: path))
         #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
     }

@@ -44,9 +44,11 @@ struct DeviceFollowerLabTests {
             for _ in 0..<200 where !started.value { try await Task.sleep(for: .milliseconds(10)) }
         }
 
-        /// How long after `since` the capability's event with `state` came; nil if not within 5 s.
+        /// How long after `since` the capability's event with `state` came; nil if not within
+        /// 30 s. The follower has no rescan: nil is a missed event. How soon it comes is a
+        /// figure of systemd-check's hotplug run (udevd's share and FieldHAL's), not a bound here.
         func waitFor(_ capability: Capability, _ state: CapabilityStatus.State, since: ContinuousClock.Instant) async -> Duration? {
-            for _ in 0..<250 {
+            for _ in 0..<1500 {
                 if let hit = events.withLock({ $0.first { $0.0.capability == capability && $0.0.state == state && $0.1 >= since } }) {
                     return hit.1 - since
                 }
@@ -56,7 +58,7 @@ struct DeviceFollowerLabTests {
         }
 
         /// Unbinds `device` from its platform `driver` and binds it again: how long after each
-        /// the capability's event came (nil: not within 5 s).
+        /// the capability's event came (nil: not within 30 s).
         func unplugAndPlugBack(_ capability: Capability, driver: String, device: String) async throws -> (gone: Duration?, back: Duration?) {
             let unplugged = ContinuousClock.now
             try KernelLab.writeSysfs("/sys/bus/platform/drivers/\(driver)/unbind", device)
@@ -64,8 +66,8 @@ struct DeviceFollowerLabTests {
             let pluggedIn = ContinuousClock.now
             try KernelLab.writeSysfs("/sys/bus/platform/drivers/\(driver)/bind", device)
             let back = await waitFor(capability, .available, since: pluggedIn)
-            #expect(gone != nil && gone! < .seconds(2), "unavailable after \(String(describing: gone))")
-            #expect(back != nil && back! < .seconds(2), "available again after \(String(describing: back))")
+            #expect(gone != nil, "unavailable after \(String(describing: gone))")
+            #expect(back != nil, "available again after \(String(describing: back))")
             return (gone, back)
         }
 
@@ -103,7 +105,7 @@ struct DeviceFollowerLabTests {
         let destroyed = ContinuousClock.now
         try await first.stop()
         let gone = await rig.waitFor(.haptics, .unavailable, since: destroyed)
-        #expect(gone != nil && gone! < .seconds(2), "unavailable after \(String(describing: gone))")
+        #expect(gone != nil, "unavailable after \(String(describing: gone))")
         await #expect(throws: FieldHALError.self) { try await rig.host.haptics().play(.success) }
 
         let made = ContinuousClock.now
@@ -113,7 +115,7 @@ struct DeviceFollowerLabTests {
         let startup = ContinuousClock.now - made
         try #require(second.node == node, "the new device got \(second.node), not \(node): another test made input devices meanwhile")
         let back = await rig.waitFor(.haptics, .available, since: made).map { max(.zero, $0 - startup) }
-        #expect(back != nil && back! < .seconds(2), "available again \(String(describing: back)) after the peer was ready (it took \(startup) to start)")
+        #expect(back != nil, "available again \(String(describing: back)) after the peer was ready (it took \(startup) to start)")
         try await rig.host.haptics().play(.success)
         #expect(try await second.waitFor("upload").contains { $0.name == "upload" }, "the pattern reached the new device")
         print("hotplug: uinput device destroyed → haptics unavailable in \(gone ?? .zero); made again → available in \(back ?? .zero)")

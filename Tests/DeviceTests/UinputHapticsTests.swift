@@ -187,13 +187,13 @@ struct UinputHapticsTests {
     @Test(arguments: Way.allCases) func cancellingStopsTheMotorAndErasesTheEffect(way: Way) async throws {
         try await UinputPeer.with { peer in
             let engine = try await haptics(peer, way: way)
-            let long = HapticPattern.custom([HapticStep(.rumble(strong: 1, weak: 1), durationMilliseconds: 5000)])
+            let long = HapticPattern.custom(Array(repeating: HapticStep(.rumble(strong: 1, weak: 1), durationMilliseconds: 10_000), count: 3))
             let playing = Task { try await engine.play(long) }
             _ = try await peer.waitFor("play")
             let cancelled = ContinuousClock.now
             playing.cancel()
             await #expect { try await playing.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
-            #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+            #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the pattern's 30 s")
             let events = try await peer.waitFor("erase")
             #expect(events.contains { $0.name == "play" && $0.value != 1 }, "a stop")
         }
@@ -206,7 +206,7 @@ struct UinputHapticsTests {
             await #expect { try await engine.play(.error) } throws: { error in
                 FieldHALError.Kind.disconnected.matches(error) && "\(error)".contains("the device went away")
             }
-            #expect(ContinuousClock.now - started < .seconds(2))
+            #expect(ContinuousClock.now - started < .seconds(10), "ended, not hung")
             await #expect { try await engine.play(.light) } throws: { FieldHALError.Kind.deviceNotFound.matches($0) }
         }
     }

@@ -174,13 +174,18 @@ struct VividCameraTests {
     @Test func aStillDuringARecordingIsTakenFromItsStream() async throws {
         let camera = try await camera()
         let path = KernelLab.scratch("with-still.avi")
-        let recording = Task { try await camera.recordVideo(VideoRequest(duration: .seconds(3), width: 640, height: 360, framesPerSecond: 30), to: path) }
+        let ended = Mutex(false)
+        let recording = Task {
+            defer { ended.withLock { $0 = true } }
+            return try await camera.recordVideo(VideoRequest(duration: .seconds(3), width: 640, height: 360, framesPerSecond: 30), to: path)
+        }
         try await Task.sleep(for: .seconds(1))
         let asked = ContinuousClock.now
         let photo = try await camera.captureStill(PhotoRequest(width: 320, height: 180, quality: 80))
         let took = ContinuousClock.now - asked
-        // The recording ends 2 s after the still was asked for: a still that waited for it would show.
-        #expect(took < .milliseconds(1500), "the still waited \(took) (for the recording's end?)")
+        // The recording ends 2 s after the still was asked for: a still that waited for it
+        // would come after its end.
+        #expect(!ended.withLock { $0 }, "the still waited \(took), for the recording's end")
         #expect(photo.width == 640 && photo.height == 360)
         #expect(photo.jpeg.starts(with: [0xFF, 0xD8]) && photo.jpeg.suffix(2) == [0xFF, 0xD9])
         let video = try await recording.value
@@ -283,7 +288,7 @@ struct VividCameraTests {
         let cancelled = ContinuousClock.now
         recording.cancel()
         await #expect { try await recording.value } throws: { FieldHALError.Kind.cancelled.matches($0) }
-        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the recording's 20 s")
         #expect(!FileManager.default.fileExists(atPath: path))
         #expect(await KernelLab.pluginDirectoriesGo(), "\(KernelLab.pluginDirectoriesLeft)")
         // And the device is free again.
@@ -309,7 +314,7 @@ struct VividCameraTests {
         let error = try #require(stall, "a camera that drops every buffer produced a photo")
         #expect(FieldHALError.Kind.timeout.matches(error), "\(error)")
         #expect("\(error)".contains("camera \(node): no frame within 0.6 s — the camera is open but sends no frames"), "\(error)")
-        #expect(waited >= .milliseconds(600) && waited < .seconds(3), "gave up after \(waited)")
+        #expect(waited >= .milliseconds(600) && waited < .seconds(10), "gave up after \(waited): not at its 0.6 s, or hung")
         #expect(try await camera.captureStill(PhotoRequest(width: 320, height: 180, warmUpFrames: 0)).jpeg.count > 0)
     }
 
@@ -328,7 +333,7 @@ struct VividCameraTests {
         try KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/unbind", "vivid.0")
         defer { try? KernelLab.writeSysfs("/sys/bus/platform/drivers/vivid/bind", "vivid.0") }  // however this test ends
         let video = try await recording.value
-        #expect(ContinuousClock.now - unplugged < .seconds(3))
+        #expect(ContinuousClock.now - unplugged < .seconds(10), "ended at the unplug, not at the recording's 20 s")
         let failure = try #require(video.endedEarly, "a recording the camera left is not a whole one")
         #expect(failure.kind == .disconnected && "\(failure)".contains("the camera went away"), "\(failure)")
         #expect(video.frames > 0 && video.durationSeconds > 0.3 && video.durationSeconds < 3, "\(video)")

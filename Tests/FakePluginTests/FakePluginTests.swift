@@ -126,7 +126,7 @@ struct FakeLocationTests {
         task.cancel()
         // The next point is a minute away: ending now proves the wait was cancelled.
         #expect(try await task.value <= 1)
-        #expect(clock.now - cancelled < .seconds(2))
+        #expect(clock.now - cancelled < .seconds(20))
     }
 
     /// A consumer that leaves at its first fix sees the watch end, never a "cancelled" error:

@@ -82,7 +82,7 @@ struct AlertSubscriptionTests {
         #expect(announced != nil, "\(log.lines)")
         // The bound only separates "pushed" from "polled" (an hour here); the latency
         // figures come from `fieldhal-bench alerts`, not from a test on a loaded CI box.
-        if let announced { #expect(announced.at - sent < .seconds(2), "channel latency \(announced.at - sent)") }
+        if let announced { #expect(announced.at - sent < .seconds(10), "channel latency \(announced.at - sent)") }
         #expect(lab.running.server.openAlertChannels == 1)
         task.cancel()
         await task.value
@@ -242,7 +242,7 @@ struct AlertSubscriptionTests {
             #expect("\(error)".contains("no upgrade within 1"), "\(error)")
         }
         let waited = ContinuousClock.now - started
-        #expect(waited >= .seconds(1) && waited < .seconds(5), "\(waited)")
+        #expect(waited >= .seconds(1) && waited < .seconds(20), "\(waited): not at its 1 s, or hung")
 
         // Cancelled while the upgrade hangs: after the upgrade's grace, the loop goes down
         // under it and the listen returns (a hang here is the failure, not a slow return).

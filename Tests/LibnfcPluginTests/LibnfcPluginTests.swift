@@ -171,7 +171,8 @@ struct LibnfcPluginTests {
         let error = await failure { _ = try await nfc.readTag(timeout: .milliseconds(600)) }
         let elapsed = ContinuousClock.now - started
         #expect(error?.kind == .timeout)
-        #expect(elapsed >= .milliseconds(600) && elapsed < .milliseconds(1500), "took \(elapsed)")
+        // Not before its bound; the upper bound only tells a timeout from a hang.
+        #expect(elapsed >= .milliseconds(600) && elapsed < .seconds(10), "took \(elapsed)")
     }
 
     @Test(arguments: Way.allCases) func cancellingAWaitEndsItPromptly(way: Way) async throws {
@@ -184,7 +185,7 @@ struct LibnfcPluginTests {
         let cancelled = ContinuousClock.now
         wait.cancel()
         let result = await wait.result
-        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the read's 30 s")
         #expect((result.failure as? FieldHALError)?.kind == .cancelled)
         // The reader is still usable afterwards: nothing was left half-done in libnfc.
         let error = await failure { _ = try await nfc.readTag(timeout: .milliseconds(200)) }
@@ -234,10 +235,10 @@ struct LibnfcPluginTests {
         let nfc = try await reader(emulator.connstring(), way: way)
         defer { Task { await nfc.close() } }
         let started = ContinuousClock.now
-        let error = await failure { _ = try await nfc.readTag(timeout: .seconds(10)) }
+        let error = await failure { _ = try await nfc.readTag(timeout: .seconds(30)) }
         #expect(error?.kind == .timeout)
         #expect(error?.description.contains("stopped answering (tag poll)") == true, "\(String(describing: error))")
-        #expect(ContinuousClock.now - started < .seconds(2), "a hung chip fails the poll, the wait does not run to 10 s")
+        #expect(ContinuousClock.now - started < .seconds(15), "a hung chip fails the poll, the wait does not run to 30 s")
         #expect(await emulator.waitForEvent("hung", timeout: .seconds(1)) != nil)
     }
 
@@ -310,7 +311,7 @@ struct LibnfcPluginTests {
         let outcome = try await tag.emulate(.uri("trf:duress:x"), timeout: .milliseconds(800))
         let elapsed = ContinuousClock.now - started
         #expect(!outcome.wasRead)
-        #expect(elapsed >= .milliseconds(700) && elapsed < .seconds(2), "took \(elapsed)")
+        #expect(elapsed >= .milliseconds(700) && elapsed < .seconds(10), "took \(elapsed): not at its timeout")
     }
 
     /// In process only: the reader and the emulator share one libnfc device here, which two
@@ -332,7 +333,7 @@ struct LibnfcPluginTests {
         let cancelled = ContinuousClock.now
         emulation.cancel()
         let result = await emulation.result
-        #expect(ContinuousClock.now - cancelled < .milliseconds(800))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the emulation's 30 s")
         #expect((result.failure as? FieldHALError)?.kind == .cancelled)
         #expect(await emulator.waitForEvent("aborted", timeout: .seconds(1)) != nil, "libnfc sent the abort ACK")
         // Back to initiator mode on the same chip.
@@ -369,12 +370,12 @@ struct LibnfcPluginTests {
         let first = try await PN532Emulator.start(["--link", link, "--tag", "none"])
         let nfc = try await reader("pn532_uart:\(link)", way: way)
         defer { Task { await nfc.close() } }
-        let wait = Task { try await nfc.readTag(timeout: .seconds(20)) }
+        let wait = Task { try await nfc.readTag(timeout: .seconds(30)) }
         try await Task.sleep(for: .milliseconds(300))
         let unplugged = ContinuousClock.now
         first.stop()
         let result = await wait.result
-        #expect(ContinuousClock.now - unplugged < .seconds(2))
+        #expect(ContinuousClock.now - unplugged < .seconds(10), "ended by the unplug, not at the read's 30 s")
         let error = result.failure as? FieldHALError
         #expect(error?.kind == .disconnected, "\(String(describing: error))")
         #expect(error?.advice?.contains("reopens") == true)

@@ -50,7 +50,7 @@ import Testing
             #expect(error.kind == .protocolError && error.subject == "plugin prints", "\(error)")
             #expect(error.detail.contains("passed, retry or completed"), "\(error)")
         }
-        #expect(ContinuousClock.now - started < .seconds(2), "ended at the bad stage, not at a bound")
+        #expect(ContinuousClock.now - started < .seconds(10), "ended at the bad stage, not at the enrolment's bound")
         #expect(stages.value == [.stagePassed(1), .retry(.swipeTooShort)])
         // The plugin was told to stop the enrollment it never finished.
         let cancels = fixtures.root + "/prints/cancels"

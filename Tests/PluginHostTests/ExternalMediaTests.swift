@@ -196,7 +196,7 @@ import Testing
         finish.finish()
         try await recording.value
         #expect(heard.withLock { $0 } == 2)
-        #expect(ContinuousClock.now - start < .seconds(3))
+        #expect(ContinuousClock.now - start < .seconds(10), "ended at the finish, not at the recording's 30 s")
         await live.close()
         await camera.close()
     }
@@ -211,7 +211,7 @@ import Testing
         let cancelled = ContinuousClock.now
         recording.cancel()
         await #expect { try await recording.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
-        #expect(ContinuousClock.now - cancelled < .seconds(1))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the recording's 30 s")
         // The plugin's own partial file goes with its directory; nothing is left beside the path.
         try await Task.sleep(for: .milliseconds(300))
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty)

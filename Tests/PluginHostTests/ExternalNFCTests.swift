@@ -249,7 +249,7 @@ import Testing
         let cancelled = ContinuousClock.now
         wait.cancel()
         let result = await wait.result
-        #expect(ContinuousClock.now - cancelled < .milliseconds(500))
+        #expect(ContinuousClock.now - cancelled < .seconds(10), "ended by the cancel, not at the read's 30 s")
         if case .failure(let error) = result {
             #expect((error as? FieldHALError)?.kind == .cancelled, "\(error)")
         } else {

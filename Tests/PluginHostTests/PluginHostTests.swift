@@ -253,7 +253,7 @@ final class PluginFixtures: @unchecked Sendable {
         let cancelledAt = ContinuousClock.now
         waiting.cancel()
         await #expect { try await waiting.value } throws: { ($0 as? FieldHALError)?.kind == .cancelled }
-        #expect(ContinuousClock.now - cancelledAt < .seconds(5))
+        #expect(ContinuousClock.now - cancelledAt < .seconds(20), "ended by the cancel, not at the check's 60 s")
         #expect(fixtures.leftovers().isEmpty)
     }
 

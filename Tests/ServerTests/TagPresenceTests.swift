@@ -122,15 +122,15 @@ struct TagPresenceTests {
         let follower = Follower(presence.watch().changes)
         try await waitUntil("found") { follower.changes.count == 1 }
         // A read queued behind the watch itself (the defect) would wait out its whole timeout
-        // and throw. One that waits at most one look takes ~50 ms: the median says so, and a
-        // single slow read on a loaded machine (1.19 s once in CI) is not a wait behind the watch.
+        // (10 s) and throw. One that waits at most one look takes ~50 ms; the bounds only tell
+        // the two apart, far from either (a single read took 1.19 s once in CI, under load).
         var times: [Duration] = []
         for _ in 0..<10 {
             times.append(try await elapsed { _ = try await turns.readTag(timeout: .seconds(10), for: "a client's read") })
         }
         let median = times.sorted()[times.count / 2]
-        #expect(median < .milliseconds(500), "reads waited \(times) behind the watch")
-        #expect(times.allSatisfy { $0 < .seconds(5) }, "a read waited \(times.max()!) behind the watch")
+        #expect(median < .seconds(5), "reads waited \(times) behind the watch")
+        #expect(times.allSatisfy { $0 < .seconds(8) }, "a read waited \(times.max()!) behind the watch")
         follower.task.cancel()
         await presence.close()
     }
