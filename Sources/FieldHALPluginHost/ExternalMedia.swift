@@ -98,61 +98,46 @@ final class ExternalSpeaker: Speaker, ExternalRequestDevice {
 }
 
 extension RequestLink.Hold {
-    /// A recording by the plugin. To a path: it writes the file the request names into a
-    /// directory made beside `path` and passed as a descriptor; once it has answered, the
-    /// file is moved to `path` and the answer read by `recording`. Into a directory held
-    /// open: it gets that directory and the file's name, and writes it there itself. The
-    /// plugin has the duration plus 30 s (its device's start, the file's end) plus the
-    /// link's grace.
+    /// A recording by the plugin. The plugin has the duration plus 30 s (its device's start,
+    /// the file's end) plus the link's grace.
+    /// - To a path: it writes the file the request names into a directory made beside `path`
+    ///   and passed as a descriptor; once it has answered, the file is moved to `path`.
+    /// - Into a directory held open: it gets that directory and the file's name, and writes
+    ///   the file there itself.
+    /// - Into a file this process has open (a `MemoryFile`: evidence that must not reach a
+    ///   disk in plaintext): it gets the file itself and writes it in place (protocol 1.4).
+    ///   A plugin of 1.3 would take it for a directory, so it is refused first.
     func record<Recording>(_ method: String, _ parameters: JSONValue, to destination: RecordingDestination, lasting duration: Duration,
                            _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
-        let path: String
         switch destination {
         case .memory(let file):
-            return try await record(method, parameters, into: file.descriptor, lasting: duration, recording)
+            guard manifest.protocolVersion >= PluginProtocol.recordingIntoFile else {
+                throw FieldHALError(.unsupported, subject: "plugin \(manifest.name)",
+                                    detail: "recording into memory needs plugin protocol \(PluginProtocol.recordingIntoFile); the plugin speaks \(manifest.protocolVersion)",
+                                    advice: "update the plugin (evidence is recorded into memory so that it never reaches the disk in plaintext)")
+            }
+            return try recording(try await call(method, parameters, adding: ["into": .string("file")], passing: file.descriptor, "file", lasting: duration))
         case .entry(let name, let directory):
-            var fields = parameters.object ?? [:]
-            fields["file"] = .string(name)
-            let answer = try await call(method, .object(fields), descriptors: [try Self.copy(directory, plugin: manifest.name, of: "directory")],
-                                        timeout: duration + .seconds(30))
-            return try recording(answer.result)
-        case .path(let named):
-            path = named
+            return try recording(try await call(method, parameters, adding: ["file": .string(name)], passing: directory, "directory", lasting: duration))
+        case .path(let path):
+            let directory = try RecordingDirectory(beside: path, plugin: manifest.name)
+            let answer = try await call(method, parameters, descriptors: [try directory.descriptor()], timeout: duration + .seconds(30), holding: directory)
+            let recorded = try recording(answer.result)
+            try directory.commit(PluginProtocol.recordingFile(capability), to: path)
+            return recorded
         }
-        let directory = try RecordingDirectory(beside: path, plugin: manifest.name)
-        let answer = try await call(method, parameters, descriptors: [try directory.descriptor()], timeout: duration + .seconds(30), holding: directory)
-        let recorded = try recording(answer.result)
-        try directory.commit(PluginProtocol.recordingFile(capability), to: path)
-        return recorded
-    }
-}
-
-extension RequestLink.Hold {
-    /// A recording into a file this process has open (a `MemoryFile`: evidence that must not
-    /// reach a disk in plaintext): the plugin gets the file itself and writes it in place
-    /// (protocol 1.4). A plugin of 1.3 would take it for a directory, so it is refused first.
-    private func record<Recording>(_ method: String, _ parameters: JSONValue, into target: Int32, lasting duration: Duration,
-                                   _ recording: (JSONValue) throws -> Recording) async throws -> Recording {
-        guard manifest.protocolVersion >= PluginProtocol.recordingIntoFile else {
-            throw FieldHALError(.unsupported, subject: "plugin \(manifest.name)",
-                                detail: "recording into memory needs plugin protocol \(PluginProtocol.recordingIntoFile); the plugin speaks \(manifest.protocolVersion)",
-                                advice: "update the plugin (evidence is recorded into memory so that it never reaches the disk in plaintext)")
-        }
-        var fields = parameters.object ?? [:]
-        fields["into"] = .string("file")
-        let answer = try await call(method, .object(fields), descriptors: [try Self.copy(target, plugin: manifest.name, of: "file")],
-                                    timeout: duration + .seconds(30))
-        return try recording(answer.result)
     }
 
-    /// A copy of a descriptor to pass: the channel closes what it sends, and the caller's
-    /// stays the caller's.
-    private static func copy(_ descriptor: Int32, plugin: String, of what: String) throws(FieldHALError) -> OwnedDescriptor {
+    /// The request with `fields` added and a copy of `descriptor` beside it (the channel
+    /// closes what it sends; the caller's stays the caller's); the answer's result.
+    private func call(_ method: String, _ parameters: JSONValue, adding fields: [String: JSONValue], passing descriptor: Int32,
+                      _ what: String, lasting duration: Duration) async throws -> JSONValue {
         let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else {
-            throw FieldHALError(.io, subject: "plugin \(plugin)", detail: "cannot pass the recording's \(what): \(SystemError.describe())")
+            throw FieldHALError(.io, subject: "plugin \(manifest.name)", detail: "cannot pass the recording's \(what): \(SystemError.describe())")
         }
-        return OwnedDescriptor(copy)
+        let request = JSONValue.object((parameters.object ?? [:]).merging(fields) { _, added in added })
+        return try await call(method, request, descriptors: [OwnedDescriptor(copy)], timeout: duration + .seconds(30)).result
     }
 }
 
